@@ -1,0 +1,25 @@
+# Thin launcher: every target first makes sure the environment exists (tools/setup_env.py is
+# idempotent and quick when nothing changed). Orchestration lives in Python, not here.
+PY := .venv/bin/python
+PYTEST := $(PY) -m pytest
+
+.PHONY: setup baseline test report clean-runs
+
+setup:
+	python3 tools/setup_env.py
+
+# The main job: the baseline ladder on the embedded backend (P1, colocate), the acceptance
+# criteria, the P3 A/B, then the HTML report.
+baseline: setup
+	-$(PYTEST) -m "p1 or acceptance or (p3 and ab)" --mode=colocate --alluredir=reports/allure-results --clean-alluredir
+	$(PY) -m harness report
+
+# Every test of the suite.
+test: setup
+	$(PYTEST) --alluredir=reports/allure-results --clean-alluredir
+
+report: setup
+	$(PY) -m harness report
+
+clean-runs:
+	rm -rf reports/runs

@@ -1,0 +1,7 @@
+"""Root conftest: the experiment's pytest plugin lives in fixtures/ (options, markers, knobs, runs)."""
+
+pytest_plugins = [
+    "fixtures.options",
+    "fixtures.knobs",
+    "fixtures.runs",
+]

@@ -1,0 +1,13 @@
+"""vime-mismatch-lab: the train-inference mismatch experiment for VIME, as a library.
+
+Subpackages, one job each: spec (knobs -> resolved spec -> argv), launch (start a trainer),
+records (logs and dumps -> run directories), embedded (the miniature VIME), analysis (statistics,
+audits, probes, classification), operators (the selected-logprob operator bench), record
+(Allure, summary table, HTML report).
+"""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_KNOBS_DIR = REPO_ROOT / "knobs"
+DEFAULT_RUNS_DIR = REPO_ROOT / "reports" / "runs"

@@ -1,0 +1,99 @@
+"""The operator registry: built-in implementations plus plug-ins found through entry points.
+
+A plug-in (say a Blackwell kernel in its own package) declares in its pyproject::
+
+    [project.entry-points."vime_mismatch_lab.operators"]
+    b200-fused-logprob = "my_pkg.ops:B200FusedLogprob"
+
+where the object is an :class:`~harness.operators.contract.Operator` subclass (or a zero-argument
+factory returning an instance). The bench then measures it beside the built-ins, unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Callable
+
+from harness.operators.contract import Operator
+
+ENTRY_POINT_GROUP = "vime_mismatch_lab.operators"
+
+# Modules that register the built-in operators when imported. Kept as names so that importing the
+# registry stays cheap and a broken optional module cannot hide the others.
+_BUILTIN_MODULES = (
+    "harness.operators.impl_reference",
+    "harness.operators.impl_megatron",
+    "harness.operators.impl_vllm",
+    "harness.operators.impl_fp8",
+    "harness.operators.impl_liger",
+    "harness.operators.impl_fused",
+)
+
+_factories: dict[str, Callable[[], Operator]] = {}
+_instances: dict[str, Operator] = {}
+_load_errors: dict[str, str] = {}
+_loaded = False
+
+
+class UnknownOperator(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message; say it plainly
+        return self.args[0]
+
+
+def register(name: str, factory: Callable[[], Operator] | None = None):
+    """Register ``factory`` (an Operator subclass or a callable returning one) under ``name``.
+
+    Usable as a decorator: ``@register("fp64-reference")`` above the class.
+    """
+
+    def _add(f: Callable[[], Operator]):
+        if name in _factories and _factories[name] is not f:
+            raise ValueError(f"operator name {name!r} is registered twice ({_factories[name]!r} and {f!r})")
+        _factories[name] = f
+        return f
+
+    return _add(factory) if factory is not None else _add
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            register(ep.name, ep.load())
+        except Exception as exc:  # a broken plug-in is reported by names_with_errors(), not fatal
+            _load_errors[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+
+
+def names() -> list[str]:
+    """Every registered operator name (built-in and plug-in), whether or not it can run here."""
+    _load_all()
+    return sorted(_factories)
+
+
+def plugin_errors() -> dict[str, str]:
+    """Entry points that failed to load, name -> one-line reason."""
+    _load_all()
+    return dict(_load_errors)
+
+
+def get(name: str) -> Operator:
+    """The operator registered under ``name`` (one shared instance per name)."""
+    _load_all()
+    if name not in _factories:
+        raise UnknownOperator(f"no operator named {name!r}; registered: {', '.join(sorted(_factories))}")
+    if name not in _instances:
+        op = _factories[name]()
+        op.name = name
+        _instances[name] = op
+    return _instances[name]
+
+
+def available_names() -> list[str]:
+    """Names of the operators that can run on this machine."""
+    return [n for n in names() if get(n).available()[0]]

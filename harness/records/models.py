@@ -1,0 +1,72 @@
+"""The shapes the records layer hands out: one logged record, one failure signature, one parse.
+
+These are the only types other parts of the harness see from a log; everything else in
+harness.records turns text, event files or dumps into them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+RecordKind = Literal["step", "rollout", "perf", "eval"]
+RECORD_KINDS: tuple[str, ...] = ("step", "rollout", "perf", "eval")
+
+FailureSignature = Literal[
+    "nccl-error",
+    "cuda-illegal-memory-access",
+    "cuda-oom",
+    "engine-dead",
+    "connection-refused",
+    "http-error",
+    "timeout",
+    "python-traceback",
+    "ray-actor-died",
+]
+
+MetricValue = float | int | str | None
+
+
+class Record(BaseModel):
+    """One `step N: {...}` / `rollout N: {...}` / `perf N: {...}` / `eval N: {...}` line.
+
+    `line` is 1-based in the text it came from (log.txt for a run, metrics.jsonl when read back
+    from a run directory, 0 for records that came from TensorBoard events or dumps); `source` is
+    the Ray actor that printed it (e.g. "MegatronTrainRayActor pid=1234"), None without a prefix.
+    """
+
+    kind: RecordKind
+    n: int
+    metrics: dict[str, MetricValue]
+    line: int = 0
+    source: str | None = None
+
+    def to_json_dict(self) -> dict:
+        """The metrics.jsonl shape: exactly kind, n and metrics."""
+        return {"kind": self.kind, "n": self.n, "metrics": self.metrics}
+
+
+class Failure(BaseModel):
+    """A failure signature seen in the log, with the line that shows it."""
+
+    signature: FailureSignature
+    line: int
+    text: str
+
+
+class ParseResult(BaseModel):
+    """Everything one log yields. `stopped_at` is the line where parsing had to stop (a truncated
+    last record, or binary data), None when the whole input was read."""
+
+    records: list[Record] = Field(default_factory=list)
+    failures: list[Failure] = Field(default_factory=list)
+    stopped_at: int | None = None
+    warnings: list[str] = Field(default_factory=list)
+    # The warnings that mean the input itself is damaged (truncated, binary, malformed, mixed);
+    # `harness ingest` exits 2 when there are any, after keeping every readable record.
+    bad_input: list[str] = Field(default_factory=list)
+    lines_read: int = 0
+
+    def steps(self) -> list[int]:
+        return sorted({r.n for r in self.records if r.kind == "step"})

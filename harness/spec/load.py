@@ -1,0 +1,152 @@
+"""Load the knobs directory: read YAML, validate against the schema, index rungs, check links.
+
+Layered like lm-evaluation-harness's task loading (read -> index -> build), but a broken file is
+never dropped: it is a SpecError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from harness.spec.errors import KnobError, SpecError
+from harness.spec.schema import AcceptanceFile, BaseConfig, Rung, Stage, StagesFile, Threshold, ThresholdsFile
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The whole experiment spec, typed. `root` is the directory it came from."""
+
+    root: Path
+    base: BaseConfig
+    stages: dict[str, Stage]
+    rungs: dict[str, Rung]
+    thresholds: dict[str, Threshold]
+    acceptance: AcceptanceFile
+
+    def threshold(self, name: str) -> float:
+        if name not in self.thresholds:
+            raise SpecError(f"{self.root / 'thresholds.yaml'}: thresholds.{name}: expected a threshold with this name (known: {', '.join(sorted(self.thresholds))})")
+        return self.thresholds[name].value
+
+    def chain(self, rung_id: str) -> list[Rung]:
+        """The rung's ancestry, root first, the rung itself last."""
+        chain = []
+        current: str | None = rung_id
+        while current is not None:
+            chain.append(self.rungs[current])
+            current = self.rungs[current].parent
+        return chain[::-1]
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def read_yaml(path: Path) -> object:
+    name = _relative(path)
+    if not path.exists():
+        raise KnobError(name, "", "this file to exist", has_got=False)
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise KnobError(name, where, f"valid YAML ({problem})", has_got=False) from None
+
+
+def parse_file(path: Path, model: type[Model]) -> Model:
+    """Read one YAML file into `model`; every schema problem becomes one line naming the key."""
+    data = read_yaml(path)
+    name = _relative(path)
+    if not isinstance(data, dict):
+        raise KnobError(name, "", "a mapping at the top level", data)
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise SpecError([_describe(name, e, data) for e in err.errors()]) from None
+
+
+def _describe(file: str, error: dict, data: dict) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{file}: {key}: unknown key (not part of the schema; check the spelling)"
+    if kind == "missing":
+        return f"{file}: {key}: required key is missing"
+    got = error.get("input")
+    shown = f", got {got!r} (type={type(got).__name__})" if not isinstance(got, dict) else ""
+    return f"{file}: {key}: expected {error['msg'].removeprefix('Input should be ').removeprefix('Value error, ')}{shown}"
+
+
+def load_knobs(root: Path) -> Knobs:
+    root = Path(root)
+    if not root.is_dir():
+        raise SpecError(f"{root}: expected a knobs directory (base.yaml, stages.yaml, ladder/, thresholds.yaml, acceptance.yaml)")
+    base = parse_file(root / "base.yaml", BaseConfig)
+    stages = parse_file(root / "stages.yaml", StagesFile).stages
+    thresholds = parse_file(root / "thresholds.yaml", ThresholdsFile).thresholds
+    acceptance = parse_file(root / "acceptance.yaml", AcceptanceFile)
+    rungs = _load_rungs(root / "ladder")
+    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance)
+    _check_links(knobs)
+    return knobs
+
+
+def _load_rungs(ladder_dir: Path) -> dict[str, Rung]:
+    rungs: dict[str, Rung] = {}
+    problems: list[str] = []
+    for path in sorted(ladder_dir.glob("*.yaml")):
+        try:
+            rung = parse_file(path, Rung)
+        except SpecError as err:
+            problems.extend(err.problems)
+            continue
+        if rung.id != path.stem:
+            problems.append(f"{_relative(path)}: id: expected the file's name {path.stem!r}, got {rung.id!r}")
+        rungs[rung.id] = rung
+    if problems:
+        raise SpecError(problems)
+    if not rungs:
+        raise SpecError(f"{_relative(ladder_dir)}: expected at least one rung file (*.yaml)")
+    return rungs
+
+
+def _check_links(knobs: Knobs) -> None:
+    """Parents exist and form no cycle; stages named by rungs exist; thresholds named exist."""
+    problems = []
+    ladder = knobs.root / "ladder"
+    for rung in knobs.rungs.values():
+        where = _relative(ladder / f"{rung.id}.yaml")
+        if rung.parent is not None and rung.parent not in knobs.rungs:
+            problems.append(f"{where}: parent: expected one of the rungs ({', '.join(sorted(knobs.rungs))}), got {rung.parent!r}")
+        for stage in rung.stages:
+            if stage not in knobs.stages:
+                problems.append(f"{where}: stages: expected stages from stages.yaml ({', '.join(knobs.stages)}), got {stage!r}")
+    if problems:
+        raise SpecError(problems)
+    for rung in knobs.rungs.values():
+        seen = [rung.id]
+        current = rung.parent
+        while current is not None:
+            if current in seen:
+                cycle = " -> ".join(seen + [current])
+                raise SpecError(f"{_relative(ladder / f'{rung.id}.yaml')}: parent: expected a chain that ends at a root rung, got a cycle {cycle}")
+            seen.append(current)
+            current = knobs.rungs[current].parent
+    for criterion in knobs.acceptance.criteria:
+        for name in criterion.thresholds:
+            if name not in knobs.thresholds:
+                problems.append(f"{_relative(knobs.root / 'acceptance.yaml')}: criteria.{criterion.id}.thresholds: expected names from thresholds.yaml, got {name!r}")
+    if problems:
+        raise SpecError(problems)

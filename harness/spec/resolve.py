@@ -1,0 +1,94 @@
+"""Merge the layers into one resolved spec and give it a stable id.
+
+Order (design.md): base <- stage <- mode <- rung chain (root first) <- --set overrides. Within a
+layer, the flags for every backend apply first, then the backend's own section. `null` deletes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from harness.spec.errors import SpecError
+from harness.spec.load import Knobs
+from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run, fully resolved: what to launch and where each flag came from."""
+
+    stage: str
+    rung: str
+    mode: str
+    backend: str
+    flags: dict[str, FlagValue]
+    provenance: dict[str, str] = field(compare=False)
+    overrides: dict[str, FlagValue] = field(default_factory=dict)
+
+    @property
+    def spec_hash(self) -> str:
+        # Only what changes the run itself: the backend that executes it and its flags. Stage and
+        # rung are names; two stages with the same embedded profile share one run.
+        payload = json.dumps({"backend": self.backend, "flags": self.flags}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.rung}-{self.mode}-{self.backend}-{self.spec_hash}"
+
+    def to_dict(self) -> dict:
+        return {
+            "run_id": self.run_id, "stage": self.stage, "rung": self.rung, "mode": self.mode,
+            "backend": self.backend, "spec_hash": self.spec_hash, "flags": dict(self.flags),
+            "overrides": dict(self.overrides), "provenance": dict(self.provenance),
+        }
+
+
+def _apply(flags: dict, provenance: dict, layer: dict[str, FlagValue], origin: str) -> None:
+    for name, value in layer.items():
+        if value is None:
+            flags.pop(name, None)
+            provenance.pop(name, None)
+        else:
+            flags[name] = value
+            provenance[name] = origin
+
+
+def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embedded",
+            overrides: dict[str, FlagValue] | None = None) -> RunSpec:
+    problems = []
+    if stage not in knobs.stages:
+        problems.append(f"--stage: expected one of {', '.join(knobs.stages)}, got {stage!r}")
+    if rung not in knobs.rungs:
+        problems.append(f"--rung: expected one of {', '.join(sorted(knobs.rungs))}, got {rung!r}")
+    if mode not in MODES:
+        problems.append(f"--mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    if backend not in BACKENDS:
+        problems.append(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if problems:
+        raise SpecError(problems)
+    stage_cfg = knobs.stages[stage]
+    if mode not in stage_cfg.modes:
+        raise SpecError(f"--mode {mode}: stage {stage} ({stage_cfg.title}) runs {' and '.join(stage_cfg.modes)} only (stages.yaml)")
+    rung_cfg = knobs.rungs[rung]
+    if stage not in rung_cfg.stages:
+        raise SpecError(f"--rung {rung}: runs at stages {', '.join(rung_cfg.stages)}, not {stage} (ladder/{rung}.yaml: stages)")
+    if backend not in rung_cfg.backends:
+        raise SpecError(f"--rung {rung}: needs backend {' or '.join(rung_cfg.backends)}, not {backend} (ladder/{rung}.yaml: backends)")
+
+    flags: dict[str, FlagValue] = {}
+    provenance: dict[str, str] = {}
+    layers = [("base", knobs.base), (f"stage:{stage}", stage_cfg), (f"mode:{mode}", knobs.base.modes[mode])]
+    layers += [(f"rung:{r.id}", r.changes) for r in knobs.chain(rung)]
+    for origin, layer in layers:
+        for section in layer.for_backend(backend):
+            _apply(flags, provenance, section, origin)
+    overrides = dict(overrides or {})
+    try:
+        check_flag_names(overrides)
+    except ValueError as err:
+        raise SpecError(f"--set: {err}") from None
+    _apply(flags, provenance, overrides, "--set")
+    return RunSpec(stage, rung, mode, backend, flags, provenance, overrides)

@@ -1,0 +1,113 @@
+"""Typed knob files. Parsed once by harness.spec.load; raw dicts never travel past the loader.
+
+Every model forbids unknown keys, so a typo in a knob file is an error naming the key rather
+than a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Mode = Literal["colocate", "non-colocate"]
+Backend = Literal["embedded", "vime", "records"]
+DriftClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator"]
+Direction = Literal["up", "down", "flat"]
+
+MODES: tuple[str, ...] = ("colocate", "non-colocate")
+BACKENDS: tuple[str, ...] = ("embedded", "vime", "records")
+DRIFT_CLASSES: tuple[str, ...] = ("none", "expected-numerical", "semantic", "framework", "candidate-operator")
+
+# A VIME flag as written in knobs: the flag name without dashes. `true` is a bare switch,
+# `null` removes the flag an earlier layer set, anything else is the flag's value.
+FlagValue = bool | int | float | str | None
+FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def check_flag_names(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    for name in flags:
+        if not FLAG_NAME.match(name):
+            raise ValueError(f"flag name {name!r} is not a VIME flag name (lower-case words joined by '-', no leading dashes)")
+    return flags
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FlagLayer(Strict):
+    """Flags for every backend, then per-backend additions (`vime` also serves `records`)."""
+
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    vime: dict[str, FlagValue] = Field(default_factory=dict)
+    embedded: dict[str, FlagValue] = Field(default_factory=dict)
+
+    @field_validator("flags", "vime", "embedded")
+    @classmethod
+    def _flag_names_are_vime_style(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        return check_flag_names(flags)
+
+    def for_backend(self, backend: str) -> list[dict[str, FlagValue]]:
+        """The dicts to apply, in order, for one backend."""
+        section = self.embedded if backend == "embedded" else self.vime
+        return [self.flags, section]
+
+
+class BaseConfig(FlagLayer):
+    description: str = ""
+    modes: dict[Mode, FlagLayer]
+
+
+class Stage(FlagLayer):
+    title: str
+    hardware: str
+    nodes: int = Field(ge=1)
+    gpus: int = Field(ge=1)
+    modes: list[Mode] = Field(min_length=1)
+    purpose: str
+
+
+class StagesFile(Strict):
+    stages: dict[str, Stage]
+
+
+class Expectation(Strict):
+    # Named `class` in the YAML (the seed's word); `drift_class` in code.
+    drift_class: DriftClass = Field(alias="class")
+    direction: Direction
+
+
+class Rung(Strict):
+    id: str
+    title: str
+    parent: str | None
+    stages: list[str] = Field(min_length=1)
+    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS))
+    why: str
+    expect: Expectation
+    changes: FlagLayer = Field(default_factory=FlagLayer)
+
+
+class Threshold(Strict):
+    value: float | int
+    reason: str = Field(min_length=10)
+    unit: str = ""
+
+
+class ThresholdsFile(Strict):
+    thresholds: dict[str, Threshold]
+
+
+class Criterion(Strict):
+    id: str
+    seed_text: str
+    check: str
+    why: str = ""
+    thresholds: list[str] = Field(default_factory=list)
+
+
+class AcceptanceFile(Strict):
+    judges: dict[str, str]
+    criteria: list[Criterion] = Field(min_length=1)

@@ -1,0 +1,160 @@
+"""The experiment spec: the seed's config survives rendering, every rung resolves, bad input is named."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
+from harness.spec import SpecError, load_knobs, parse_argv, render_argv, resolve, validate
+
+SEED_CONFIG = Path(__file__).parent.parent / "data" / "seed_suggested_config.txt"
+
+
+@pytest.fixture(scope="module")
+def knobs():
+    return load_knobs(DEFAULT_KNOBS_DIR)
+
+
+@pytest.fixture
+def knobs_copy(tmp_path):
+    target = tmp_path / "knobs"
+    shutil.copytree(DEFAULT_KNOBS_DIR, target)
+    return target
+
+
+def seed_flags() -> dict:
+    """The seed's "Suggested Baseline Config", colocate block included (its later value wins)."""
+    return parse_argv(" ".join(SEED_CONFIG.read_text().split()).split(" "))
+
+
+def test_recommended_baseline_renders_every_seed_flag_with_the_seed_value(knobs):
+    spec = validate(resolve(knobs, "p1", "fp8-plus-filters", "colocate", "vime"), knobs)
+    rendered = parse_argv(render_argv(spec.flags))
+    expected = seed_flags()
+    missing = {k: v for k, v in expected.items() if rendered.get(k) != v}
+    assert not missing, f"seed flags missing or changed in the rendered argv: {missing}"
+
+
+def test_non_colocate_keeps_the_seed_memory_setting(knobs):
+    spec = resolve(knobs, "p2", "fp8-plus-filters", "non-colocate", "vime")
+    assert "colocate" not in spec.flags
+    assert spec.flags["vllm-gpu-memory-utilization"] == 0.8
+
+
+def test_every_rung_resolves_and_validates_at_every_stage_it_runs(knobs):
+    resolved = 0
+    for rung in knobs.rungs.values():
+        for stage in rung.stages:
+            for mode in knobs.stages[stage].modes:
+                for backend in rung.backends:
+                    validate(resolve(knobs, stage, rung.id, mode, backend), knobs)
+                    resolved += 1
+    assert resolved >= 20
+
+
+def test_rungs_change_only_what_they_declare(knobs):
+    """A rung's resolved flags differ from its parent's exactly in the keys it lists."""
+    for rung in knobs.rungs.values():
+        if rung.parent is None:
+            continue
+        for backend in ("embedded", "vime"):
+            if backend not in rung.backends:
+                continue
+            stage = rung.stages[0]
+            mode = knobs.stages[stage].modes[0]
+            child = resolve(knobs, stage, rung.id, mode, backend).flags
+            parent = resolve(knobs, stage, rung.parent, mode, backend).flags if stage in knobs.rungs[rung.parent].stages else None
+            if parent is None:
+                continue
+            changed = {k for k in child.keys() | parent.keys() if child.get(k) != parent.get(k)}
+            declared = set()
+            for section in rung.changes.for_backend(backend):
+                declared |= set(section)
+            assert changed <= declared, f"{rung.id} ({backend}) changes {changed - declared} without declaring it"
+            if rung.id == "candidate-operator" and backend == "vime":
+                continue  # on a cluster the candidate's flags come from --set (ladder/candidate-operator.yaml: why)
+            assert changed, f"{rung.id} ({backend}) changes nothing against {rung.parent}"
+
+
+def test_run_id_is_stable_and_spec_sensitive(knobs):
+    a = resolve(knobs, "p1", "top-p", "colocate")
+    b = resolve(knobs, "p1", "top-p", "colocate")
+    c = resolve(knobs, "p1", "top-p", "colocate", overrides={"seed": 7})
+    assert a.run_id == b.run_id
+    assert a.run_id != c.run_id
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    ({"tensor-model-parallel-size": 3}, "TP x PP x CP"),
+    ({"expert-model-parallel-size": 3}, "--num-experts (128) divisible"),
+    ({"global-batch-size": 100}, "must divide rollout-batch-size x n-samples-per-prompt (256)"),
+    ({"rollout-num-gpus": 16}, "with --colocate VIME forces"),
+    ({"rollout-num-gpus-per-engine": 3}, "multiple of --rollout-num-gpus-per-engine"),
+    ({"max-tokens-per-gpu": None}, "requires --max-tokens-per-gpu"),
+    ({"num-rollout": None}, "--num-rollout or --num-epoch"),
+    ({"rollout-top-p": 1.5}, "--rollout-top-p must be in (0, 1]"),
+])
+def test_impossible_settings_are_explained_in_vime_terms(knobs, overrides, fragment):
+    spec = resolve(knobs, "p1", "fp8-plus-filters", "colocate", "vime", overrides)
+    with pytest.raises(SpecError) as err:
+        validate(spec, knobs)
+    assert any(fragment in line for line in err.value.problems), err.value.problems
+
+
+def break_file(root: Path, name: str, old: str, new: str) -> None:
+    path = root / name
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(("name", "old", "new", "fragment"), [
+    ("ladder/top-p.yaml", "rollout-top-p: 0.95", "rollout-top-p: [0.95", "ladder/top-p.yaml: line"),
+    ("ladder/top-p.yaml", "parent: near-aligned", "parent: near-alined", "ladder/top-p.yaml: parent: expected one of the rungs"),
+    ("ladder/top-p.yaml", "why:", "wyh: x\nwhy:", "ladder/top-p.yaml: wyh: unknown key"),
+    ("ladder/fp32-floor.yaml", "parent: null", "parent: fp8-plus-filters", "got a cycle"),
+    ("stages.yaml", "nodes: 2", "nodes: two", "stages.yaml: stages.p1.nodes: expected a valid integer"),
+    ("ladder/top-k.yaml", "class: semantic", "class: semantical", "ladder/top-k.yaml: expect.class: expected"),
+    ("thresholds.yaml", "reason: \"Seed acceptance", "raisin: \"Seed acceptance", "thresholds.min_rollout_steps.raisin: unknown key"),
+])
+def test_broken_knob_file_is_named_with_its_key(knobs_copy, name, old, new, fragment):
+    break_file(knobs_copy, name, old, new)
+    with pytest.raises(SpecError) as err:
+        load_knobs(knobs_copy)
+    assert any(fragment in line for line in err.value.problems), err.value.problems
+
+
+def test_cli_reports_a_broken_knob_file_in_one_line_without_traceback(knobs_copy):
+    break_file(knobs_copy, "ladder/top-k.yaml", "rollout-top-k: 40", "rollout-top-k: {40")
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "argv", "--stage", "p1", "--rung", "top-k", "--knobs", str(knobs_copy)],
+        capture_output=True, text=True, cwd=REPO_ROOT)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "ladder/top-k.yaml" in result.stderr and "expected valid YAML" in result.stderr, result.stderr
+
+
+def test_cli_argv_applies_set_overrides():
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "argv", "--stage", "p1", "--rung", "near-aligned", "--json",
+         "--set", "num-rollout=3", "--set", "balance-data=null"],
+        capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    flags = parse_argv(__import__("json").loads(result.stdout))
+    assert flags["num-rollout"] == 3
+    assert "balance-data" not in flags
+
+
+def test_pytest_collects_the_p1_ladder_and_the_acceptance_criteria():
+    def collect(*args):
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                             capture_output=True, text=True, cwd=REPO_ROOT)
+        return [line for line in out.stdout.splitlines() if "::" in line]
+    p1 = collect("-m", "p1", "--mode=colocate", "tests/ladder")
+    assert len(p1) >= 5 and all("[p1-" in line for line in p1), p1
+    acceptance = collect("-m", "acceptance", "tests/acceptance")
+    assert any("completes-30-rollout-steps" in line for line in acceptance), acceptance
