@@ -47,6 +47,7 @@ class LogParser:
         self._in_traceback: dict[str | None, bool] = {}
         self._seen_failures: set[tuple[str, str]] = set()
         self._last_n: dict[tuple[str, str | None], tuple[int, int]] = {}
+        self._mixed_reported = False
 
     def feed(self, raw: str) -> list[Record | Failure]:
         """Parse the next raw line; returns the records and failures it produced."""
@@ -104,7 +105,8 @@ class LogParser:
     def _check_order(self, record: Record) -> None:
         key = (record.kind, actor_class(record.source))
         previous = self._last_n.get(key)
-        if previous and record.n < previous[0]:
+        if previous and record.n < previous[0] and not self._mixed_reported:
+            self._mixed_reported = True  # one line says it; every later restart is the same story
             who = f" from {key[1]}" if key[1] else ""
             self._bad(f"line {record.line}: {record.kind} {record.n} follows {record.kind} {previous[0]} "
                       f"(line {previous[1]}){who}: the log mixes the output of more than one run; all records kept")
