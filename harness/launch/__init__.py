@@ -1,0 +1,1 @@
+"""Launch a trainer for a resolved spec (local process or Ray job) and record it as a run directory."""

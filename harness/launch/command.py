@@ -1,0 +1,41 @@
+"""`python -m harness run`: resolve, validate, launch (or reuse) one run; print its directory last."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import DEFAULT_RUNS_DIR
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.cli import spec_from_args
+    from harness.launch.runner import LaunchOptions, ensure_run, read_state
+
+    _, spec = spec_from_args(args)
+    options = LaunchOptions(runs_dir=Path(args.runs_dir), rerun=args.rerun, vime_root=args.vime_root,
+                            ray_address=args.ray_address, timeout_s=args.timeout, image=args.image)
+    run_dir = ensure_run(spec, options)
+    state = read_state(run_dir)
+    status = run_dir._read_status_quietly()
+    if state != "finished":
+        failure = status.get("failure") or {}
+        print(f"run {spec.run_id} {state}: {failure.get('signature', '?')} at log line {failure.get('line', '?')}: "
+              f"{failure.get('text', '')}", file=sys.stderr)
+    print(run_dir.path)
+    return 0 if state == "finished" else 1
+
+
+def register(commands) -> None:
+    from harness.cli import add_spec_arguments
+
+    parser = commands.add_parser("run", help="launch (or reuse) the run of one resolved spec; prints the run directory")
+    add_spec_arguments(parser)
+    parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
+    parser.add_argument("--rerun", action="store_true", help="launch even if a finished run with this spec exists")
+    parser.add_argument("--vime-root", default=None, help="VIME checkout with train.py (--backend vime)")
+    parser.add_argument("--ray-address", default=None, help="submit as a Ray job to this address instead of a local process")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before the harness stops the run")
+    parser.add_argument("--image", default=None, help="container image to record in the environment record")
+    parser.set_defaults(func=cmd_run)

@@ -1,0 +1,116 @@
+"""Two ways to run a trainer, one interface: a local process group, or a Ray job.
+
+Both give output lines as they arrive (`poll`), an exit code when done, and a `stop` that ends
+only what this harness started: the process group it created, or the Ray job id it submitted.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from harness.spec import SpecError
+
+STOP_GRACE_SECONDS = 20.0
+
+
+class LocalProcess:
+    """The trainer as a child process in its own process group (so stop reaches its children)."""
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str]):
+        self.description = f"local process: {shlex.join(command[:3])} ..."
+        self._proc = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, start_new_session=True)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self._eof = False
+
+    def _pump(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def poll(self, timeout: float) -> list[str]:
+        """Lines that arrived within `timeout` seconds (all that are queued, at least one wait)."""
+        out: list[str] = []
+        try:
+            item = self._lines.get(timeout=timeout)
+            while True:
+                if item is None:
+                    self._eof = True
+                    break
+                out.append(item)
+                item = self._lines.get_nowait()
+        except queue.Empty:
+            pass
+        return out
+
+    def exit_code(self) -> int | None:
+        if not self._eof:
+            return None
+        return self._proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM to our own process group, SIGKILL to it if it does not end within the grace."""
+        if self._proc.poll() is not None:
+            return
+        pgid = self._proc.pid  # start_new_session: the group id is the child's pid
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self._proc.wait()
+
+
+class RayJob:
+    """The trainer as a Ray job, submitted to the Jobs API at `address` (as VIME is launched)."""
+
+    TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 143}
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str], address: str):
+        try:
+            from ray.job_submission import JobSubmissionClient
+        except ImportError:
+            raise SpecError("--ray-address needs Ray with its job client: install ray[default]") from None
+        try:
+            self._client = JobSubmissionClient(address)
+        except Exception as err:  # Ray raises ConnectionError or RuntimeError with its own text
+            raise SpecError(f"--ray-address {address}: cannot reach a Ray job server there ({str(err).splitlines()[0]})") from None
+        passed_env = {k: v for k, v in env.items() if k.startswith(("VLLM_", "LAB_", "PYTHON", "OMP_", "NCCL_", "CUDA_", "TORCH_", "HF_"))}
+        self.job_id = self._client.submit_job(
+            entrypoint=f"cd {shlex.quote(str(cwd))} && {shlex.join(command)}",
+            runtime_env={"env_vars": passed_env})
+        self.description = f"Ray job {self.job_id} at {address}"
+        self._seen_chars = 0
+        self._done: int | None = None
+
+    def poll(self, timeout: float) -> list[str]:
+        time.sleep(timeout)
+        status = str(self._client.get_job_status(self.job_id)).split(".")[-1]
+        logs = self._client.get_job_logs(self.job_id)
+        new = logs[self._seen_chars:]
+        if status in self.TERMINAL:
+            # Logs are read after the status, so everything the job printed is already in `new`.
+            self._done = self.TERMINAL[status]
+        elif "\n" in new:
+            new = new[: new.rindex("\n") + 1]  # hold back a line still being written
+        else:
+            new = ""
+        self._seen_chars += len(new)
+        return new.splitlines(keepends=True)
+
+    def exit_code(self) -> int | None:
+        return self._done
+
+    def stop(self) -> None:
+        if self._done is None:
+            self._client.stop_job(self.job_id)
