@@ -36,6 +36,9 @@ class LaunchOptions:
     timeout_s: float = 3600.0
     image: str | None = None
     progress: bool | None = None  # None: only on a terminal
+    # With rerun, a run finished after this moment (epoch seconds) was re-run by this same
+    # session (another pytest-xdist worker): reuse it rather than run it a third time.
+    session_started: float = 0.0
 
 
 def read_state(run_dir: RunDir) -> str | None:
@@ -48,8 +51,10 @@ def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
     options.runs_dir.mkdir(parents=True, exist_ok=True)
     run_dir = RunDir(options.runs_dir / spec.run_id)
     with FileLock(str(options.runs_dir / f".{spec.run_id}.lock")):
-        if not options.rerun and read_state(run_dir) == "finished":
-            return run_dir
+        if read_state(run_dir) == "finished":
+            fresh = run_dir.file(RunDir.STATUS).stat().st_mtime >= options.session_started
+            if not options.rerun or fresh:
+                return run_dir
         if run_dir.path.exists():
             shutil.rmtree(run_dir.path)
         launch(spec, run_dir.create(), options)
