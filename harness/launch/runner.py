@@ -41,6 +41,19 @@ class LaunchOptions:
     session_started: float = 0.0
 
 
+def harness_commit() -> dict:
+    """This repository's commit: for embedded runs it is the trainer's code version too."""
+    import subprocess
+
+    from harness import REPO_ROOT
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
 def read_state(run_dir: RunDir) -> str | None:
     status = run_dir._read_status_quietly()
     return status.get("state")
@@ -67,7 +80,9 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
     argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend)
     run_dir.write_spec(spec.to_dict())
     run_dir.write_argv(command + argv)
-    run_dir.write_environment(collect_environment(Path(options.vime_root) if options.vime_root else None, options.image))
+    environment = collect_environment(Path(options.vime_root) if options.vime_root else None, options.image)
+    environment["harness"] = harness_commit()
+    run_dir.write_environment(environment)
     run_dir.set_status("running")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.spec.errors import KnobError, SpecError
-from harness.spec.schema import AcceptanceFile, BaseConfig, Rung, Stage, StagesFile, Threshold, ThresholdsFile
+from harness.spec.schema import AcceptanceFile, ClassificationFile, BaseConfig, Rung, Stage, StagesFile, Threshold, ThresholdsFile
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -29,6 +29,7 @@ class Knobs:
     rungs: dict[str, Rung]
     thresholds: dict[str, Threshold]
     acceptance: AcceptanceFile
+    classification: ClassificationFile
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
@@ -97,8 +98,9 @@ def load_knobs(root: Path) -> Knobs:
     stages = parse_file(root / "stages.yaml", StagesFile).stages
     thresholds = parse_file(root / "thresholds.yaml", ThresholdsFile).thresholds
     acceptance = parse_file(root / "acceptance.yaml", AcceptanceFile)
+    classification = parse_file(root / "classification.yaml", ClassificationFile)
     rungs = _load_rungs(root / "ladder")
-    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance)
+    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification)
     _check_links(knobs)
     return knobs
 

@@ -36,7 +36,10 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
-        return f"{self.rung}-{self.mode}-{self.backend}-{self.spec_hash}"
+        # Named by what it runs, not by who asked: a rung with a replay override and the candidate
+        # rung that sets the same flag are one run, and so are P1 and P3 with equal profiles.
+        mode = "colocate" if self.flags.get("colocate") else "split"
+        return f"{self.backend}-{mode}-{self.spec_hash}"
 
     def to_dict(self) -> dict:
         return {

@@ -111,3 +111,23 @@ class Criterion(Strict):
 class AcceptanceFile(Strict):
     judges: dict[str, str]
     criteria: list[Criterion] = Field(min_length=1)
+
+
+class FlagList(Strict):
+    flags: list[str] = Field(min_length=1)
+    reason: str = Field(min_length=10)
+
+
+class FlagWithReason(Strict):
+    flag: str
+    reason: str = Field(min_length=10)
+
+
+class Reason(Strict):
+    reason: str = Field(min_length=10)
+
+
+class ClassificationFile(Strict):
+    precision_flags: FlagList
+    semantic_replay: FlagWithReason
+    identity_contract: Reason

@@ -1,0 +1,174 @@
+"""The seed's acceptance criteria as checks. knobs/acceptance.yaml names them; each takes the
+judged run and a way to fetch the other runs it compares with, and returns a Verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.analysis import stats
+from harness.analysis.verdict import ABS_DIFF, RAW_REWARD, Verdict, after_warmup, finite_values
+from harness.records.logparse import parse_log_file
+from harness.records.runload import Run
+from harness.spec import Knobs
+
+# The failures the seed names ("NCCL, HTTP, CUDA illegal access, or OOM"), plus the ones that
+# are the same failure seen from another side (a dead engine, a refused connection, a timeout).
+BLOCKING_SIGNATURES = {"nccl-error", "http-error", "cuda-illegal-memory-access", "cuda-oom",
+                       "engine-dead", "connection-refused", "timeout", "ray-actor-died"}
+
+
+@dataclass
+class JudgeContext:
+    run: Run
+    knobs: Knobs
+    # fetch(rung, **flag_overrides) -> the run of that rung at the same stage and mode
+    fetch: Callable[..., Run]
+
+    def threshold(self, name: str) -> float:
+        return self.knobs.threshold(name)
+
+
+def completes_without_failures(ctx: JudgeContext) -> Verdict:
+    run, needed = ctx.run, int(ctx.threshold("min_rollout_steps"))
+    problems = []
+    failures = []
+    log = run.path / "log.txt"
+    if log.exists():
+        failures = [f for f in parse_log_file(log).failures if f.signature in BLOCKING_SIGNATURES]
+    for failure in failures[:5]:
+        problems.append(f"log.txt line {failure.line}: {failure.signature}: {failure.text[:160]}")
+    steps = run.steps()
+    if len(steps) < needed:
+        shown = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
+        problems.append(f"only {len(steps)} rollout steps logged ({shown}); thresholds.min_rollout_steps = {needed}")
+    if run.status is not None and run.status.state != "finished":
+        problems.append(f"run state is {run.status.state!r}" + (f" ({run.status.failure.signature} at log line {run.status.failure.line})" if run.status.failure else ""))
+    evidence = {"steps_logged": len(steps), "blocking_failures": [f.model_dump() for f in failures]}
+    if problems:
+        return Verdict(False, "; ".join(problems), evidence)
+    return Verdict(True, f"{len(steps)} rollout steps, no NCCL/HTTP/CUDA/OOM failure in the log", evidence)
+
+
+def reward_does_not_collapse(ctx: JudgeContext) -> Verdict:
+    window = int(ctx.threshold("reward_window_steps"))
+    ratio = ctx.threshold("reward_collapse_ratio")
+    floor = ctx.threshold("reward_min_late_mean")
+    series = ctx.run.series(RAW_REWARD)
+    steps, values, bad = finite_values(series)
+    if bad:
+        return Verdict(False, f"{RAW_REWARD} is missing or not finite at steps {bad[:10]}", {"bad_steps": bad})
+    if len(values) < 2 * window:
+        return Verdict(False, f"{RAW_REWARD}: {len(values)} steps logged, need {2 * window} (two windows of thresholds.reward_window_steps = {window})")
+    means = np.convolve(values, np.ones(window) / window, mode="valid")
+    best = int(np.argmax(means))
+    late = float(means[-1])
+    evidence = {"window": window, "best_window_steps": [steps[best], steps[best + window - 1]],
+                "best_window_mean": float(means[best]), "late_window_mean": late,
+                "late_window_steps": [steps[-window], steps[-1]]}
+    if late < floor:
+        return Verdict(False, f"{RAW_REWARD} collapsed: mean of steps {steps[-window]}-{steps[-1]} = {late:.3f} "
+                              f"< thresholds.reward_min_late_mean = {floor}", evidence)
+    if late < ratio * means[best]:
+        return Verdict(False, f"{RAW_REWARD} collapsed: mean of steps {steps[-window]}-{steps[-1]} = {late:.3f} "
+                              f"< {ratio} x best window (steps {steps[best]}-{steps[best + window - 1]}, mean {means[best]:.3f}) "
+                              f"(thresholds.reward_collapse_ratio)", evidence)
+    return Verdict(True, f"late-window reward {late:.3f} vs best window {means[best]:.3f}: no collapse", evidence)
+
+
+def abs_diff_present_every_step(ctx: JudgeContext) -> Verdict:
+    steps = ctx.run.steps()
+    logged = dict(ctx.run.series(ABS_DIFF))
+    missing = [s for s in steps if s not in logged]
+    _, _, not_finite = finite_values([(s, logged[s]) for s in steps if s in logged])
+    evidence = {"steps": len(steps), "missing": missing, "not_finite": not_finite}
+    if not steps:
+        return Verdict(False, "no step records in the run at all", evidence)
+    if missing or not_finite:
+        parts = []
+        if missing:
+            parts.append(f"missing at steps {missing[:10]}{' ...' if len(missing) > 10 else ''}")
+        if not_finite:
+            parts.append(f"not finite at steps {not_finite[:10]}")
+        return Verdict(False, f"{ABS_DIFF} " + "; ".join(parts) + f" (of {len(steps)} steps)", evidence)
+    return Verdict(True, f"{ABS_DIFF} logged and finite at all {len(steps)} steps", evidence)
+
+
+def mismatch_above_near_aligned(ctx: JudgeContext) -> Verdict:
+    warmup = int(ctx.threshold("warmup_steps"))
+    confidence = ctx.threshold("bootstrap_confidence")
+    min_delta = ctx.threshold("rung_min_abs_delta")
+    near = ctx.fetch("near-aligned")
+    _, baseline = after_warmup(ctx.run.series(ABS_DIFF), warmup)
+    _, reference = after_warmup(near.series(ABS_DIFF), warmup)
+    if len(baseline) < 3 or len(reference) < 3:
+        return Verdict(False, f"too few steps after warm-up to compare (baseline {len(baseline)}, near-aligned {len(reference)})")
+    diff = stats.block_bootstrap_diff_ci(reference, baseline, confidence=confidence)
+    evidence = {"near_aligned_run": near.id, "baseline_mean": float(np.mean(baseline)),
+                "near_aligned_mean": float(np.mean(reference)), "diff": diff.diff, "ci": [diff.low, diff.high]}
+    head = (f"abs-diff {evidence['baseline_mean']:.4g} vs near-aligned {evidence['near_aligned_mean']:.4g}: "
+            f"difference {diff.diff:.4g}, {confidence:.0%} CI [{diff.low:.4g}, {diff.high:.4g}]")
+    if diff.low <= 0:
+        return Verdict(False, f"{head} includes zero or lies below it: not measurably above the near-aligned rung", evidence)
+    if diff.diff < min_delta:
+        return Verdict(False, f"{head}: below thresholds.rung_min_abs_delta = {min_delta}", evidence)
+    return Verdict(True, head, evidence)
+
+
+def stable_under_aa(ctx: JudgeContext) -> Verdict:
+    """Two seeds of the same spec agree (A/A); without a second seed, the run's two halves."""
+    warmup = int(ctx.threshold("warmup_steps"))
+    rel_tol = ctx.threshold("aa_max_rel_diff")
+    _, a = after_warmup(ctx.run.series(ABS_DIFF), warmup)
+    seed = ctx.run.spec.get("flags", {}).get("seed") if ctx.run.spec else None
+    try:
+        other = ctx.fetch(ctx.run.spec["rung"], seed=(seed or 0) + 1) if isinstance(seed, int) else None
+    except LookupError:
+        other = None
+    if other is not None:
+        _, b = after_warmup(other.series(ABS_DIFF), warmup)
+        how = f"seeds {seed} and {seed + 1}"
+    else:
+        a, b = (list(half) for half in stats.split_halves(a))
+        how = "the run's two halves (no second-seed run available)"
+    if len(a) < 3 or len(b) < 3:
+        return Verdict(False, f"A/A over {how}: too few steps after warm-up ({len(a)} and {len(b)})")
+    check = stats.aa_check(a, b, rel_tol=rel_tol)
+    evidence = {"compared": how, "mean_a": check.mean_a, "mean_b": check.mean_b, "rel_diff": check.rel_diff,
+                "rel_ci": [check.rel_ci_low, check.rel_ci_high], "rel_tol": rel_tol}
+    message = (f"A/A over {how}: means {check.mean_a:.4g} and {check.mean_b:.4g}, relative difference "
+               f"{check.rel_diff:+.1%} (CI [{check.rel_ci_low:+.1%}, {check.rel_ci_high:+.1%}]) vs thresholds.aa_max_rel_diff "
+               f"{rel_tol:.0%}: {check.reason}")
+    return Verdict(check.stable, message, evidence)
+
+
+def record_is_complete(ctx: JudgeContext) -> Verdict:
+    run = ctx.run
+    env = run.environment or {}
+    spec = run.spec or {}
+    commit = (env.get("vime") or {}).get("commit") or (env.get("harness") or {}).get("commit")
+    container = env.get("container") or {}
+    hardware = env.get("hardware") or {}
+    fields = {
+        "commit": commit,
+        # The miniature runs in no container by design; a cluster run must name its image.
+        "image": container.get("image") or ("none (embedded backend, no container)" if spec.get("backend") == "embedded" else None),
+        "hardware": (hardware.get("gpus") or {}).get("models") or hardware.get("cpu"),
+        "mode": spec.get("mode"),
+        "exact config": run.argv,
+        "log": (run.path / "log.txt").exists() and str(run.path / "log.txt"),
+    }
+    missing = [name for name, value in fields.items() if not value]
+    evidence = {name: (value if not isinstance(value, list) else f"{len(value)} argv items") for name, value in fields.items()}
+    if missing:
+        return Verdict(False, f"run record {run.id} lacks: {', '.join(missing)} (environment.json / spec.yaml / argv.json / log.txt)", evidence)
+    return Verdict(True, f"commit {str(commit)[:12]}, image {fields['image']}, mode {fields['mode']}, {len(run.argv)} argv items, log at {fields['log']}", evidence)
+
+
+CHECKS: dict[str, Callable[[JudgeContext], Verdict]] = {
+    fn.__name__: fn for fn in (completes_without_failures, reward_does_not_collapse, abs_diff_present_every_step,
+                               mismatch_above_near_aligned, stable_under_aa, record_is_complete)
+}

@@ -1,0 +1,130 @@
+"""One rung against its parent: the isolated delta with a confidence interval, and the drift class
+decided from evidence (never from the rung's name).
+
+Decision procedure, in the seed's order (rule out framework, then semantics, before numerics):
+  1. No measurable delta (CI includes zero, or |delta| < rung_min_abs_delta) -> none.
+  2. The drift-bearing run (the child for a rise, the parent for a fall) fails a framework probe
+     (sample/token identity, weight version) -> framework.
+  3. Replaying the rollout's processed-logprob contract in the trainer removes at least
+     semantic_replay_min_removed_fraction of the delta -> semantic.
+  4. What survives aligned semantics: expected numerical when the rung changes only precision
+     flags (knobs/classification.yaml), otherwise candidate operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.analysis import stats
+from harness.analysis.verdict import ABS_DIFF, after_warmup
+from harness.records.runload import Run
+from harness.spec import Knobs
+from harness.spec.schema import Rung
+
+
+@dataclass
+class RungJudgement:
+    rung: str
+    parent: str | None
+    child_mean: float
+    parent_mean: float | None = None
+    diff: stats.DiffCI | None = None
+    observed_direction: str = "flat"
+    drift_class: str = "none"
+    reasons: list[str] = field(default_factory=list)
+    evidence: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        head = f"{self.rung}: abs-diff mean {self.child_mean:.4g}"
+        if self.diff is not None:
+            head += (f" vs {self.parent} {self.parent_mean:.4g}: delta {self.diff.diff:+.4g} "
+                     f"[{self.diff.low:+.4g}, {self.diff.high:+.4g}]")
+        return f"{head}; observed {self.observed_direction}, class {self.drift_class} ({'; '.join(self.reasons)})"
+
+
+def _series(run: Run, warmup: int) -> list[float]:
+    return after_warmup(run.series(ABS_DIFF), warmup)[1]
+
+
+def replay_is_identity(flags: dict) -> bool:
+    return (float(flags.get("rollout-temperature", 1.0)) == 1.0 and float(flags.get("rollout-top-p", 1.0)) >= 1.0
+            and int(flags.get("rollout-top-k", -1)) <= 0)
+
+
+def changed_flags(child: Run, parent: Run) -> set[str]:
+    a, b = (child.spec or {}).get("flags", {}), (parent.spec or {}).get("flags", {})
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
+               framework_checks: Callable[[Run], list[str]] | None = None) -> RungJudgement:
+    """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `framework_checks(run)`
+    returns the failed framework probes' messages (empty when sample identity and weights agree)."""
+    warmup = int(knobs.threshold("warmup_steps"))
+    child = fetch(rung.id)
+    child_values = _series(child, warmup)
+    if len(child_values) < 3:
+        return RungJudgement(rung.id, rung.parent, float("nan"), problems=[f"{rung.id}: only {len(child_values)} finite abs-diff values after warm-up"])
+    judgement = RungJudgement(rung.id, rung.parent, float(np.mean(child_values)))
+    judgement.evidence["child_run"] = child.id
+    if rung.parent is None:
+        judgement.reasons.append("root rung: judged against its absolute threshold, not a parent")
+        return judgement
+    parent = fetch(rung.parent)
+    parent_values = _series(parent, warmup)
+    judgement.parent_mean = float(np.mean(parent_values))
+    judgement.evidence["parent_run"] = parent.id
+    judgement.diff = diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=knobs.threshold("bootstrap_confidence"))
+    min_delta = knobs.threshold("rung_min_abs_delta")
+    if not diff.excludes_zero or abs(diff.diff) < min_delta:
+        judgement.reasons.append(f"delta {diff.diff:+.3g} is not measurable (CI [{diff.low:+.3g}, {diff.high:+.3g}] includes zero "
+                                 f"or |delta| < thresholds.rung_min_abs_delta {min_delta})")
+        return judgement
+    judgement.observed_direction = "up" if diff.diff > 0 else "down"
+    drifting, steadier = (child, parent) if diff.diff > 0 else (parent, child)
+    drifting_rung = rung.id if diff.diff > 0 else rung.parent
+
+    if framework_checks is not None:
+        failed = framework_checks(drifting)
+        judgement.evidence["framework_checks"] = failed or "pass"
+        if failed:
+            judgement.drift_class = "framework"
+            judgement.reasons.append(f"framework probe failed on {drifting.id}: {failed[0]}")
+            return judgement
+
+    replay_flag = knobs.classification.semantic_replay.flag
+    drifting_flags = (drifting.spec or {}).get("flags", {})
+    if drifting_flags.get(replay_flag):
+        removed = None
+        judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
+    elif replay_is_identity(drifting_flags):
+        removed = 0.0
+        judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
+    elif (drifting.spec or {}).get("backend") == "embedded":
+        replayed = fetch(drifting_rung, **{replay_flag: True})
+        replayed_values = _series(replayed, warmup)
+        remaining = float(np.mean(replayed_values)) - float(np.mean(_series(steadier, warmup)))
+        removed = 1.0 - remaining / abs(diff.diff)
+        judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)),
+                                   "removed_fraction": removed})
+        judgement.reasons.append(f"replaying the processed contract on {drifting_rung} removes {removed:.0%} of the delta")
+    else:
+        removed = None
+        judgement.reasons.append("no processed-logprob replay on this backend: semantics judged by the attribution probes")
+    if removed is not None and removed >= knobs.threshold("semantic_replay_min_removed_fraction"):
+        judgement.drift_class = "semantic"
+        return judgement
+    changed = changed_flags(child, parent)
+    precision = set(knobs.classification.precision_flags.flags)
+    judgement.evidence["changed_flags"] = sorted(changed)
+    if changed and changed <= precision:
+        judgement.drift_class = "expected-numerical"
+        judgement.reasons.append(f"the delta survives aligned semantics and the rung changes only precision flags {sorted(changed)}")
+    else:
+        judgement.drift_class = "candidate-operator"
+        judgement.reasons.append(f"the delta survives aligned semantics and framework checks; changed flags {sorted(changed - precision)} are not precision knobs")
+    return judgement
