@@ -7,6 +7,12 @@ import os
 import tempfile
 from pathlib import Path
 
+# mkstemp creates files 0600; a run record is meant to be read by others, so apply the umask.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
+DIR_MODE = 0o777 & ~_UMASK
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
@@ -17,6 +23,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -23,6 +23,10 @@ FailureSignature = Literal[
     "timeout",
     "python-traceback",
     "ray-actor-died",
+    # Written by the launcher, not found in logs: the trainer exited non-zero with no signature
+    # in its output, or could not be started at all.
+    "nonzero-exit",
+    "launch-error",
 ]
 
 MetricValue = float | int | str | None

@@ -1,0 +1,57 @@
+"""`python -m harness ingest PATH [--json] [--out DIR] [--trust-dumps]`.
+
+Without --json it writes a run directory (reports/runs/ingested-<content hash>, or --out) and
+prints its path on the last line; with --json it prints the records as JSON lines in the
+metrics.jsonl shape. Bad input: one `error:` line per problem on stderr and exit code 2, after
+keeping every readable record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.records.atomic import to_json
+from harness.records.ingest import content_hash, ingest, is_run_directory
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "ingest", help="turn a VIME log / log directory / TensorBoard events / debug dumps into a run directory",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", type=Path, help="a log file, a directory, event files or .pt dumps, or a run directory")
+    parser.add_argument("--json", action="store_true", help="print records as JSON lines instead of writing a run directory")
+    parser.add_argument("--out", type=Path, default=None, help="run directory to write (default reports/runs/ingested-<hash>)")
+    parser.add_argument("--runs-dir", type=Path, default=None, help="where the default run directory goes")
+    parser.add_argument("--trust-dumps", action="store_true",
+                        help="load dumps with torch.load(weights_only=False): only for files you trust")
+    parser.set_defaults(func=cmd_ingest)
+
+
+def default_runs_dir() -> Path:
+    from harness import DEFAULT_RUNS_DIR
+
+    return DEFAULT_RUNS_DIR
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    out = None
+    if not args.json:
+        if args.out is not None:
+            out = args.out
+        elif args.path.exists() and not is_run_directory(args.path):
+            out = (args.runs_dir or default_runs_dir()) / f"ingested-{content_hash(args.path)}"
+    result = ingest(args.path, out, trust_dumps=args.trust_dumps)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for problem in result.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if args.json:
+        for record in result.records:
+            print(to_json(record.to_json_dict(), indent=None))
+    elif result.run_dir is not None:
+        print(result.run_dir)
+    elif is_run_directory(args.path):
+        print(args.path.resolve())
+    return 2 if result.problems else 0

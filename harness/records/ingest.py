@@ -1,0 +1,204 @@
+"""`harness ingest`: turn what a VIME run left behind into records or a run directory.
+
+Accepted inputs: a raw log file; a directory of them (and/or TensorBoard event files written with
+`--use-tensorboard`, and/or `--save-debug-*` dumps); an existing run directory (re-read, e.g. to
+judge it). Bad input is reported as one line per problem in `IngestResult.problems`, every
+readable record is kept, and a run directory is written completely or not at all (it is built
+next to its destination and renamed into place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from harness.records.atomic import DIR_MODE
+from harness.records.dumps import DumpError, dump_records, is_dump_file, load_dump
+from harness.records.failures import primary_failure
+from harness.records.logparse import LogFileError, parse_log_file
+from harness.records.merge import merge_records
+from harness.records.models import Failure, Record
+from harness.records.rundir import RunDir, utc_now
+from harness.records.tbevents import is_event_file, read_event_file
+
+
+class IngestResult(BaseModel):
+    source: Path
+    records: list[Record] = Field(default_factory=list)
+    failures: list[Failure] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)  # bad input: `harness ingest` exits 2
+    inputs: dict[str, list[str]] = Field(default_factory=lambda: {"logs": [], "events": [], "dumps": []})
+    stopped_at: int | None = None
+    run_dir: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def state(self) -> str:
+        if self.failures:
+            return "failed"
+        return "interrupted" if self.stopped_at is not None else "finished"
+
+
+def is_run_directory(path: Path) -> bool:
+    return path.is_dir() and any((path / name).exists() for name in (RunDir.METRICS, RunDir.STATUS))
+
+
+def _input_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+
+
+def _is_text(path: Path) -> bool:
+    with path.open("rb") as handle:
+        head = handle.read(8192)
+    return b"\x00" not in head
+
+
+def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False) -> IngestResult:
+    """Read `path`; with `out`, also write a run directory there (replacing one that exists)."""
+    path = Path(path)
+    result = IngestResult(source=path)
+    if not path.exists():
+        result.problems.append(f"{path}: no such file or directory")
+        return result
+    if is_run_directory(path):
+        _read_run_directory(path, result)
+    else:
+        _read_inputs(path, result, trust_dumps)
+    if not result.records and not result.failures and not result.problems:
+        result.problems.append(f"{path}: no step/rollout/perf/eval records and no failure signatures: "
+                               f"expected VIME log text, TensorBoard events or --save-debug-* dumps")
+    if out is not None and (result.records or result.failures):
+        result.run_dir = write_run_directory(result, Path(out))
+    return result
+
+
+def _read_run_directory(path: Path, result: IngestResult) -> None:
+    run = RunDir(path).load()
+    result.records = run.records
+    result.problems.extend(f"{path}/{problem}" for problem in run.problems)
+    if run.status and run.status.failure:
+        result.failures.append(run.status.failure)
+
+
+def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
+    single = path.is_file()
+    log_records: list[Record] = []
+    event_records: list[Record] = []
+    dumps: list[tuple[Path, dict]] = []
+    for file in _input_files(path):
+        if is_event_file(file):
+            records, warnings = read_event_file(file)
+            event_records.extend(records)
+            result.warnings.extend(warnings)
+            result.inputs["events"].append(str(file))
+        elif is_dump_file(file):
+            try:
+                dumps.append((file, load_dump(file, trust=trust_dumps)))
+                result.inputs["dumps"].append(str(file))
+            except DumpError as err:
+                result.problems.append(str(err))
+        elif single or _is_text(file):
+            try:
+                parsed = parse_log_file(file)
+            except LogFileError as err:
+                result.problems.append(str(err))
+                continue
+            if not single and not parsed.records and not parsed.failures:
+                result.warnings.append(f"{file}: no VIME records or failures; not counted as a log")
+                continue
+            log_records.extend(parsed.records)
+            result.failures.extend(parsed.failures)
+            result.warnings.extend(f"{file}: {w}" for w in parsed.warnings if w not in parsed.bad_input)
+            result.problems.extend(f"{file}: {w}" for w in parsed.bad_input)
+            if parsed.stopped_at is not None:
+                result.stopped_at = parsed.stopped_at
+            result.inputs["logs"].append(str(file))
+        else:
+            result.warnings.append(f"{file}: binary file that is neither a TensorBoard event file nor a .pt dump; skipped")
+
+    if len(result.inputs["logs"]) > 1:
+        _, conflicts = merge_records(log_records)
+        if conflicts:
+            result.problems.append(f"{path}: the logs disagree ({conflicts[0]}; {len(conflicts)} conflicts): "
+                                   f"they look like more than one run")
+    if log_records and event_records:
+        result.warnings.append(f"{path}: both logs and TensorBoard events found; records taken from the logs "
+                               f"(events store float32 and would conflict)")
+        event_records = []
+    dump_derived, dump_warnings = dump_records(dumps)
+    result.warnings.extend(dump_warnings)
+    result.records = log_records + event_records + dump_derived
+
+
+def content_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    for file in _input_files(path) if path.exists() else []:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+        with file.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+def write_run_directory(result: IngestResult, out: Path) -> Path:
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    os.chmod(building, DIR_MODE)
+    try:
+        run_dir = RunDir(building).create()
+        with run_dir:
+            for record in result.records:
+                run_dir.append_record(record)
+        _write_log(result, run_dir)
+        for dump in result.inputs["dumps"]:
+            _link_or_copy(Path(dump), run_dir.dumps_dir / Path(dump).name)
+        run_dir.write_ingest_info({
+            "source": str(result.source), "inputs": result.inputs, "ingested_at": utc_now(),
+            "warnings": result.warnings, "problems": result.problems,
+        })
+        failure = primary_failure(result.failures)
+        run_dir.set_status(result.state(), failure=failure)
+        _swap_into_place(building, out)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_log(result: IngestResult, run_dir: RunDir) -> None:
+    logs = [Path(p) for p in result.inputs["logs"]]
+    if len(logs) == 1:
+        shutil.copyfile(logs[0], run_dir.file(run_dir.LOG))
+    elif logs:
+        with run_dir.file(run_dir.LOG).open("wb") as combined:
+            for log in logs:  # one after the other, in name order, as ingest read them
+                with log.open("rb") as handle:
+                    shutil.copyfileobj(handle, combined)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)  # dumps can be large; a hard link costs nothing
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _swap_into_place(building: Path, out: Path) -> None:
+    if out.exists():
+        retired = out.with_name(f".{out.name}.retired-{os.getpid()}")
+        os.replace(out, retired)
+        os.replace(building, out)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.replace(building, out)
