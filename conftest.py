@@ -4,4 +4,5 @@ pytest_plugins = [
     "fixtures.options",
     "fixtures.knobs",
     "fixtures.runs",
+    "fixtures.experiment",
 ]

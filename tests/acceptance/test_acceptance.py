@@ -1,9 +1,22 @@
-"""The seed's acceptance criteria, one test each (generated from knobs/acceptance.yaml)."""
+"""The seed's acceptance criteria, one test each (generated from knobs/acceptance.yaml).
+
+Every criterion judges the recommended baseline (acceptance.yaml: judges) at its stage, in the
+session's --mode, on the session's --backend.
+"""
 
 import pytest
 
+from harness.analysis.acceptance import CHECKS, JudgeContext
+
 
 @pytest.mark.acceptance
-def test_criterion(criterion, knobs, pytestconfig, get_run):
+def test_criterion(criterion, knobs, pytestconfig, get_run, experiment_record):
     judged = knobs.acceptance.judges
-    run = get_run(judged["stage"], judged["rung"], pytestconfig.getoption("--mode"))
+    stage, rung, mode = judged["stage"], judged["rung"], pytestconfig.getoption("--mode")
+    if mode not in knobs.stages[stage].modes:
+        pytest.skip(f"the judged stage {stage} runs {', '.join(knobs.stages[stage].modes)} only, not --mode={mode}")
+    run = get_run(stage, rung, mode)
+    context = JudgeContext(run=run, knobs=knobs, fetch=lambda other, **overrides: get_run(stage, other, mode, **overrides))
+    verdict = CHECKS[criterion.check](context)
+    experiment_record.criterion(criterion, run, verdict, stage=stage, mode=mode)
+    assert verdict.passed, f"{criterion.seed_text}\n  -> {verdict.message}"

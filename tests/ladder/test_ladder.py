@@ -1,8 +1,50 @@
-"""The mismatch knob ladder: each rung against its parent (generated from knobs/ladder/)."""
+"""The mismatch knob ladder: each rung against its parent (generated from knobs/ladder/).
+
+A rung passes when the delta it adds is isolated (a confidence interval against its parent), its
+observed direction and evidence-decided drift class match what the rung file expects, and the
+root rungs meet their absolute bounds (fp32 floor; near-aligned low and stable).
+"""
 
 import pytest
 
+from harness.analysis import stats
+from harness.analysis.ladder import judge_rung
+from harness.analysis.verdict import ABS_DIFF, after_warmup
+
 
 @pytest.mark.ladder
-def test_rung_against_parent(rung_case, get_run):
-    run = get_run(rung_case.stage, rung_case.rung.id, rung_case.mode)
+def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experiment_record):
+    stage, rung, mode = rung_case.stage, rung_case.rung, rung_case.mode
+
+    def fetch(rung_id, **overrides):
+        return get_run(stage, rung_id, mode, **overrides)
+
+    judgement = judge_rung(rung, knobs, fetch, framework_checks)
+    experiment_record.rung(rung_case, judgement, fetch)
+    assert not judgement.problems, "; ".join(judgement.problems)
+
+    findings = []
+    expected = rung.expect
+    if rung.parent is not None:
+        if judgement.observed_direction != expected.direction:
+            findings.append(f"expected direction {expected.direction!r} against {rung.parent}, observed {judgement.observed_direction!r}")
+        if judgement.drift_class != expected.drift_class:
+            findings.append(f"expected drift class {expected.drift_class!r} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
+    if rung.id == "fp32-floor":
+        bound = knobs.threshold("fp32_floor_max_abs_diff")
+        if not judgement.child_mean <= bound:
+            findings.append(f"fp32 floor mean abs-diff {judgement.child_mean:.3g} > thresholds.fp32_floor_max_abs_diff {bound}")
+    if rung.id == "near-aligned":
+        findings += near_aligned_is_low_and_stable(fetch(rung.id), knobs)
+    assert not findings, judgement.summary() + "\n  " + "\n  ".join(findings)
+
+
+def near_aligned_is_low_and_stable(run, knobs) -> list[str]:
+    _, values = after_warmup(run.series(ABS_DIFF), int(knobs.threshold("warmup_steps")))
+    summary = stats.summarize(values, warmup=0)
+    problems = []
+    if summary.mean > knobs.threshold("near_aligned_max_abs_diff"):
+        problems.append(f"near-aligned mean abs-diff {summary.mean:.4g} > thresholds.near_aligned_max_abs_diff {knobs.threshold('near_aligned_max_abs_diff')}")
+    if summary.cv > knobs.threshold("near_aligned_max_cv"):
+        problems.append(f"near-aligned abs-diff CV {summary.cv:.2f} > thresholds.near_aligned_max_cv {knobs.threshold('near_aligned_max_cv')}")
+    return problems

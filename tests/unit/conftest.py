@@ -1,0 +1,50 @@
+"""Runs built to pass and runs built to fail, for testing the checks (Megatron tests its checker
+with fake metric sources the same way). Each run is a real run directory: VIME-format log lines
+parsed by the real parser, so the checks see exactly what a launched run would give them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.records.logparse import LogParser
+from harness.records.models import Record
+from harness.records.rundir import RunDir
+
+
+def vime_line(kind: str, n: int, metrics: dict) -> str:
+    body = ", ".join(f"'{k}': {('nan' if isinstance(v, float) and math.isnan(v) else repr(v))}" for k, v in metrics.items())
+    return f"[2026-11-20 10:00:{n % 60:02d}] train.py:412 - {kind} {n}: {{{body}}}"
+
+
+@pytest.fixture
+def build_run(tmp_path):
+    def build(name="run", steps=30, abs_diff=lambda n: 0.02, reward=lambda n: 0.4, extra_lines=(),
+              rung="fp8-plus-filters", mode="colocate", backend="embedded", seed=1234, state="finished",
+              environment=None, drop_metric_at=()):
+        run_dir = RunDir(tmp_path / name).create()
+        run_dir.write_spec({"run_id": name, "stage": "p1", "rung": rung, "mode": mode, "backend": backend,
+                            "flags": {"seed": seed, "num-rollout": steps}})
+        run_dir.write_argv(["python", "-m", "harness.embedded.train", "--num-rollout", str(steps)])
+        run_dir.write_environment(environment if environment is not None else {
+            "harness": {"commit": "0123456789abcdef"}, "container": {"image": None},
+            "hardware": {"gpus": {"count": 0}, "cpu": {"model": "test cpu"}}})
+        parser = LogParser()
+        lines = []
+        for n in range(steps):
+            step = {"train/loss": 0.1, "train/step": n}
+            if n not in drop_metric_at:
+                step["train/train_rollout_logprob_abs_diff"] = abs_diff(n)
+            lines.append(vime_line("step", n, step))
+            lines.append(vime_line("rollout", n, {"rollout/raw_reward": reward(n)}))
+        lines.extend(extra_lines)
+        for line in lines:
+            run_dir.append_log(line)
+            for item in parser.feed(line):
+                if isinstance(item, Record):
+                    run_dir.append_record(item)
+        run_dir.set_status(state, exit_code=0 if state == "finished" else 1)
+        run_dir.close()
+        return run_dir.load()
+    return build

@@ -1,0 +1,153 @@
+"""The acceptance checks and the rung classifier against runs built to pass and built to fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import DEFAULT_KNOBS_DIR
+from harness.analysis.acceptance import CHECKS, JudgeContext
+from harness.analysis.ladder import judge_rung
+from harness.spec import load_knobs
+
+KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
+RNG = np.random.default_rng(7)
+
+
+def noisy(mean, scale=0.05):
+    """AR(1)-ish noise around `mean`, seeded: a realistic step series."""
+    values = [mean]
+    for _ in range(60):
+        values.append(mean + 0.5 * (values[-1] - mean) + RNG.normal(0, scale * mean))
+    return lambda n: float(values[n])
+
+
+def context(run, others=None):
+    others = others or {}
+
+    def fetch(rung, **overrides):
+        key = (rung, tuple(sorted(overrides.items())))
+        if key not in others:
+            raise LookupError(key)
+        return others[key]
+    return JudgeContext(run=run, knobs=KNOBS, fetch=fetch)
+
+
+def test_every_check_named_in_knobs_exists():
+    for criterion in KNOBS.acceptance.criteria:
+        assert criterion.check in CHECKS, f"knobs/acceptance.yaml: {criterion.id} names unknown check {criterion.check!r}"
+
+
+def test_a_healthy_baseline_passes_every_self_contained_check(build_run):
+    run = build_run(abs_diff=noisy(0.03))
+    for name in ("completes_without_failures", "reward_does_not_collapse", "abs_diff_present_every_step", "record_is_complete"):
+        verdict = CHECKS[name](context(run))
+        assert verdict.passed, f"{name}: {verdict.message}"
+
+
+def test_too_few_steps_fails_with_the_count_and_threshold(build_run):
+    verdict = CHECKS["completes_without_failures"](context(build_run(steps=12)))
+    assert not verdict.passed
+    assert "only 12 rollout steps logged (steps 0-11)" in verdict.message and "min_rollout_steps = 30" in verdict.message
+
+
+def test_an_oom_line_fails_with_its_line_number(build_run):
+    oom = "(MegatronTrainRayActor pid=881) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    run = build_run(extra_lines=[oom])
+    verdict = CHECKS["completes_without_failures"](context(run))
+    assert not verdict.passed
+    assert "log.txt line 61: cuda-oom" in verdict.message, verdict.message
+
+
+def test_a_collapsing_reward_fails_naming_the_windows(build_run):
+    run = build_run(reward=lambda n: 0.5 if n < 15 else 0.12)
+    verdict = CHECKS["reward_does_not_collapse"](context(run))
+    assert not verdict.passed
+    assert "mean of steps 25-29 = 0.120" in verdict.message and "reward_collapse_ratio" in verdict.message, verdict.message
+
+
+def test_a_reward_of_nan_fails_naming_the_step(build_run):
+    run = build_run(reward=lambda n: float("nan") if n == 7 else 0.4)
+    verdict = CHECKS["reward_does_not_collapse"](context(run))
+    assert not verdict.passed and "steps [7]" in verdict.message
+
+
+def test_a_missing_metric_fails_naming_the_steps(build_run):
+    run = build_run(drop_metric_at=(3, 17))
+    verdict = CHECKS["abs_diff_present_every_step"](context(run))
+    assert not verdict.passed
+    assert "missing at steps [3, 17]" in verdict.message
+
+
+def test_mismatch_must_clear_the_near_aligned_rung(build_run):
+    baseline = build_run("baseline", abs_diff=noisy(0.05))
+    near = build_run("near", rung="near-aligned", abs_diff=noisy(0.013))
+    assert CHECKS["mismatch_above_near_aligned"](context(baseline, {("near-aligned", ()): near})).passed
+    same = build_run("same", rung="near-aligned", abs_diff=noisy(0.05))
+    verdict = CHECKS["mismatch_above_near_aligned"](context(baseline, {("near-aligned", ()): same}))
+    assert not verdict.passed and "includes zero" in verdict.message, verdict.message
+
+
+def test_aa_stability_uses_a_second_seed_and_rejects_disagreement(build_run):
+    run = build_run("a", abs_diff=noisy(0.03))
+    agree = build_run("b", seed=1235, abs_diff=noisy(0.03))
+    verdict = CHECKS["stable_under_aa"](context(run, {("fp8-plus-filters", (("seed", 1235),)): agree}))
+    assert verdict.passed, verdict.message
+    assert "seeds 1234 and 1235" in verdict.message
+    disagree = build_run("c", seed=1235, abs_diff=noisy(0.06))
+    verdict = CHECKS["stable_under_aa"](context(run, {("fp8-plus-filters", (("seed", 1235),)): disagree}))
+    assert not verdict.passed, verdict.message
+
+
+def test_a_cluster_run_without_an_image_is_an_incomplete_record(build_run):
+    run = build_run(backend="vime", environment={"vime": {"commit": "abc"}, "container": {"image": None},
+                                                  "hardware": {"gpus": {"models": ["NVIDIA GB200"]}}})
+    verdict = CHECKS["record_is_complete"](context(run))
+    assert not verdict.passed and "image" in verdict.message
+
+
+def fetcher(runs):
+    def fetch(rung, **overrides):
+        return runs[(rung, tuple(sorted(overrides.items())))]
+    return fetch
+
+
+def with_flags(run, **flags):
+    run.spec["flags"].update(flags)
+    return run
+
+
+def test_classifier_calls_a_delta_removed_by_replay_semantic(build_run):
+    parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)), **{"rollout-top-p": 1.0})
+    child = with_flags(build_run("child", rung="top-p", abs_diff=noisy(0.035)), **{"rollout-top-p": 0.95})
+    replay = build_run("replay", rung="top-p", abs_diff=noisy(0.0135))
+    runs = {("top-p", ()): child, ("near-aligned", ()): parent,
+            ("top-p", (("embedded-replay-processed-logprobs", True),)): replay}
+    judgement = judge_rung(KNOBS.rungs["top-p"], KNOBS, fetcher(runs), lambda run: [])
+    assert (judgement.observed_direction, judgement.drift_class) == ("up", "semantic"), judgement.summary()
+
+
+def test_classifier_calls_a_precision_delta_that_survives_replay_expected_numerical(build_run):
+    parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)))
+    child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04)), **{"vllm-quantization": "fp8"})
+    runs = {("fp8-rollout", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [])
+    assert judgement.drift_class == "expected-numerical", judgement.summary()
+    assert "identity" in " ".join(judgement.reasons)
+
+
+def test_classifier_puts_framework_failures_before_anything_else(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
+    child = with_flags(build_run("child", rung="stale-weights", abs_diff=noisy(0.03)), **{"embedded-inject": "stale-weights:2"})
+    runs = {("stale-weights", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["stale-weights"], KNOBS, fetcher(runs),
+                           lambda run: ["probe 2 (model state): weight version 3 vs 5"] if run is child else [])
+    assert judgement.drift_class == "framework" and "probe 2" in judgement.reasons[-1]
+
+
+def test_classifier_reports_no_class_for_a_delta_inside_the_noise(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.013))
+    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [])
+    assert (judgement.observed_direction, judgement.drift_class) == ("flat", "none"), judgement.summary()
