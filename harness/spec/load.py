@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.spec.errors import KnobError, SpecError
-from harness.spec.schema import AcceptanceFile, ClassificationFile, BaseConfig, Rung, Stage, StagesFile, Threshold, ThresholdsFile
+from harness.spec.schema import ABFile, AcceptanceFile, ClassificationFile, BaseConfig, Rung, Stage, StagesFile, Threshold, ThresholdsFile
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -30,6 +30,7 @@ class Knobs:
     thresholds: dict[str, Threshold]
     acceptance: AcceptanceFile
     classification: ClassificationFile
+    ab: ABFile
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
@@ -100,7 +101,8 @@ def load_knobs(root: Path) -> Knobs:
     acceptance = parse_file(root / "acceptance.yaml", AcceptanceFile)
     classification = parse_file(root / "classification.yaml", ClassificationFile)
     rungs = _load_rungs(root / "ladder")
-    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification)
+    ab = parse_file(root / "ab.yaml", ABFile)
+    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification, ab)
     _check_links(knobs)
     return knobs
 

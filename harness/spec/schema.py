@@ -131,3 +131,8 @@ class ClassificationFile(Strict):
     precision_flags: FlagList
     semantic_replay: FlagWithReason
     identity_contract: Reason
+
+
+class ABFile(Strict):
+    operator_path_flags: FlagList
+    sampling_contract_flags: FlagList

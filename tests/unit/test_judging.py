@@ -151,3 +151,49 @@ def test_classifier_reports_no_class_for_a_delta_inside_the_noise(build_run):
     runs = {("temperature", ()): child, ("near-aligned", ()): parent}
     judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [])
     assert (judgement.observed_direction, judgement.drift_class) == ("flat", "none"), judgement.summary()
+
+
+def decision_line(**fields):
+    import json
+    return "[2026-11-20 10:00:00] policy.py:88 - rl_kernel.execution_decision " + json.dumps(fields)
+
+
+def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
+    from harness.analysis.ab import contract_problems
+
+    baseline = build_run("baseline")
+    candidate = build_run("candidate", extra_lines=[decision_line(
+        requested_backend="processed-replay", actual_backend="native", decision="fallback-native",
+        fallback_reason="top-k replay unsupported")])
+    candidate.spec["flags"]["embedded-replay-processed-logprobs"] = True
+    problems = contract_problems(baseline, candidate, KNOBS)
+    assert any("fell back" in p and "top-k replay unsupported" in p for p in problems), problems
+
+
+def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
+    from harness.analysis.ab import contract_problems
+
+    baseline, candidate = build_run("baseline"), build_run("candidate", extra_lines=[decision_line(
+        requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")])
+    for run, text in ((baseline, "a"), (candidate, "b")):
+        path = tmp_path / f"prompts-{run.id}.jsonl"
+        path.write_text(text)
+        run.spec["flags"]["prompt-data"] = str(path)
+    candidate.spec["flags"].update({"embedded-replay-processed-logprobs": True, "rollout-top-p": 0.9})
+    problems = contract_problems(baseline, candidate, KNOBS)
+    assert any("prompt files differ in content" in p for p in problems), problems
+    assert any("sampled-token contract: rollout-top-p" in p for p in problems), problems
+
+
+def test_ab_accepts_a_clean_pair(build_run, tmp_path):
+    from harness.analysis.ab import contract_problems
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": [], "label": "1"}')
+    baseline = build_run("baseline")
+    candidate = build_run("candidate", extra_lines=[decision_line(
+        requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")])
+    candidate.spec["flags"]["embedded-replay-processed-logprobs"] = True
+    for run in (baseline, candidate):
+        run.spec["flags"]["prompt-data"] = str(prompts)
+    assert contract_problems(baseline, candidate, KNOBS) == []

@@ -1,0 +1,169 @@
+"""The P3 A/B gate: baseline vs candidate under the same workload, then the seed's five questions.
+
+First the contract (seed: "same workload, same seeds, same prompts, same rollout settings, same
+hardware, same commit/docker image"): a candidate that changes anything but its operator path,
+hides a fallback, or changes the sampled-token contract is rejected, whatever its numbers. Then
+each question gets a verdict with a block-bootstrap confidence interval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness.analysis import stats
+from harness.analysis.decisions import fallbacks, read_decisions
+from harness.analysis.verdict import ABS_DIFF, RAW_REWARD, after_warmup
+from harness.records.runload import Run
+from harness.spec import Knobs
+
+
+@dataclass
+class Answer:
+    question: str
+    passed: bool
+    message: str
+    evidence: dict = field(default_factory=dict)
+
+
+def _flags(run: Run) -> dict:
+    return dict((run.spec or {}).get("flags", {}))
+
+
+def prompts_fingerprint(prompt_data: str | None) -> str | None:
+    """sha256 of the prompt file the flag points at (embedded:// recipes resolved through the factory)."""
+    if not prompt_data:
+        return None
+    path = Path(prompt_data)
+    if prompt_data.startswith("embedded://data/"):
+        from harness.embedded.factory import ensure_prompts
+
+        path = Path(ensure_prompts(prompt_data.removeprefix("embedded://data/")))
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    elif path.is_file():
+        files = [path]
+    else:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _environment_identity(run: Run) -> dict:
+    env = run.environment or {}
+    hardware = env.get("hardware") or {}
+    return {
+        "commit": (env.get("vime") or {}).get("commit") or (env.get("harness") or {}).get("commit"),
+        "image": (env.get("container") or {}).get("image"),
+        "hardware": (hardware.get("gpus") or {}).get("models") or (hardware.get("cpu") or {}).get("model"),
+    }
+
+
+def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
+    """Why this pair is not a same-workload A/B (empty when it is)."""
+    problems = []
+    a, b = _flags(baseline), _flags(candidate)
+    operator_flags = set(knobs.ab.operator_path_flags.flags)
+    # Prompts are compared by content below: the same file at another path is the same workload.
+    differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"}
+    sampling = differing & set(knobs.ab.sampling_contract_flags.flags)
+    if sampling:
+        problems.append("the candidate changes the sampled-token contract: " + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(sampling)))
+    other = differing - operator_flags - sampling
+    if other:
+        problems.append("the resolved specs differ outside the operator path (knobs/ab.yaml): " + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(other)))
+    if not differing & operator_flags:
+        problems.append("the candidate changes no operator-path flag (knobs/ab.yaml): it is the baseline again")
+    fa, fb = prompts_fingerprint(a.get("prompt-data")), prompts_fingerprint(b.get("prompt-data"))
+    if fa != fb or fa is None:
+        problems.append(f"the prompt files differ in content or cannot be read (sha256 {str(fa)[:12]} vs {str(fb)[:12]}; "
+                        f"--prompt-data {a.get('prompt-data')!r} vs {b.get('prompt-data')!r})")
+    ia, ib = _environment_identity(baseline), _environment_identity(candidate)
+    for key in ia:
+        if ia[key] != ib[key]:
+            problems.append(f"{key} differs: baseline {ia[key]!r}, candidate {ib[key]!r}")
+    decisions, warnings = read_decisions(candidate.path / "log.txt")
+    problems += warnings
+    if not decisions:
+        problems.append("the candidate logged no rl_kernel.execution_decision records: nothing proves its path ran")
+    for record in fallbacks(decisions)[:3]:
+        problems.append(f"the candidate fell back (log.txt line {record['_line']}): requested {record.get('requested_backend')!r}, "
+                        f"ran {record.get('actual_backend')!r}, decision {record.get('decision')!r}, reason {record.get('fallback_reason')!r}")
+    return problems
+
+
+def _compare(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float]:
+    warmup = int(knobs.threshold("warmup_steps"))
+    _, a = after_warmup(baseline.series(metric), warmup)
+    _, b = after_warmup(candidate.series(metric), warmup)
+    if len(a) < 3 or len(b) < 3:
+        return None, float("nan"), float("nan")
+    return stats.block_bootstrap_diff_ci(a, b, confidence=knobs.threshold("bootstrap_confidence")), float(np.mean(a)), float(np.mean(b))
+
+
+def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
+    diff, a, b = _compare(baseline, candidate, ABS_DIFF, knobs)
+    question = "Does the candidate reduce train_rollout_logprob_abs_diff?"
+    if diff is None:
+        return Answer(question, False, "too few steps to compare")
+    passed = diff.excludes_zero and diff.diff < 0
+    message = (f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), difference CI [{diff.low:+.4g}, {diff.high:+.4g}]: "
+               + ("reduced" if passed else "not measurably reduced"))
+    return Answer(question, passed, message, {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high]})
+
+
+def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
+    diff, a, b = _compare(baseline, candidate, RAW_REWARD, knobs)
+    question = "Does it preserve or improve rollout/raw_reward?"
+    if diff is None:
+        return Answer(question, False, "too few steps to compare")
+    allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
+    passed = diff.low >= -allowed
+    message = (f"reward {a:.3f} -> {b:.3f}, difference CI [{diff.low:+.3f}, {diff.high:+.3f}]; allowed drop "
+               f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped"))
+    return Answer(question, passed, message, {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high]})
+
+
+def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
+    """Reported, not gated: on a 2-core CPU the numbers say little about a GPU kernel."""
+    parts, evidence = [], {}
+    for metric in ("perf/rollout_time", "perf/log_probs_time", "perf/step_time"):
+        diff, a, b = _compare(baseline, candidate, metric, knobs)
+        if diff is None:
+            parts.append(f"{metric}: not logged")
+            continue
+        evidence[metric] = {"baseline": a, "candidate": b, "ci": [diff.low, diff.high]}
+        parts.append(f"{metric} {a:.3g}s -> {b:.3g}s (CI [{diff.low:+.3g}, {diff.high:+.3g}])")
+    return Answer("Does it improve rollout throughput or logprob recomputation time?", True, "; ".join(parts), evidence)
+
+
+def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
+    """pairs: mode -> (baseline, candidate). Relative reductions agree across modes."""
+    question = "Does it behave consistently between colocate and non-colocate modes?"
+    effects = {}
+    for mode, (baseline, candidate) in pairs.items():
+        diff, a, b = _compare(baseline, candidate, ABS_DIFF, knobs)
+        if diff is None:
+            return Answer(question, False, f"{mode}: too few steps to compare")
+        effects[mode] = {"relative_change": (b - a) / a, "ci": [diff.low, diff.high], "excludes_zero": diff.excludes_zero}
+    values = [e["relative_change"] for e in effects.values()]
+    gap = abs(values[0] - values[1])
+    allowed = knobs.threshold("ab_mode_consistency_max_rel_gap") * max(abs(v) for v in values)
+    same_sign = all(e["excludes_zero"] for e in effects.values()) and len({np.sign(v) for v in values}) == 1
+    passed = same_sign and gap <= allowed
+    message = ", ".join(f"{mode}: {e['relative_change']:+.0%}" for mode, e in effects.items()) + \
+        f"; gap {gap:.0%} vs allowed {allowed:.0%} (thresholds.ab_mode_consistency_max_rel_gap)"
+    return Answer(question, passed, message, effects)
+
+
+QUESTIONS: dict[str, Callable[[Run, Run, Knobs], Answer]] = {
+    "drift-reduced": drift_reduced,
+    "reward-preserved": reward_preserved,
+    "timings": timings,
+}

@@ -1,0 +1,42 @@
+"""The P3 A/B gate: the candidate-operator rung against its baseline, same stage and workload."""
+
+import pytest
+
+from harness.analysis import ab
+
+BASELINE, CANDIDATE, STAGE = "fp8-plus-filters", "candidate-operator", "p3"
+pytestmark = [pytest.mark.ab, pytest.mark.p3]
+
+
+@pytest.fixture(scope="module")
+def pair(get_run, pytestconfig):
+    mode = pytestconfig.getoption("--mode")
+    return get_run(STAGE, BASELINE, mode), get_run(STAGE, CANDIDATE, mode)
+
+
+@pytest.fixture(scope="module")
+def contract(pair, knobs):
+    return ab.contract_problems(*pair, knobs)
+
+
+def test_same_workload_contract(pair, contract, experiment_record):
+    experiment_record.ab("same-workload contract", pair, passed=not contract, message="; ".join(contract) or "same workload")
+    assert not contract, "A/B rejected:\n  " + "\n  ".join(contract)
+
+
+@pytest.mark.parametrize("question", sorted(ab.QUESTIONS))
+def test_question(question, pair, contract, knobs, experiment_record):
+    if contract:
+        pytest.fail(f"not judged: the A/B is rejected ({contract[0]})", pytrace=False)
+    answer = ab.QUESTIONS[question](*pair, knobs)
+    experiment_record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence)
+    assert answer.passed, f"{answer.question} {answer.message}"
+
+
+def test_consistent_between_colocate_and_non_colocate(get_run, knobs, experiment_record):
+    pairs = {mode: (get_run(STAGE, BASELINE, mode), get_run(STAGE, CANDIDATE, mode)) for mode in ("colocate", "non-colocate")}
+    rejected = {mode: ab.contract_problems(*p, knobs) for mode, p in pairs.items()}
+    assert not any(rejected.values()), f"A/B rejected: {rejected}"
+    answer = ab.mode_consistency(pairs, knobs)
+    experiment_record.ab(answer.question, pairs["colocate"], passed=answer.passed, message=answer.message, evidence=answer.evidence)
+    assert answer.passed, f"{answer.question} {answer.message}"
