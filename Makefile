@@ -11,8 +11,8 @@ setup:
 # The main job: the baseline ladder on the embedded backend (P1, colocate), the acceptance
 # criteria, the P3 A/B, then the HTML report.
 baseline: setup
-	-$(PYTEST) -m "p1 or acceptance or (p3 and ab)" --mode=colocate --alluredir=reports/allure-results --clean-alluredir
-	$(PY) -m harness report
+	$(PYTEST) -m "p1 or acceptance or (p3 and ab)" --mode=colocate --alluredir=reports/allure-results --clean-alluredir; \
+	status=$$?; $(PY) -m harness report && exit $$status
 
 # Every test of the suite.
 test: setup
