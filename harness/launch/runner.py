@@ -39,6 +39,9 @@ class LaunchOptions:
     # With rerun, a run finished after this moment (epoch seconds) was re-run by this same
     # session (another pytest-xdist worker): reuse it rather than run it a third time.
     session_started: float = 0.0
+    # Start this program instead of the backend's trainer (same argv appended): a site's wrapper
+    # around VIME's train.py, or a test's own small trainer.
+    trainer: tuple[str, ...] | None = None
 
 
 def harness_commit() -> dict:
@@ -77,6 +80,8 @@ def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
 def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
     """Start the trainer, stream its output into the run directory, return the final state."""
     command, cwd = trainer_command(spec.backend, options.vime_root)
+    if options.trainer:
+        command = list(options.trainer)
     argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend)
     run_dir.write_spec(spec.to_dict())
     run_dir.write_argv(command + argv)
