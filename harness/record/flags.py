@@ -1,0 +1,126 @@
+"""What a run was, in the summary table's words: precision, operator path, hardware.
+
+Everything is derived from the run's own record (resolved flags, execution decision records,
+environment record), never from what a test believes it launched.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+# vLLM's --dtype spellings (vLLM accepts these aliases) -> the table's words.
+_DTYPE_WORDS = {"bfloat16": "BF16", "bf16": "BF16", "float16": "FP16", "half": "FP16", "fp16": "FP16",
+                "float32": "FP32", "float": "FP32", "fp32": "FP32"}
+
+# Flag names that select a logprob operator path. RL-Kernel's linear_logp backend and any
+# embedded operator flag share these words; the processed-logprob replay is named on its own.
+_OPERATOR_FLAG_WORDS = ("operator", "linear-logp", "rl-kernel", "logprob-backend")
+PROCESSED_REPLAY_FLAG = "embedded-replay-processed-logprobs"
+
+
+def flags_from_argv(argv: list[str]) -> dict:
+    """`--name value` / bare `--switch` pairs, for runs whose spec.yaml has no flags (ingested)."""
+    flags: dict = {}
+    i = 0
+    while i < len(argv):
+        arg = str(argv[i])
+        if arg.startswith("--"):
+            if i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
+                flags[arg[2:]] = argv[i + 1]
+                i += 2
+                continue
+            flags[arg[2:]] = True
+        i += 1
+    return flags
+
+
+def run_flags(run) -> dict:
+    spec_flags = (run.spec or {}).get("flags")
+    if isinstance(spec_flags, dict):
+        return spec_flags
+    return flags_from_argv(run.argv or [])
+
+
+def _on(value) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() in ("true", "1", "yes"))
+
+
+def describe_precision(flags: dict) -> str:
+    """'BF16 train + FP8 rollout' from --bf16/--fp16, --vllm-quantization, an FP8 --hf-checkpoint
+    and --vllm-dtype; without any rollout dtype flag vLLM uses the checkpoint's dtype."""
+    if _on(flags.get("bf16")):
+        train = "BF16"
+    elif _on(flags.get("fp16")):
+        train = "FP16"
+    else:
+        train = "FP32"
+    quantization = flags.get("vllm-quantization")
+    checkpoint = str(flags.get("hf-checkpoint") or "")
+    dtype = str(flags.get("vllm-dtype") or "auto").lower()
+    if quantization:
+        rollout = str(quantization).upper()
+    elif "fp8" in checkpoint.lower():
+        rollout = "FP8"
+    elif dtype in _DTYPE_WORDS:
+        rollout = _DTYPE_WORDS[dtype]
+    else:
+        rollout = "checkpoint-dtype"
+    return f"{train} train + {rollout} rollout"
+
+
+def _decision_fields(record: dict) -> tuple[str, str, str, str]:
+    requested = str(record.get("requested_backend") or record.get("requested") or "")
+    actual = str(record.get("actual_backend") or record.get("actual") or record.get("backend") or "")
+    decision = str(record.get("decision") or "")
+    reason = str(record.get("fallback_reason") or record.get("reason") or "")
+    return requested, actual, decision, reason
+
+
+def is_fallback(record: dict) -> bool:
+    requested, actual, decision, _ = _decision_fields(record)
+    return decision.startswith("fallback") or bool(requested and actual and requested != actual)
+
+
+def describe_execution(decisions: list[dict]) -> str:
+    """'ran fused-triton (optimized) x30' or 'FALLBACK to native x3/30: reason' - what actually ran."""
+    if not decisions:
+        return "no execution decision records"
+    ran = Counter(f"{_decision_fields(d)[1] or '?'} ({_decision_fields(d)[2] or '?'})" for d in decisions)
+    text = "ran " + ", ".join(f"{what} x{count}" for what, count in ran.most_common())
+    fallbacks = [d for d in decisions if is_fallback(d)]
+    if fallbacks:
+        reasons = sorted({_decision_fields(d)[3] or "no reason given" for d in fallbacks})
+        text += f"; FALLBACK {len(fallbacks)}/{len(decisions)}: {'; '.join(reasons)}"
+    return text
+
+
+def describe_operator_path(flags: dict, execution_decisions: list[dict] | None = None) -> str:
+    """'default', or the operator flags that changed the path, plus what the execution decision
+    records say ran (a requested path that fell back is shown as such)."""
+    parts = []
+    if _on(flags.get(PROCESSED_REPLAY_FLAG)):
+        parts.append("processed-logprob replay (trainer)")
+    for name in sorted(flags):
+        if name != PROCESSED_REPLAY_FLAG and any(word in name for word in _OPERATOR_FLAG_WORDS):
+            value = flags[name]
+            parts.append(name if value is True else f"{name}={value}")
+    text = ", ".join(parts) or "default"
+    if execution_decisions is not None:
+        text += f" [{describe_execution(execution_decisions)}]"
+    return text
+
+
+def describe_hardware(environment: dict | None, ingest: dict | None = None) -> str:
+    """'8x NVIDIA GB200, 2 nodes' or 'CPU: <model>, 2 cores (no GPU)' from the environment record."""
+    if not environment:
+        return "not recorded (ingested run)" if ingest is not None else "not recorded"
+    hardware = environment.get("hardware") or {}
+    gpus = hardware.get("gpus") or {}
+    nodes = (hardware.get("nodes") or {}).get("count")
+    where = f", {nodes} nodes" if isinstance(nodes, int) and nodes > 1 else ""
+    if gpus.get("count"):
+        models = "/".join(gpus.get("models") or ["GPU"])
+        return f"{gpus['count']}x {models}{where}"
+    cpu = hardware.get("cpu") or {}
+    cores = f", {cpu['cores']} cores" if cpu.get("cores") else ""
+    return f"CPU: {cpu.get('model') or 'unknown model'}{cores} (no GPU){where}"

@@ -1,0 +1,208 @@
+"""The seed's summary table: one row per run, in reports/summary.md, reports/summary.csv and Allure.
+
+Columns are the seed's (Run, Hardware, Mode, Precision, Operator Path, Final Reward,
+logprob_abs_diff Mean, Step Time Mean, Notes) plus the two a reviewer needs to trust a
+difference: the abs-diff mean's 95% interval and the delta against the parent run with its
+interval. Figures are computed from the run's own metric series; precision and operator path are
+derived from its resolved flags, so the table cannot disagree with what was launched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.record.flags import describe_hardware, describe_operator_path, describe_precision, run_flags
+from harness.record.tables import format_cell, to_csv, to_html, to_markdown
+
+ABS_DIFF = "train/train_rollout_logprob_abs_diff"
+RAW_REWARD = "rollout/raw_reward"
+STEP_TIME = "perf/step_time"
+
+COLUMNS = ("Run", "Hardware", "Mode", "Precision", "Operator Path", "Final Reward", "logprob_abs_diff Mean",
+           "abs_diff 95% CI", "Δ vs parent", "Step Time Mean", "Notes")
+CSV_COLUMNS = ("Run", "Run ID", "Run Directory", "Hardware", "Mode", "Precision", "Operator Path", "Final Reward",
+               "logprob_abs_diff Mean", "abs_diff CI Low", "abs_diff CI High", "Δ vs parent", "Δ CI Low",
+               "Δ CI High", "Step Time Mean (s)", "Steps Used", "Notes")
+
+LEGEND = (
+    "logprob_abs_diff Mean: mean over logged steps after the warm-up (knobs/thresholds.yaml: warmup_steps) of "
+    "train/train_rollout_logprob_abs_diff, VIME's per-sample token mean averaged over samples (nats). "
+    "abs_diff 95% CI: circular block bootstrap over steps (harness/analysis/stats.py). "
+    "Δ vs parent: this run's abs-diff mean minus its parent's (the parent rung, or the baseline for a "
+    "candidate), with its 95% interval. Final Reward: mean rollout/raw_reward over the last "
+    "reward_window_steps steps. Step Time Mean: perf/step_time after the warm-up, seconds. "
+    "Hardware is the machine the run used (its environment record), not the stage's target."
+)
+
+
+@dataclass
+class SummaryRow:
+    run: str
+    hardware: str
+    mode: str
+    precision: str
+    operator_path: str
+    final_reward: float | None = None
+    abs_diff_mean: float | None = None
+    abs_diff_ci: tuple[float, float] | None = None
+    delta_vs_parent: float | None = None
+    delta_ci: tuple[float, float] | None = None
+    step_time_mean: float | None = None
+    notes: str = ""
+    run_id: str = ""
+    run_dir: str = ""
+    steps_used: int = 0
+
+    def display(self) -> dict[str, str]:
+        """Cells as shown in Markdown and HTML ('—' where a figure is missing)."""
+        def interval(ci, signed=False):
+            if ci is None:
+                return "—"
+            spec = "+.4g" if signed else ".4g"
+            return f"[{ci[0]:{spec}}, {ci[1]:{spec}}]"
+
+        return {
+            "Run": self.run, "Hardware": self.hardware, "Mode": self.mode, "Precision": self.precision,
+            "Operator Path": self.operator_path,
+            "Final Reward": _figure(self.final_reward, ".3f"),
+            "logprob_abs_diff Mean": _figure(self.abs_diff_mean, ".4g"),
+            "abs_diff 95% CI": interval(self.abs_diff_ci),
+            "Δ vs parent": "—" if self.delta_vs_parent is None
+            else f"{self.delta_vs_parent:+.4g} {interval(self.delta_ci, signed=True)}",
+            "Step Time Mean": "—" if self.step_time_mean is None else f"{self.step_time_mean:.3g} s",
+            "Notes": self.notes,
+        }
+
+    def raw(self) -> dict:
+        """Cells for the CSV: full-precision numbers, empty where missing."""
+        ci = self.abs_diff_ci or (None, None)
+        dci = self.delta_ci or (None, None)
+        return {
+            "Run": self.run, "Run ID": self.run_id, "Run Directory": self.run_dir, "Hardware": self.hardware,
+            "Mode": self.mode, "Precision": self.precision, "Operator Path": self.operator_path,
+            "Final Reward": self.final_reward, "logprob_abs_diff Mean": self.abs_diff_mean,
+            "abs_diff CI Low": ci[0], "abs_diff CI High": ci[1], "Δ vs parent": self.delta_vs_parent,
+            "Δ CI Low": dci[0], "Δ CI High": dci[1], "Step Time Mean (s)": self.step_time_mean,
+            "Steps Used": self.steps_used, "Notes": self.notes,
+        }
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SummaryRow":
+        data = dict(data)
+        for key in ("abs_diff_ci", "delta_ci"):
+            if data.get(key) is not None:
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+def _figure(value: float | None, spec: str) -> str:
+    if value is None:
+        return "—"
+    return format_cell(value) if not math.isfinite(value) else f"{value:{spec}}"
+
+
+def _values_after(run, name: str, warmup: int) -> tuple[np.ndarray, int]:
+    """Finite values of a metric after `warmup` entries, and how many non-finite ones were left out."""
+    values = np.asarray([value for _, value in run.series(name)][warmup:], dtype=float)
+    finite = np.isfinite(values)
+    return values[finite], int((~finite).sum())
+
+
+def _thresholds(knobs) -> tuple[int, int]:
+    if knobs is None:
+        from harness import DEFAULT_KNOBS_DIR
+        from harness.spec import load_knobs
+
+        knobs = load_knobs(DEFAULT_KNOBS_DIR)
+    return int(knobs.threshold("warmup_steps")), int(knobs.threshold("reward_window_steps"))
+
+
+def summary_row_from_run(run, label: str | None = None, *, parent=None, notes: str = "",
+                         execution_decisions: list[dict] | None = None, knobs=None,
+                         confidence: float = 0.95) -> SummaryRow:
+    """One table row from a loaded `Run` (harness.records.runload); `parent` is the run it is
+    compared with (its parent rung, or the baseline for a candidate). `knobs` supplies the
+    warm-up and reward window (knobs/thresholds.yaml; loaded from the default knobs when None)."""
+    from harness.analysis.stats import block_bootstrap_diff_ci, block_bootstrap_mean_ci
+
+    warmup, reward_window = _thresholds(knobs)
+    flags = run_flags(run)
+    spec = run.spec or {}
+    mode = spec.get("mode") or ("colocate" if flags.get("colocate") else "non-colocate")
+    remarks = [notes] if notes else []
+
+    abs_diff, dropped = _values_after(run, ABS_DIFF, warmup)
+    if dropped:
+        remarks.append(f"{dropped} non-finite abs-diff step(s) left out")
+    if not len(abs_diff):
+        remarks.append(f"no {ABS_DIFF} after the {warmup}-step warm-up")
+    abs_ci = block_bootstrap_mean_ci(abs_diff, confidence=confidence) if len(abs_diff) >= 2 else None
+
+    delta = delta_ci = None
+    if parent is not None:
+        parent_values, _ = _values_after(parent, ABS_DIFF, warmup)
+        if len(parent_values) >= 2 and len(abs_diff) >= 2:
+            diff = block_bootstrap_diff_ci(parent_values, abs_diff, confidence=confidence)
+            delta, delta_ci = diff.diff, (diff.low, diff.high)
+        remarks.append(f"parent: {parent.id}")
+
+    rewards, _ = _values_after(run, RAW_REWARD, 0)
+    step_times, _ = _values_after(run, STEP_TIME, warmup)
+    status = run.status
+    if status is None:
+        remarks.append("no status.json")
+    elif status.state != "finished":
+        failure = f": {status.failure.signature} at log line {status.failure.line}" if status.failure else ""
+        remarks.append(f"run {status.state}{failure}")
+    if run.problems:
+        remarks.append(f"{len(run.problems)} record problem(s): {run.problems[0]}")
+
+    return SummaryRow(
+        run=label or run.id,
+        hardware=describe_hardware(run.environment, run.ingest),
+        mode=mode,
+        precision=describe_precision(flags),
+        operator_path=describe_operator_path(flags, execution_decisions),
+        final_reward=float(rewards[-reward_window:].mean()) if len(rewards) else None,
+        abs_diff_mean=float(abs_diff.mean()) if len(abs_diff) else None,
+        abs_diff_ci=abs_ci,
+        delta_vs_parent=delta,
+        delta_ci=delta_ci,
+        step_time_mean=float(step_times.mean()) if len(step_times) else None,
+        notes="; ".join(remarks),
+        run_id=run.id,
+        run_dir=str(run.path),
+        steps_used=int(len(abs_diff)),
+    )
+
+
+def render_markdown(rows: list[SummaryRow]) -> str:
+    return ("# Summary: baseline and candidate runs\n\n" + to_markdown([r.display() for r in rows], COLUMNS)
+            + "\n" + LEGEND + "\n")
+
+
+def render_html(rows: list[SummaryRow]) -> str:
+    return to_html([r.display() for r in rows], COLUMNS, title="Summary: baseline and candidate runs", note=LEGEND)
+
+
+def render_csv(rows: list[SummaryRow]) -> str:
+    return to_csv([r.raw() for r in rows], CSV_COLUMNS)
+
+
+def write_summary(rows: list[SummaryRow], reports_dir: str | Path) -> tuple[Path, Path]:
+    """Write summary.md and summary.csv into `reports_dir` (atomically); returns their paths."""
+    from harness.records.atomic import atomic_write_text
+
+    reports_dir = Path(reports_dir)
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    md_path, csv_path = reports_dir / "summary.md", reports_dir / "summary.csv"
+    atomic_write_text(md_path, render_markdown(rows))
+    atomic_write_text(csv_path, render_csv(rows))
+    return md_path, csv_path
