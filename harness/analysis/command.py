@@ -1,0 +1,91 @@
+"""`python -m harness attribute RUN_DIR [--json]`: the seven probes and the token audit of a finished run.
+
+Prints each probe's verdict, the decided drift class (and the probe that decided it), then the
+audit's token-weighted and sample-mean figures. `--json` prints one object with at least `class`
+and `decided_by`, plus `probes`, `boundary`, `audit` and `warnings`. Exit 0 when the probes ran
+(whatever they decided), 2 with one line when the run directory cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+STATUS_STYLE = {"pass": "green", "fail": "red", "skipped": "yellow"}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("attribute", help="run the seven attribution probes and the dlogp audit on a run directory")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (reports/runs/<id>/)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    parser.set_defaults(func=cmd_attribute)
+
+
+def _audit_summary(audit) -> dict:
+    data = audit.model_dump(exclude={"per_step", "worst_tokens", "correlations", "warnings"})
+    data["per_step"] = audit.table()
+    data["worst_tokens"] = audit.worst_tokens
+    data["correlations"] = audit.correlations
+    return data
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    from harness.analysis.audit import audit_run
+    from harness.analysis.probes import run_probes
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"error: {run_dir}: no such run directory (expected reports/runs/<id>/ with dumps/)", file=sys.stderr)
+        return 2
+    if not (run_dir / "dumps").is_dir():
+        print(f"error: {run_dir}/dumps: missing; the probes need the run's token dumps "
+              "(VIME: --save-debug-rollout-data and --save-debug-train-data)", file=sys.stderr)
+        return 2
+    report = run_probes(run_dir)
+    audit = audit_run(run_dir)
+    if args.json:
+        data = report.to_json()
+        data["audit"] = _audit_summary(audit)
+        data["warnings"] = sorted(set(report.warnings) | set(audit.warnings), key=(report.warnings + audit.warnings).index)
+        print(json.dumps(data, indent=1, default=str))
+        return 0
+    _print_text(report, audit)
+    return 0
+
+
+def _print_text(report, audit) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    table = Table(title=f"attribution probes: {report.run}", show_lines=False)
+    for column in ("#", "probe", "status", "verdict"):
+        table.add_column(column, overflow="fold")
+    for probe in report.probes:
+        style = STATUS_STYLE[probe.status]
+        table.add_row(str(probe.number), probe.name, f"[{style}]{probe.status}[/{style}]", probe.verdict)
+    console.print(table)
+    decided = f"probe {report.decided_by}" if report.decided_by else "no probe failed"
+    console.print(f"class: [bold]{report.drift_class}[/bold] (decided by {decided})"
+                  + (f"; boundary: {report.boundary}" if report.boundary else ""))
+    steps = Table(title="dlogp audit per step (token-weighted rlk_audit_* and VIME's sample-mean)")
+    for column in ("rollout", "tokens", "|dlogp| mean", "p50", "p90", "p99", "max", "sample-mean", "logged", "match"):
+        steps.add_column(column, justify="right")
+
+    def fmt(value):
+        return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    for row in audit.per_step:
+        steps.add_row(str(row.rollout_id), str(row.rlk_audit_active_token_count), fmt(row.rlk_audit_dlogp_abs_mean),
+                      fmt(row.rlk_audit_dlogp_abs_p50), fmt(row.rlk_audit_dlogp_abs_p90), fmt(row.rlk_audit_dlogp_abs_p99),
+                      fmt(row.rlk_audit_dlogp_abs_max), fmt(row.sample_mean_abs_diff), fmt(row.logged_abs_diff),
+                      fmt(row.matches_logged))
+    console.print(steps)
+    for token in audit.worst_tokens[:3]:
+        console.print(f"worst token: rollout {token['rollout_id']} sample {token['sample_position']} position "
+                      f"{token['token_position']} dlogp {token['dlogp']:+.3g} p={fmt(token['sampled_token_probability'])} "
+                      f"rank={fmt(token['sampled_token_rank'])} {token.get('context_text') or token.get('context_ids')}")
+    for warning in dict.fromkeys(report.warnings + audit.warnings):
+        console.print(f"[yellow]warning:[/yellow] {warning}")

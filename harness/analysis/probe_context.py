@@ -1,0 +1,146 @@
+"""Where the drift sits: the worst tokens with their context, and what |dlogp| correlates with.
+
+The seed asks whether worst tokens "correlate with filtered tokens, long contexts, vocab shards, or
+specific experts". Each figure here is computed only from fields the dumps really carry; a field
+that is absent gives no entry (and the audit says which fields were missing), never a zero.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+WORST_TOKENS = 5
+CONTEXT_TOKENS = 8  # tokens shown either side of a worst token
+
+
+def _decode(tokenizer, ids) -> str | None:
+    if tokenizer is None:
+        return None
+    try:
+        return tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+    except Exception:  # a token id the tokenizer does not know: show ids only
+        return None
+
+
+def _value_at(side, name: str, position: int):
+    value = side.get(name) if side is not None else None
+    if value is None or position >= np.size(value):
+        return None
+    item = value[position]
+    return item.tolist() if hasattr(item, "tolist") else item
+
+
+def _filter_edge(rank, sampling: dict | None) -> bool | None:
+    """At the edge of the top-k set: the last rank top-k keeps (top-p's edge needs the full row)."""
+    top_k = (sampling or {}).get("top_k")
+    if rank is None or top_k is None or int(top_k) <= 0:
+        return None
+    return int(rank) == int(top_k) - 1
+
+
+def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
+    """One token of one sample, described for a human: position, lengths, probability, filters."""
+    rollout, train = pair.rollout, pair.train
+    side = rollout if rollout is not None else train
+    response = side.get("response_ids") if side is not None else None
+    prompt = side.get("prompt_ids") if side is not None else None
+    rollout_lp = _value_at(train, "rollout_log_probs", position)
+    if rollout_lp is None:
+        rollout_lp = _value_at(rollout, "rollout_log_probs", position)
+    sampling = rollout.get("sampling") if rollout is not None else None
+    rank = _value_at(rollout, "sampled_rank", position)
+    entry = {
+        "rollout_id": pair.rollout_id, "sample_position": pair.position, "sample_index": pair.index,
+        "rank": pair.rank, "token_position": position, "dlogp": float(dlogp), "abs_dlogp": abs(float(dlogp)),
+        "prompt_length": None if prompt is None else int(prompt.size),
+        "response_length": None if response is None else int(response.size),
+        "token_id": _value_at(side, "response_ids", position),
+        "trainer_log_prob": _value_at(train, "log_probs", position),
+        "rollout_log_prob": rollout_lp,
+        "sampled_token_probability": None if rollout_lp is None else float(np.exp(rollout_lp)),
+        "sampled_token_rank": rank,
+        "in_top_k": _value_at(rollout, "in_top_k", position),
+        "in_top_p": _value_at(rollout, "in_top_p", position),
+        "top_k_edge": _filter_edge(rank, sampling),
+        "vocab_shard": _value_at(rollout, "vocab_shard", position),
+        "experts": _value_at(rollout, "experts", (prompt.size if prompt is not None else 0) + position),
+    }
+    if response is not None:
+        lo, hi = max(0, position - CONTEXT_TOKENS), min(response.size, position + CONTEXT_TOKENS + 1)
+        entry["context_ids"] = [int(i) for i in response[lo:hi]]
+        before, token, after = (_decode(tokenizer, response[lo:position]), _decode(tokenizer, response[position:position + 1]),
+                                _decode(tokenizer, response[position + 1:hi]))
+        entry["context_text"] = None if token is None else f"{before}[[{token}]]{after}"
+    return entry
+
+
+def worst_tokens(tokens, tokenizer=None, count: int = WORST_TOKENS) -> list[dict]:
+    """The `count` active tokens with the largest |dlogp| across the run, with their context."""
+    ranked = []
+    for (pair, positions), d in zip(tokens.where, tokens.dlogp):
+        for position, value in zip(positions, d):
+            ranked.append((abs(float(value)), pair, int(position), float(value)))
+    ranked.sort(key=lambda item: -item[0])
+    return [token_context(pair, position, value, tokenizer) for _, pair, position, value in ranked[:count]]
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> dict | None:
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    result = stats.spearmanr(x, y)
+    return {"spearman_rho": float(result.statistic), "p_value": float(result.pvalue), "tokens": int(x.size)}
+
+
+def _grouped(abs_d: np.ndarray, groups: np.ndarray) -> dict | None:
+    """Mean |dlogp| per group (filter membership, vocab shard) and a Kruskal-Wallis test across them."""
+    keep = np.isfinite(groups)
+    abs_d, groups = abs_d[keep], groups[keep]
+    labels = np.unique(groups)
+    if labels.size < 2:
+        return None
+    samples = [abs_d[groups == g] for g in labels]
+    test = stats.kruskal(*samples)
+    return {"mean_abs_dlogp_by_group": {str(int(g)): float(s.mean()) for g, s in zip(labels, samples)},
+            "tokens_by_group": {str(int(g)): int(s.size) for g, s in zip(labels, samples)},
+            "kruskal_p_value": float(test.pvalue)}
+
+
+def _column(tokens, side_name: str, field: str, per_token: bool = True) -> np.ndarray | None:
+    """A per-active-token column from one side, or None when any sample lacks it."""
+    parts = []
+    for pair, positions in tokens.where:
+        side = getattr(pair, side_name)
+        value = side.get(field) if side is not None else None
+        if value is None:
+            return None
+        if per_token:
+            value = np.asarray(value, dtype=np.float64)
+            if positions.size and positions.max() >= value.size:
+                return None
+            parts.append(value[positions])
+        else:
+            parts.append(np.full(positions.size, float(value)))
+    return np.concatenate(parts) if parts else None
+
+
+def correlations(tokens) -> dict[str, dict]:
+    if not tokens.dlogp:
+        return {}
+    abs_d = np.abs(np.concatenate(tokens.dlogp))
+    out: dict[str, dict | None] = {}
+    out["position"] = _spearman(np.concatenate([p.astype(np.float64) for _, p in tokens.where]), abs_d)
+    lengths = [np.full(p.size, float(pair.train.get("loss_mask").size)) for pair, p in tokens.where]
+    out["response_length"] = _spearman(np.concatenate(lengths), abs_d)
+    lp = _column(tokens, "train", "rollout_log_probs")
+    lp = lp if lp is not None else _column(tokens, "rollout", "rollout_log_probs")
+    if lp is not None:
+        out["sampled_token_probability"] = _spearman(np.exp(lp), abs_d)
+    for name in ("sampled_rank", "in_top_k", "in_top_p", "vocab_shard"):
+        column = _column(tokens, "rollout", name)
+        if column is None:
+            continue
+        out[name] = _spearman(column, abs_d) if name == "sampled_rank" else _grouped(abs_d, column)
+    return {name: value for name, value in out.items() if value is not None}

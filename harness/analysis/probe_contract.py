@@ -1,0 +1,103 @@
+"""Probe 6: the sampling contract - temperature, top-k/top-p retained sets, processed vs raw log-probs.
+
+On a probe bundle's fixed tokens, each candidate contract is computed exactly (fp64, vLLM's own
+top-k/top-p filter through harness.operators.impl_reference): raw log-softmax at T=1, at the rollout
+temperature, and the processed (renormalised over the kept set) one. Each side's recorded log-probs
+are matched to the contract they are closest to. The probe fails (semantic drift) when the trainer
+follows a different contract than the rollout AND replaying the rollout's contract on the trainer's
+side removes at least thresholds.semantic_replay_min_removed_fraction of the observed drift.
+It also checks that every sampled token lies inside the declared top-k/top-p set, and compares
+that with the rollout dump's own in_top_k / in_top_p flags where present.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.analysis.probe_bundle import ProbeBundle
+
+
+def _contracts(hidden, weight, targets, temperature: float, top_k: int | None, top_p: float | None) -> dict:
+    from harness.operators.impl_reference import reference_logprobs
+
+    out = {"raw T=1": reference_logprobs(hidden, weight, targets, 1.0)}
+    if temperature != 1.0:
+        out[f"raw T={temperature:g}"] = reference_logprobs(hidden, weight, targets, temperature)
+    if top_k is not None or top_p is not None:
+        name = f"processed T={temperature:g}" + (f" top_k={top_k}" if top_k else "") + (f" top_p={top_p:g}" if top_p else "")
+        out[name] = reference_logprobs(hidden, weight, targets, temperature, top_k, top_p)
+    return out
+
+
+def declared_rollout_contract(temperature: float, filters: bool, mode: str, top_k, top_p) -> str:
+    if "processed" in mode:
+        if filters:
+            return f"processed T={temperature:g}" + (f" top_k={top_k}" if top_k else "") + (f" top_p={top_p:g}" if top_p else "")
+        return "raw T=1" if temperature == 1.0 else f"raw T={temperature:g}"
+    return "raw T=1"  # vLLM's raw_logprobs are taken before temperature and filters
+
+
+def _closest(contracts: dict, recorded: torch.Tensor) -> tuple[str, dict]:
+    finite = {}
+    for name, values in contracts.items():
+        diff = (values - recorded).abs()
+        finite[name] = float(diff[torch.isfinite(diff)].mean()) if torch.isfinite(diff).any() else float("inf")
+    return min(finite, key=finite.get), finite
+
+
+def probe_contract(bundle: ProbeBundle, settings, floor: float, min_removed: float) -> dict:
+    active = bundle.active
+    hidden, targets = bundle.hidden[active], bundle.targets[active]
+    temperature = float(bundle.scalar("temperature", settings.temperature))
+    top_p = float(bundle.scalar("top_p", settings.top_p))
+    top_k = int(bundle.scalar("top_k", settings.top_k))
+    mode = str(bundle.scalar("logprobs_mode", settings.logprobs_mode))
+    k = top_k if top_k > 0 else None
+    p = top_p if top_p < 1.0 else None
+    contracts = _contracts(hidden, bundle.weight, targets, temperature, k, p)
+    declared = declared_rollout_contract(temperature, k is not None or p is not None, mode, k, p)
+    evidence: dict = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "logprobs_mode": mode,
+                      "declared_rollout_contract": declared, "tokens": int(targets.numel())}
+    if k is not None or p is not None:
+        kept = torch.isfinite(contracts[declared]) if declared in contracts else None
+        if kept is not None:
+            evidence["sampled_tokens_outside_declared_set"] = int((~kept).sum())
+    if bundle.rollout_log_probs is None or bundle.trainer_log_probs is None:
+        return {"failed": False, "skipped": "the bundle lacks rollout or trainer log-probs", "evidence": evidence}
+    rollout_lp, trainer_lp = bundle.rollout_log_probs[active], bundle.trainer_log_probs[active]
+    trainer_contract, trainer_fit = _closest(contracts, trainer_lp)
+    rollout_contract, rollout_fit = _closest(contracts, rollout_lp)
+    observed = float((trainer_lp - rollout_lp).abs().mean())
+    replayed = rollout_fit.get(declared)
+    gap = contracts[trainer_contract] - contracts.get(declared, contracts[rollout_contract])
+    gap_mean = float(gap[torch.isfinite(gap)].abs().mean()) if torch.isfinite(gap).any() else float("inf")
+    removed = None if not observed or replayed is None else 1.0 - replayed / observed
+    evidence.update({"trainer_contract_fit": trainer_fit, "rollout_contract_fit": rollout_fit,
+                     "trainer_follows": trainer_contract, "rollout_follows": rollout_contract,
+                     "contract_gap_mean": gap_mean, "observed_mean_abs_dlogp": observed,
+                     "replayed_mean_abs_dlogp": replayed, "removed_fraction": removed,
+                     "min_removed_fraction": min_removed, "floor": floor})
+    differs = gap_mean > floor and trainer_contract != declared
+    failed = bool(differs and observed > floor and removed is not None and removed >= min_removed)
+    evidence["contract_differs"] = differs
+    return {"failed": failed, "evidence": evidence,
+            "verdict": (f"trainer follows '{trainer_contract}' but the rollout's declared contract is '{declared}'; "
+                        f"replaying it removes {removed:.0%} of the drift" if failed else None)}
+
+
+def flag_membership(dumps, settings) -> dict:
+    """From the dumps alone: sampled tokens the rollout itself flags as outside its top-k/top-p set."""
+    outside = flagged = 0
+    for step in dumps.steps.values():
+        for pair in step.pairs:
+            side = pair.rollout
+            if side is None:
+                continue
+            mask = pair.train.get("loss_mask") if pair.train is not None and pair.train.has("loss_mask") else side.get("loss_mask")
+            for name in ("in_top_k", "in_top_p"):
+                value = side.get(name)
+                if value is None or mask is None or value.size != mask.size:
+                    continue
+                flagged += int((mask > 0).sum())
+                outside += int(((value == 0) & (mask > 0)).sum())
+    return {"tokens_with_filter_flags": flagged, "sampled_outside_flagged_set": outside}

@@ -1,0 +1,104 @@
+"""What a run declared: its sampling contract, precision policy and TP size, and its tokenizer.
+
+Read from the run's resolved spec (spec.yaml `flags`), else from its argv (an ingested VIME run),
+so the probes can compare the run's *declared* policy with what its tensors show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    logprobs_mode: str = "processed_logprobs"  # what VIME asks vLLM for (facts/vime.md)
+    rollout_dtype: str = "bfloat16"
+    rollout_quantization: str | None = None
+    trainer_dtype: str = "float32"  # Megatron trains in fp32 unless --bf16
+    tp_size: int = 1
+    replay_processed: bool = False
+
+    @property
+    def filters_on(self) -> bool:
+        return self.top_p < 1.0 or self.top_k > 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _flags(run) -> dict:
+    if run is None:
+        return {}
+    spec = run.spec or {}
+    if isinstance(spec.get("flags"), dict):
+        return spec["flags"]
+    if run.argv:
+        from harness.spec.render import parse_argv
+
+        try:
+            return parse_argv(run.argv)
+        except Exception:  # an argv we cannot read is the same as no argv: defaults, said below
+            return {}
+    return {}
+
+
+def settings_from_flags(flags: dict) -> RunSettings:
+    def get(name, default):
+        value = flags.get(name)
+        return default if value is None else value
+
+    dtype = str(get("vllm-dtype", "auto"))
+    if dtype == "auto":  # vLLM's auto takes the checkpoint's dtype: the miniature's is fp32, Qwen3's bf16
+        dtype = "float32" if str(flags.get("hf-checkpoint", "")).startswith("embedded://") else "bfloat16"
+    return RunSettings(
+        temperature=float(get("rollout-temperature", 1.0)),
+        top_p=float(get("rollout-top-p", 1.0)),
+        top_k=int(get("rollout-top-k", -1)),
+        logprobs_mode=str(get("vllm-logprobs-mode", "processed_logprobs")),
+        rollout_dtype={"float": "float32", "half": "float16", "bf16": "bfloat16"}.get(dtype, dtype),
+        rollout_quantization=flags.get("vllm-quantization") or None,
+        trainer_dtype="bfloat16" if flags.get("bf16") else "float32",
+        tp_size=int(get("tensor-model-parallel-size", 1)),
+        replay_processed=bool(flags.get("embedded-replay-processed-logprobs")),
+    )
+
+
+def run_settings(run) -> RunSettings:
+    return settings_from_flags(_flags(run))
+
+
+def load_tokenizer(run) -> tuple[object | None, str | None]:
+    """The run's tokenizer (tokenizers.Tokenizer), or None and a named warning saying why."""
+    flags = _flags(run)
+    checkpoint = flags.get("hf-checkpoint")
+    record = (run.embedded_record or {}) if run is not None else {}
+    candidates = [record.get(key) for key in ("hf_checkpoint", "model_dir", "checkpoint") if record.get(key)]
+    if isinstance(checkpoint, str) and checkpoint.startswith("embedded://"):
+        candidates.append(_embedded_model_dir(checkpoint))
+    elif checkpoint:
+        candidates.append(checkpoint)
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            try:
+                return Tokenizer.from_file(str(Path(candidate) / "tokenizer.json")), None
+            except Exception as err:
+                return None, f"{candidate}/tokenizer.json: not readable ({type(err).__name__}); tokens shown as ids (code: tokenizer_unavailable)"
+    return None, f"no tokenizer.json found for hf-checkpoint {checkpoint!r}; tokens shown as ids (code: tokenizer_unavailable)"
+
+
+def _embedded_model_dir(uri: str) -> Path | None:
+    """The cached build of an embedded:// model, without building it (the run built it already)."""
+    try:
+        from harness.embedded.factory import cache_dir
+        from harness.embedded.recipes import MODEL_RECIPES, recipe_hash
+    except ImportError:
+        return None
+    name = uri.removeprefix("embedded://").partition("/")[2]
+    recipe = MODEL_RECIPES.get(name)
+    return None if recipe is None else cache_dir() / "models" / f"{name}-{recipe_hash(recipe)}"

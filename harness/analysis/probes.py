@@ -1,0 +1,211 @@
+"""The seed's seven attribution probes on a finished run, and the drift class they decide.
+
+    1 sample and token identity      dumps: rollout side vs trainer side, field by field
+    2 model state                    dumps: weight versions on both sides, no update in between
+    3 pre-softmax logits             probe bundle: selected logits per side's precision policy vs fp64
+    4 log-sum-exp vs selected logit  probe bundle: the same error, split
+    5 vocab-parallel reduce          probe bundle: TP merge vs full-vocabulary reduce
+    6 sampling contract              probe bundle (+ dumps): top-k/top-p sets, processed vs raw, T
+    7 paths on fixed tokens          probe bundle: the operator registry's paths side by side
+
+Decision (the seed's guardrail: rule out framework and semantic causes before blaming arithmetic):
+framework probes 1, 2 decide first, then the semantic probe 6, then the numerical probes 3, 4, 5, 7
+in order; the first that fails decides. A numerical boundary is `expected-numerical` when it is a
+side's declared reduced precision (bf16/fp16 logits, FP8), `candidate-operator` only when 1, 2 and 6
+passed and the boundary is not explained by a declared policy. No failure: `none`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from harness.analysis.consistency import compare_run
+from harness.analysis.dumps import RunDumps, read_run_dumps
+from harness.analysis.probe_run import RunSettings, run_settings
+
+Status = Literal["pass", "fail", "skipped"]
+DriftClass = Literal["expected-numerical", "semantic", "framework", "candidate-operator", "none"]
+PROBE_NAMES = {
+    1: "sample and token identity", 2: "model state", 3: "pre-softmax logits at the selected positions",
+    4: "log-sum-exp and selected logit separately", 5: "vocab-parallel reduce across TP ranks",
+    6: "top-p/top-k retained sets and processed-logprob contract", 7: "operator paths under the same fixed tokens",
+}
+DECISION_ORDER = (1, 2, 6, 3, 4, 5, 7)
+REDUCED_POLICIES = ("bfloat16", "float16", "fp8")
+MAX_LINES = 5  # mismatch lines quoted in a verdict's evidence
+
+
+class ProbeVerdict(BaseModel):
+    number: int
+    name: str
+    status: Status
+    verdict: str
+    evidence: dict = Field(default_factory=dict)
+    boundary: str | None = None
+
+
+class ProbeReport(BaseModel):
+    run: str
+    probes: list[ProbeVerdict]
+    drift_class: DriftClass
+    decided_by: int | None
+    boundary: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+    def to_json(self) -> dict:
+        data = self.model_dump()
+        data["class"] = self.drift_class
+        return data
+
+
+def thresholds(knobs_dir: Path | None = None) -> dict[str, float]:
+    from harness import DEFAULT_KNOBS_DIR
+    from harness.spec.load import parse_file
+    from harness.spec.schema import ThresholdsFile
+
+    table = parse_file(Path(knobs_dir or DEFAULT_KNOBS_DIR) / "thresholds.yaml", ThresholdsFile).thresholds
+    return {"floor": float(table["fp32_floor_max_abs_diff"].value),
+            "min_removed": float(table["semantic_replay_min_removed_fraction"].value)}
+
+
+def _verdict(number: int, status: Status, text: str, evidence: dict | None = None, boundary: str | None = None) -> ProbeVerdict:
+    return ProbeVerdict(number=number, name=PROBE_NAMES[number], status=status, verdict=text,
+                        evidence=evidence or {}, boundary=boundary)
+
+
+def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdict:
+    mismatches = comparison.group(group)
+    evidence = {"compared": comparison.compared, "not_comparable": comparison.not_comparable,
+                "mismatch_count": len(mismatches), "mismatches": [m.line() for m in mismatches[:MAX_LINES]]}
+    if mismatches:
+        fields = sorted({m.field for m in mismatches})
+        return _verdict(number, "fail", f"{what} differs between rollout and trainer in {', '.join(fields)}: "
+                        f"{mismatches[0].line()}", evidence)
+    relevant = [k for k in comparison.compared if group_fields(group, k)]
+    if not relevant:
+        return _verdict(number, "skipped", f"no {what} field is recorded on both sides; nothing to compare", evidence)
+    return _verdict(number, "pass", f"{what} agrees on {', '.join(sorted(relevant))}", evidence)
+
+
+def group_fields(group: str, field: str) -> bool:
+    from harness.analysis.consistency import group_of
+
+    if field == "weight_version":
+        return group == "state"
+    if field.startswith("consistency_metadata."):
+        return group_of(field.removeprefix("consistency_metadata.")) == group
+    return group == "identity"
+
+
+def framework_probes(dumps: RunDumps) -> list[ProbeVerdict]:
+    comparison = compare_run(dumps)
+    identity = _group_verdict(1, "identity", comparison, "sample and token identity")
+    state = _group_verdict(2, "state", comparison, "model state (weight version)")
+    if comparison.layout:
+        identity.evidence["batch_layout_examples"] = comparison.layout[:MAX_LINES]
+    return [identity, state]
+
+
+def framework_checks(run_path: Path) -> list[ProbeVerdict]:
+    """Probes 1 and 2 only: cheap (dumps, no tensors), for the ladder classifier."""
+    return framework_probes(read_run_dumps(Path(run_path) / "dumps"))
+
+
+def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdict:
+    evaluated = [r for r in results if not r.get("skipped")]
+    evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results]}
+    if not evaluated:
+        reasons = "; ".join(sorted({r.get("skipped", "") for r in results})) or "no probe bundle"
+        return _verdict(number, "skipped", f"{what}: not evaluated ({reasons})", evidence)
+    localised = [r for r in evaluated if r["localised"]]
+    if localised and len(localised) == len(evaluated):
+        boundary = localised[0]["boundary"]
+        evidence["side"], evidence["policy"] = localised[0].get("side"), localised[0].get("policy")
+        return _verdict(number, "fail", f"{what}: boundary localised in {len(localised)} of {len(evaluated)} bundles: "
+                        f"{boundary}", evidence, boundary)
+    tail = f" (a difference in only {len(localised)} of {len(evaluated)} bundles is not a stable boundary)" if localised else ""
+    return _verdict(number, "pass", f"{what}: within the fp32 floor on every bundle{tail}", evidence)
+
+
+def bundle_probes(bundle_files: list[Path], settings: RunSettings, limits: dict, dumps: RunDumps) -> list[ProbeVerdict]:
+    from harness.analysis.probe_bundle import BundleProblem, read_bundle
+    from harness.analysis.probe_contract import flag_membership, probe_contract
+    from harness.analysis.probe_numerics import (BundleNumerics, probe_lse_split, probe_logits, probe_paths,
+                                                  probe_vocab_parallel)
+
+    per_probe: dict[int, list[dict]] = {n: [] for n in (3, 4, 5, 6, 7)}
+    problems = []
+    for path in bundle_files:
+        try:
+            bundle = read_bundle(path)
+        except BundleProblem as err:
+            problems.append(str(err))
+            continue
+        num = BundleNumerics(bundle, settings)
+        for number, fn in ((3, probe_logits), (4, probe_lse_split), (5, probe_vocab_parallel), (7, probe_paths)):
+            per_probe[number].append({"file": path.name, **fn(num, limits["floor"])})
+        per_probe[6].append({"file": path.name, **probe_contract(bundle, settings, limits["floor"], limits["min_removed"])})
+    if problems:
+        for results in per_probe.values():
+            results.extend({"file": p.split(":")[0], "skipped": p, "evidence": {}, "localised": False} for p in problems)
+    verdicts = {n: _numeric_verdict(n, per_probe[n], PROBE_NAMES[n]) for n in (3, 4, 5, 7)}
+    verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings)
+    return [verdicts[n] for n in (3, 4, 5, 6, 7)]
+
+
+def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings) -> ProbeVerdict:
+    evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results], "dump_filter_flags": flags}
+    evaluated = [r for r in results if not r.get("skipped")]
+    failed = [r for r in evaluated if r.get("failed")]
+    if evaluated and len(failed) == len(evaluated):
+        return _verdict(6, "fail", f"semantic: {failed[0]['verdict']}", evidence,
+                        "sampling contract (temperature / top-k / top-p processed log-probs)")
+    if flags["sampled_outside_flagged_set"] and settings.filters_on:
+        return _verdict(6, "fail", f"semantic: {flags['sampled_outside_flagged_set']} sampled tokens lie outside the "
+                        "rollout's own top-k/top-p set (the filter did not apply to sampling)", evidence,
+                        "sampling contract (retained top-k/top-p set)")
+    if not evaluated:
+        return _verdict(6, "skipped", "no probe bundle with both sides' log-probs; contract not checked", evidence)
+    return _verdict(6, "pass", "trainer and rollout follow the same sampling contract (temperature, top-k/top-p)", evidence)
+
+
+def decide(verdicts: list[ProbeVerdict], settings: RunSettings) -> tuple[DriftClass, int | None, str | None]:
+    by_number = {v.number: v for v in verdicts}
+    for number in DECISION_ORDER:
+        verdict = by_number.get(number)
+        if verdict is None or verdict.status != "fail":
+            continue
+        if number in (1, 2):
+            return "framework", number, verdict.boundary or verdict.name
+        if number == 6:
+            return "semantic", number, verdict.boundary
+        policy = verdict.evidence.get("policy")
+        if policy in REDUCED_POLICIES:
+            return "expected-numerical", number, verdict.boundary
+        if all(by_number.get(n) is not None and by_number[n].status == "pass" for n in (1, 2, 6)):
+            return "candidate-operator", number, verdict.boundary
+        return "none", None, None  # a boundary, but identity/state/contract were not verified: no promotion
+    return "none", None, None
+
+
+def run_probes(run_path: Path) -> ProbeReport:
+    from harness.records.rundir import RunDir
+
+    run_path = Path(run_path)
+    run = RunDir(run_path).load()
+    settings = run_settings(run)
+    dumps = read_run_dumps(run_path / "dumps")
+    limits = thresholds()
+    verdicts = framework_probes(dumps)
+    bundles = [step.probe_file for _, step in sorted(dumps.steps.items()) if step.probe_file is not None]
+    verdicts += bundle_probes(bundles, settings, limits, dumps)
+    verdicts.sort(key=lambda v: v.number)
+    drift_class, decided_by, boundary = decide(verdicts, settings)
+    warnings = list(dumps.warnings) + [f"run: {p}" for p in run.problems]
+    if not bundles:
+        warnings.append(f"{run_path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 skipped (code: probe_bundle_missing)")
+    return ProbeReport(run=run.id, probes=verdicts, drift_class=drift_class, decided_by=decided_by,
+                       boundary=boundary, warnings=warnings)
