@@ -94,7 +94,7 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
     single = path.is_file()
     log_records: list[Record] = []
     event_records: list[Record] = []
-    dumps: list[tuple[Path, dict]] = []
+    dump_files: list[Path] = []
     for file in _input_files(path):
         if is_event_file(file):
             records, warnings = read_event_file(file)
@@ -102,11 +102,7 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
             result.warnings.extend(warnings)
             result.inputs["events"].append(str(file))
         elif is_dump_file(file):
-            try:
-                dumps.append((file, load_dump(file, trust=trust_dumps)))
-                result.inputs["dumps"].append(str(file))
-            except DumpError as err:
-                result.problems.append(str(err))
+            dump_files.append(file)  # loaded one at a time below: 10 M tokens of lists is a lot of memory
         elif single or _is_text(file):
             try:
                 parsed = parse_log_file(file)
@@ -135,7 +131,17 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
         result.warnings.append(f"{path}: both logs and TensorBoard events found; records taken from the logs "
                                f"(events store float32 and would conflict)")
         event_records = []
-    dump_derived, dump_warnings = dump_records(dumps)
+    def loaded_dumps():
+        for file in dump_files:
+            try:
+                data = load_dump(file, trust=trust_dumps)
+            except DumpError as err:
+                result.problems.append(str(err))
+                continue
+            result.inputs["dumps"].append(str(file))
+            yield file, data
+
+    dump_derived, dump_warnings = dump_records(loaded_dumps())
     result.warnings.extend(dump_warnings)
     result.records = log_records + event_records + dump_derived
 

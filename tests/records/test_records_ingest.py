@@ -241,3 +241,12 @@ def test_generated_log_round_trips_through_ingest(tmp_path):
     result = ingest(tmp_path / "run.log", tmp_path / "run")
     run = RunDir(tmp_path / "run").load()
     assert result.ok and len(run.records) == len(expected) and run.steps() == list(range(20))
+
+
+def test_sample_mean_with_a_partial_list_mask_matches_the_array_path():
+    from harness.records.dumps import _masked_sample_mean
+
+    values, mask = [-0.5, -0.1, -9.0, -0.3], [1, 1, 0, 1]
+    assert _masked_sample_mean(values, mask) == pytest.approx(-0.3)
+    assert _masked_sample_mean(torch.tensor(values), torch.tensor(mask)) == pytest.approx(-0.3)
+    assert _masked_sample_mean([], []) == 0.0  # VIME's denominator is at least 1
