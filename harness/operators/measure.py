@@ -1,0 +1,129 @@
+"""Measurements of one operator on one bundle: error, invariance, backward parity, time, memory.
+
+Each function measures; none asserts. The tests (tests/operators/) and the record (reports/bench/)
+decide what the numbers mean.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from harness.operators.contract import OperandError, Operator
+from harness.operators.impl_reference import reference_logprobs
+
+TP_SIZES = (2, 4, 8)
+
+
+def error_stats(out: torch.Tensor, ref64: torch.Tensor) -> dict:
+    """Abs error against the fp64 reference over tokens where both are finite (filters give -inf)."""
+    out64 = out.double()
+    both = torch.isfinite(out64) & torch.isfinite(ref64)
+    finite_disagree = int((torch.isfinite(out64) != torch.isfinite(ref64)).sum())
+    err = (out64 - ref64)[both].abs()
+    if err.numel() == 0:
+        return {"mean_abs_err": None, "p99_abs_err": None, "max_abs_err": None, "compared_tokens": 0, "finite_mismatch_tokens": finite_disagree}
+    return {
+        "mean_abs_err": float(err.mean()),
+        "p99_abs_err": float(torch.quantile(err.float().cpu(), 0.99)),
+        "max_abs_err": float(err.max()),
+        "compared_tokens": int(err.numel()),
+        "finite_mismatch_tokens": finite_disagree,
+    }
+
+
+def batch_slices(tokens: int) -> list[tuple[int, int]]:
+    """(start, length) slices: single rows at several offsets and odd-sized batches at odd offsets."""
+    candidates = [(0, 1), (1, 1), (tokens // 2 + 3, 1), (tokens - 1, 1), (5, 7), (3, 129), (1, 517), (tokens // 4 + 1, tokens // 2 - 1)]
+    return [(s, n) for s, n in candidates if n >= 1 and s + n <= tokens]
+
+
+def batch_invariance(op: Operator, bundle, full: torch.Tensor, temperature: float) -> dict:
+    """Bitwise: each slice computed alone vs the same rows inside the full batch."""
+    differing, checked = 0, 0
+    for start, n in batch_slices(bundle.hidden.shape[0]):
+        alone = op.selected_logprobs(bundle.hidden[start : start + n], bundle.weight, bundle.targets[start : start + n], temperature)
+        differing += int((alone != full[start : start + n]).sum())
+        checked += n
+    return {"batch_invariant": differing == 0, "batch_rows_checked": checked, "batch_rows_differing": differing}
+
+
+def tp_invariance(op: Operator, bundle, full: torch.Tensor, temperature: float) -> dict:
+    """Bitwise: TP 2/4/8 (emulated in-process, rank order) vs TP 1. None where the op has no TP mode."""
+    per_tp: dict[str, int] = {}
+    vocab = bundle.weight.shape[0]
+    for tp in TP_SIZES:
+        if vocab % tp:
+            continue
+        try:
+            out = op.selected_logprobs(bundle.hidden, bundle.weight, bundle.targets, temperature, tp_size=tp)
+        except OperandError:
+            return {"tp_invariant": None, "tp_rows_differing": None}
+        per_tp[str(tp)] = int((out != full).sum())
+    return {"tp_invariant": all(v == 0 for v in per_tp.values()), "tp_rows_differing": per_tp}
+
+
+def backward_parity(op: Operator, bundle, temperature: float, rows: int = 256) -> dict:
+    """Relative L2 error of grad_hidden and grad_weight against fp64 autograd on the first rows."""
+    if not op.contract.has_backward:
+        return {"backward_rel_err_hidden": None, "backward_rel_err_weight": None}
+    h, w, t = bundle.hidden[:rows], bundle.weight, bundle.targets[:rows]
+    gen = torch.Generator().manual_seed(1)
+    grad_out = torch.randn(h.shape[0], generator=gen).to(h.device)
+    h_op, w_op = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    (op.selected_logprobs(h_op, w_op, t, temperature) * grad_out).sum().backward()
+    h64, w64 = h.double().requires_grad_(), w.double().requires_grad_()
+    logp = torch.log_softmax((h64 @ w64.T) / temperature, dim=-1).gather(1, t[:, None]).squeeze(1)
+    (logp * grad_out.double()).sum().backward()
+
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm().clamp(min=1e-300))
+
+    return {"backward_rel_err_hidden": rel(h_op.grad, h64.grad), "backward_rel_err_weight": rel(w_op.grad, w64.grad)}
+
+
+def time_ms(fn, device: torch.device, warmup: int = 3, reps: int = 10) -> float:
+    """Median milliseconds: CUDA events around each call on a GPU, perf_counter on CPU."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def peak_extra_bytes(fn, device: torch.device) -> int | None:
+    """Peak device memory allocated during one call above what was allocated before it (GPU only)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return int(peak)
+
+
+def reference_for(op: Operator, bundle, temperature: float, cache: dict) -> torch.Tensor:
+    """The fp64 reference with the operator's semantics (raw, or processed with its filters)."""
+    key = (op.contract.semantics, getattr(op, "top_k", None), getattr(op, "top_p", None))
+    if key not in cache:
+        top_k = key[1] if key[0] == "processed" else None
+        top_p = key[2] if key[0] == "processed" else None
+        cache[key] = reference_logprobs(bundle.hidden, bundle.weight, bundle.targets, temperature, top_k, top_p)
+    return cache[key]
