@@ -102,6 +102,27 @@ def test_balance_data_falls_back_to_unequal_counts_when_not_divisible(lengths, d
     assert max(sums) - min(sums) <= max(lengths)
 
 
+def two_way_differencing(lengths: list[int]) -> int:
+    """Karmarkar-Karp for two partitions, as the textbook states it: replace the two largest
+    numbers by their difference until one is left; that number is the partition's spread."""
+    numbers = sorted(lengths)
+    while len(numbers) > 1:
+        largest, second = numbers.pop(), numbers.pop()
+        numbers.append(largest - second)
+        numbers.sort()
+    return numbers[0]
+
+
+@given(lengths=st.lists(st.integers(1, 500), min_size=2, max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_two_way_split_has_the_textbook_differencing_spread(lengths):
+    partitions = karmarkar_karp_partitions(lengths, 2, equal_size=False)
+    sums = [sum(lengths[i] for i in part) for part in partitions]
+    note(f"partitions={partitions} token sums={sums}")
+    assert_each_sample_once(partitions, len(lengths))
+    assert abs(sums[0] - sums[1]) == two_way_differencing(lengths)
+
+
 @given(num_samples=st.integers(0, 50), dp_size=st.integers(1, 8))
 @settings(max_examples=200, deadline=None)
 def test_round_robin_gives_rank_i_the_samples_congruent_to_i(num_samples, dp_size):
