@@ -36,6 +36,7 @@ class IngestResult(BaseModel):
     inputs: dict[str, list[str]] = Field(default_factory=lambda: {"logs": [], "events": [], "dumps": []})
     stopped_at: int | None = None
     run_dir: Path | None = None
+    logged_span: tuple[str | None, str | None] = (None, None)  # first and last log timestamps
 
     @property
     def ok(self) -> bool:
@@ -118,6 +119,7 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
             result.problems.extend(f"{file}: {w}" for w in parsed.bad_input)
             if parsed.stopped_at is not None:
                 result.stopped_at = parsed.stopped_at
+            result.logged_span = _widen(result.logged_span, parsed.first_timestamp, parsed.last_timestamp)
             result.inputs["logs"].append(str(file))
         else:
             result.warnings.append(f"{file}: binary file that is neither a TensorBoard event file nor a .pt dump; skipped")
@@ -144,6 +146,12 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
     dump_derived, dump_warnings = dump_records(loaded_dumps())
     result.warnings.extend(dump_warnings)
     result.records = log_records + event_records + dump_derived
+
+
+def _widen(span, first, last):
+    firsts = [t for t in (span[0], first) if t]
+    lasts = [t for t in (span[1], last) if t]
+    return (min(firsts) if firsts else None, max(lasts) if lasts else None)
 
 
 def content_hash(path: Path) -> str:
@@ -174,7 +182,8 @@ def write_run_directory(result: IngestResult, out: Path) -> Path:
             "warnings": result.warnings, "problems": result.problems,
         })
         failure = primary_failure(result.failures)
-        run_dir.set_status(result.state(), failure=failure)
+        # The run's own span when the log shows it (logging's local time, as printed); else ingest time.
+        run_dir.set_status(result.state(), failure=failure, started=result.logged_span[0], ended=result.logged_span[1])
         _swap_into_place(building, out)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)

@@ -59,6 +59,9 @@ class LogParser:
             self._stop(f"line {self.line_no}: binary data (NUL bytes); stopped there, parsed {self.line_no - 1} lines")
             return []
         line = clean_line(raw)
+        if line.timestamp:
+            self.result.first_timestamp = self.result.first_timestamp or line.timestamp
+            self.result.last_timestamp = line.timestamp
         match = _RECORD.match(line.message)
         if match:
             return self._record(match, line)

@@ -71,6 +71,9 @@ class ParseResult(BaseModel):
     # `harness ingest` exits 2 when there are any, after keeping every readable record.
     bad_input: list[str] = Field(default_factory=list)
     lines_read: int = 0
+    # Python logging's timestamps of the first and last prefixed line (the run's span, as logged).
+    first_timestamp: str | None = None
+    last_timestamp: str | None = None
 
     def steps(self) -> list[int]:
         return sorted({r.n for r in self.records if r.kind == "step"})

@@ -78,9 +78,10 @@ class RunDir:
         atomic_write_json(self.file(self.INGEST), info)
 
     def set_status(self, state: str, *, failure: Failure | dict | None = None, exit_code: int | None = None,
-                   steps_logged: int | None = None) -> dict:
+                   steps_logged: int | None = None, started: str | None = None, ended: str | None = None) -> dict:
         """Replace status.json. `started` is kept from the previous status (or set now); `ended` is
-        set for every state but running; `steps_logged` defaults to the step records on disk."""
+        set for every state but running; `steps_logged` defaults to the step records on disk.
+        `started`/`ended` override the clock (ingest uses the log's own first and last timestamps)."""
         if state not in RUN_STATES:
             raise ValueError(f"status state {state!r}: expected one of {', '.join(RUN_STATES)}")
         previous = self._read_status_quietly()
@@ -89,8 +90,8 @@ class RunDir:
         status = {
             "state": state,
             "failure": failure,
-            "started": previous.get("started") or utc_now(),
-            "ended": None if state == "running" else utc_now(),
+            "started": started or previous.get("started") or utc_now(),
+            "ended": None if state == "running" else (ended or utc_now()),
             "steps_logged": steps_logged if steps_logged is not None else self._count_steps_on_disk(),
             "exit_code": exit_code,
         }

@@ -250,3 +250,9 @@ def test_sample_mean_with_a_partial_list_mask_matches_the_array_path():
     assert _masked_sample_mean(values, mask) == pytest.approx(-0.3)
     assert _masked_sample_mean(torch.tensor(values), torch.tensor(mask)) == pytest.approx(-0.3)
     assert _masked_sample_mean([], []) == 0.0  # VIME's denominator is at least 1
+
+
+def test_ingested_status_spans_the_logged_time(vime_logs, tmp_path):
+    ingest(vime_logs / "colocate_3_rollouts.log", tmp_path / "run")
+    status = RunDir(tmp_path / "run").load().status
+    assert (status.started, status.ended) == ("2026-11-20 10:00:02", "2026-11-20 10:04:12")
