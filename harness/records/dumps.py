@@ -42,7 +42,8 @@ def _restricted_pickle_module():
 
     Why not torch.load(weights_only=True) itself: its unpickler is written in Python and reads a
     rollout dump's token lists (plain Python ints) about 4x slower (2.9 s vs 0.7 s per million
-    tokens here), which alone blew the 10 s budget for 10 M dumped tokens. The allowlist is the same, so what may load is the same.
+    tokens here), which alone blew the 10 s budget for 10 M dumped tokens. The allowlist is the
+    same, so what may load is the same.
     """
     import pickle
     import types

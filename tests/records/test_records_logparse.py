@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from harness.records import LogFileError, LogParser, parse_log_file, parse_log_lines
 from harness.records.lineclean import clean_line
-from vime_log_builder import ROLLOUT_MANAGER, TRAINER, build_run_log, render
+from vime_log_builder import build_run_log, render
 
 
 def test_colocate_log_yields_every_record_with_its_actor(vime_logs):
