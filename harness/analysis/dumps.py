@@ -34,7 +34,7 @@ ROLLOUT_KEYS = {
     "rollout_log_probs": ("rollout_log_probs",),
     "weight_version": ("weight_versions", "weight_version"),
     "sampling": ("sampling_params", "sampling"),
-    "sampled_rank": ("sampled_token_rank", "sampled_rank", "token_rank"),
+    "sampled_rank": ("rollout_ranks", "sampled_token_rank", "sampled_rank", "token_rank"),
     "in_top_k": ("in_top_k", "sampled_in_top_k"),
     "in_top_p": ("in_top_p", "sampled_in_top_p"),
     "vocab_shard": ("vocab_shard", "sampled_vocab_shard"),
@@ -44,15 +44,20 @@ ROLLOUT_KEYS = {
 }
 TRAIN_KEYS = {
     "tokens": ("tokens",),
-    "response_length": ("response_lengths",),
+    "response_length": ("response_lengths", "response_length"),
     "prompt_ids": ("prompt_ids",),
     "response_ids": ("response_ids",),
     "target_ids": ("target_ids", "targets"),
-    "loss_mask": ("loss_masks",),
+    "loss_mask": ("loss_masks", "loss_mask"),
     "log_probs": ("log_probs",),
     "rollout_log_probs": ("rollout_log_probs",),
-    "weight_version": ("weight_versions", "train_weight_versions", "weight_version"),
+    "weight_version": ("weight_version_trainer", "train_weight_versions", "weight_versions", "weight_version"),
+    "rollout_weight_version_seen": ("weight_version_rollout",),
     "sampling": ("sampling_params",),
+    "sampled_rank": ("sampled_token_rank_trainer",),
+    "in_filter": ("inside_filter_set",),
+    "vocab_shard": ("vocab_shard",),
+    "tp_size": ("tp_size",),
     "consistency": ("consistency_metadata",),
     "index": ("sample_indices", "index", "indices"),
     "experts": ("routed_experts",),
@@ -134,11 +139,15 @@ def _normalise(raw: dict, keys: dict, source: str) -> Side:
         value = _pick(raw, aliases)
         if value is None:
             continue
-        if name in ("tokens", "prompt_ids", "response_ids", "target_ids", "sampled_rank", "vocab_shard"):
+        if name in ("tokens", "prompt_ids", "response_ids", "target_ids", "vocab_shard"):
             value = as_array(value, np.int64)
-        elif name in ("loss_mask", "log_probs", "rollout_log_probs", "in_top_k", "in_top_p"):
+        elif name == "sampled_rank":  # vLLM gives no rank for some tokens: NaN, not 0
+            value = as_array([np.nan if v is None else v for v in value] if isinstance(value, list) else value)
+        elif name in ("loss_mask", "log_probs", "rollout_log_probs", "in_top_k", "in_top_p", "in_filter"):
             value = as_array(value)
-        elif name in ("response_length", "index"):
+        elif name == "consistency" and isinstance(value, dict) and set(value) == {"rollout", "trainer"}:
+            value = value["trainer"]  # the train dump carries both sides' records: this side's is "trainer"
+        elif name in ("response_length", "index", "tp_size"):
             value = int(as_array(value, np.int64)[0]) if not isinstance(value, int) else value
         elif name == "weight_version":
             value = _last(value)
@@ -166,17 +175,21 @@ def rollout_sides(data: dict, source: str) -> list[Side]:
 
 
 def train_sides(data: dict, source: str) -> list[Side]:
-    """VIME's rollout_data holds one list per key (one entry per sample): turn columns into rows."""
+    """VIME's rollout_data holds one list per key (one entry per sample): turn columns into rows.
+    The embedded trainer adds a `samples` list of per-sample dicts in the same order: merged in."""
     payload = data.get("rollout_data", data)
     if not isinstance(payload, dict):
         raise DumpError(f"{source}: key 'rollout_data': expected a dict of per-sample lists, found {type(payload).__name__}")
+    extras = data.get("samples") if "rollout_data" in data else None
+    if extras is not None and not (isinstance(extras, list) and all(isinstance(e, dict) for e in extras)):
+        raise DumpError(f"{source}: key 'samples': expected a list of per-sample dicts")
     counts = {k: len(v) for k, v in payload.items() if isinstance(v, (list, tuple))}
-    if not counts:
-        return []
-    n = max(counts.values())
+    n = max([*counts.values(), len(extras or [])], default=0)
     rows = []
     for i in range(n):
         row = {k: v[i] for k, v in payload.items() if isinstance(v, (list, tuple)) and i < len(v)}
+        if extras is not None and i < len(extras):
+            row.update(extras[i])
         rows.append(_normalise(row, TRAIN_KEYS, f"{source}#rollout_data[{i}]"))
     return rows
 

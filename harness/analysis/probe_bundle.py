@@ -55,6 +55,9 @@ class ProbeBundle:
     trainer_log_probs: torch.Tensor | None
     scalars: dict = field(default_factory=dict)
     extra_keys: list[str] = field(default_factory=list)
+    # Per-sample slices of the concatenated tokens: (sample index or None, start, end).
+    segments: list[tuple[int | None, int, int]] = field(default_factory=list)
+    rollout_id: int | None = None
 
     @property
     def active(self) -> torch.Tensor:
@@ -80,12 +83,51 @@ def _scalar(value):
     return value
 
 
+SAMPLE_INDEX = ("index", "sample_index")
+
+
+def _flatten_samples(data: dict, path: Path) -> tuple[dict, list]:
+    """The embedded trainer's form - {"lm_head_weight", "policy": {...}, "samples": [per-sample
+    tensors]} - as one flat bundle: per-token tensors concatenated, the policy's scalars on top."""
+    flat = {k: v for k, v in data.items() if k not in ("samples", "policy")}
+    policy = data.get("policy")
+    if isinstance(policy, dict):
+        for key, value in policy.items():
+            flat.setdefault(key, value)
+    samples = data.get("samples")
+    if samples is None:
+        return flat, []
+    if not isinstance(samples, list) or not all(isinstance(x, dict) for x in samples) or not samples:
+        raise BundleProblem(f"{path}: key 'samples': expected a non-empty list of per-sample dicts")
+    segments, start = [], 0
+    for name in ("hidden", "targets", "loss_mask", "rollout_log_probs", "trainer_log_probs"):
+        parts = [_pick(x, KEYS[name]) for x in samples]
+        if all(p is None for p in parts):
+            continue
+        if any(p is None for p in parts):
+            missing = next(i for i, p in enumerate(parts) if p is None)
+            raise BundleProblem(f"{path}: samples[{missing}] has no {KEYS[name][0]!r} while other samples do")
+        tensors = [torch.as_tensor(p) for p in parts]
+        flat[KEYS[name][0]] = torch.cat([t if name == "hidden" else t.reshape(-1) for t in tensors])
+        if name == "targets":
+            for sample, t in zip(samples, tensors):
+                index = _pick(sample, SAMPLE_INDEX)
+                segments.append((None if index is None else int(index), start, start + t.numel()))
+                start += t.numel()
+    for name, aliases in SCALARS.items():  # per-sample scalars that are equal for every sample
+        values = [_scalar(_pick(x, aliases)) for x in samples]
+        if values[0] is not None and all(v == values[0] for v in values):
+            flat.setdefault(aliases[0], values[0])
+    return flat, segments
+
+
 def read_bundle(path: Path, trust: bool = False) -> ProbeBundle:
     path = Path(path)
     try:
         data = load_dump(path, trust=trust)
     except DumpError as err:
         raise BundleProblem(str(err)) from None
+    data, segments = _flatten_samples(data, path)
     tensors = {}
     for name in ("hidden", "weight", "targets"):
         value = _pick(data, KEYS[name])
@@ -114,7 +156,8 @@ def read_bundle(path: Path, trust: bool = False) -> ProbeBundle:
     scalars = {name: _scalar(_pick(data, names)) for name, names in SCALARS.items()}
     known = {n for names in (*KEYS.values(), *SCALARS.values()) for n in names}
     return ProbeBundle(path, hidden, weight, targets, mask, optional("rollout_log_probs"),
-                       optional("trainer_log_probs"), scalars, sorted(k for k in data if k not in known))
+                       optional("trainer_log_probs"), scalars, sorted(k for k in data if k not in known),
+                       segments, data.get("rollout_id"))
 
 
 def export_for_bench(bundle: ProbeBundle, out: Path) -> Path:

@@ -32,11 +32,28 @@ def _value_at(side, name: str, position: int):
 
 
 def _filter_edge(rank, sampling: dict | None) -> bool | None:
-    """At the edge of the top-k set: the last rank top-k keeps (top-p's edge needs the full row)."""
+    """At the edge of the top-k set: the last (1-based, as vLLM counts) rank top-k keeps; top-p's
+    edge needs the full row, which only a probe bundle has."""
     top_k = (sampling or {}).get("top_k")
-    if rank is None or top_k is None or int(top_k) <= 0:
+    if rank is None or top_k is None or int(top_k) <= 0 or rank != rank:  # rank != rank: NaN
         return None
-    return int(rank) == int(top_k) - 1
+    return int(rank) == int(top_k)
+
+
+# Per-token fields and where to find them: (side, field) in order of preference.
+SOURCES = {
+    "sampled_rank": (("rollout", "sampled_rank"), ("train", "sampled_rank")),
+    "in_filter_set": (("train", "in_filter"), ("rollout", "in_top_p"), ("rollout", "in_top_k")),
+    "vocab_shard": (("train", "vocab_shard"), ("rollout", "vocab_shard")),
+}
+
+
+def _either(pair, name: str, position: int):
+    for side_name, field_name in SOURCES[name]:
+        value = _value_at(getattr(pair, side_name), field_name, position)
+        if value is not None:
+            return value
+    return None
 
 
 def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
@@ -49,10 +66,10 @@ def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
     if rollout_lp is None:
         rollout_lp = _value_at(rollout, "rollout_log_probs", position)
     sampling = rollout.get("sampling") if rollout is not None else None
-    rank = _value_at(rollout, "sampled_rank", position)
+    rank = _either(pair, "sampled_rank", position)
     entry = {
         "rollout_id": pair.rollout_id, "sample_position": pair.position, "sample_index": pair.index,
-        "rank": pair.rank, "token_position": position, "dlogp": float(dlogp), "abs_dlogp": abs(float(dlogp)),
+        "train_rank": pair.rank, "token_position": position, "dlogp": float(dlogp), "abs_dlogp": abs(float(dlogp)),
         "prompt_length": None if prompt is None else int(prompt.size),
         "response_length": None if response is None else int(response.size),
         "token_id": _value_at(side, "response_ids", position),
@@ -60,10 +77,9 @@ def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
         "rollout_log_prob": rollout_lp,
         "sampled_token_probability": None if rollout_lp is None else float(np.exp(rollout_lp)),
         "sampled_token_rank": rank,
-        "in_top_k": _value_at(rollout, "in_top_k", position),
-        "in_top_p": _value_at(rollout, "in_top_p", position),
+        "in_filter_set": _either(pair, "in_filter_set", position),
         "top_k_edge": _filter_edge(rank, sampling),
-        "vocab_shard": _value_at(rollout, "vocab_shard", position),
+        "vocab_shard": _either(pair, "vocab_shard", position),
         "experts": _value_at(rollout, "experts", (prompt.size if prompt is not None else 0) + position),
     }
     if response is not None:
@@ -108,7 +124,7 @@ def _grouped(abs_d: np.ndarray, groups: np.ndarray) -> dict | None:
             "kruskal_p_value": float(test.pvalue)}
 
 
-def _column(tokens, side_name: str, field: str, per_token: bool = True) -> np.ndarray | None:
+def _column(tokens, side_name: str, field: str) -> np.ndarray | None:
     """A per-active-token column from one side, or None when any sample lacks it."""
     parts = []
     for pair, positions in tokens.where:
@@ -116,14 +132,19 @@ def _column(tokens, side_name: str, field: str, per_token: bool = True) -> np.nd
         value = side.get(field) if side is not None else None
         if value is None:
             return None
-        if per_token:
-            value = np.asarray(value, dtype=np.float64)
-            if positions.size and positions.max() >= value.size:
-                return None
-            parts.append(value[positions])
-        else:
-            parts.append(np.full(positions.size, float(value)))
+        value = np.asarray(value, dtype=np.float64)
+        if positions.size and positions.max() >= value.size:
+            return None
+        parts.append(value[positions])
     return np.concatenate(parts) if parts else None
+
+
+def _first_column(tokens, name: str) -> np.ndarray | None:
+    for side_name, field_name in SOURCES[name]:
+        column = _column(tokens, side_name, field_name)
+        if column is not None:
+            return column
+    return None
 
 
 def correlations(tokens) -> dict[str, dict]:
@@ -138,8 +159,8 @@ def correlations(tokens) -> dict[str, dict]:
     lp = lp if lp is not None else _column(tokens, "rollout", "rollout_log_probs")
     if lp is not None:
         out["sampled_token_probability"] = _spearman(np.exp(lp), abs_d)
-    for name in ("sampled_rank", "in_top_k", "in_top_p", "vocab_shard"):
-        column = _column(tokens, "rollout", name)
+    for name in SOURCES:
+        column = _first_column(tokens, name)
         if column is None:
             continue
         out[name] = _spearman(column, abs_d) if name == "sampled_rank" else _grouped(abs_d, column)

@@ -86,18 +86,20 @@ def probe_contract(bundle: ProbeBundle, settings, floor: float, min_removed: flo
 
 
 def flag_membership(dumps, settings) -> dict:
-    """From the dumps alone: sampled tokens the rollout itself flags as outside its top-k/top-p set."""
-    outside = flagged = 0
+    """From the dumps alone: sampled tokens flagged as outside the top-k/top-p set (by the rollout's
+    own flags, or by the trainer's recomputed membership)."""
+    counts = {"rollout": [0, 0], "train": [0, 0]}  # side -> [tokens flagged, tokens outside]
     for step in dumps.steps.values():
         for pair in step.pairs:
-            side = pair.rollout
-            if side is None:
-                continue
-            mask = pair.train.get("loss_mask") if pair.train is not None and pair.train.has("loss_mask") else side.get("loss_mask")
-            for name in ("in_top_k", "in_top_p"):
-                value = side.get(name)
+            mask = next((s.get("loss_mask") for s in (pair.train, pair.rollout) if s is not None and s.has("loss_mask")), None)
+            for side, name in (("rollout", "in_top_k"), ("rollout", "in_top_p"), ("train", "in_filter")):
+                holder = getattr(pair, side)
+                value = holder.get(name) if holder is not None else None
                 if value is None or mask is None or value.size != mask.size:
                     continue
-                flagged += int((mask > 0).sum())
-                outside += int(((value == 0) & (mask > 0)).sum())
-    return {"tokens_with_filter_flags": flagged, "sampled_outside_flagged_set": outside}
+                counts[side][0] += int((mask > 0).sum())
+                counts[side][1] += int(((value == 0) & (mask > 0)).sum())
+    # Only the rollout's own flags say its filter did not apply to sampling; the trainer's recomputed
+    # membership differs from it at the set's edge whenever the two sides' logits differ (evidence only).
+    return {"tokens_with_filter_flags": counts["rollout"][0], "sampled_outside_flagged_set": counts["rollout"][1],
+            "trainer_view_tokens": counts["train"][0], "trainer_view_outside_set": counts["train"][1]}

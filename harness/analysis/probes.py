@@ -53,6 +53,8 @@ class ProbeReport(BaseModel):
     drift_class: DriftClass
     decided_by: int | None
     boundary: str | None = None
+    # False when a probe was skipped: `none` then means "nothing failed among the probes that ran".
+    complete: bool = True
     warnings: list[str] = Field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -100,8 +102,43 @@ def group_fields(group: str, field: str) -> bool:
     return group == "identity"
 
 
-def framework_probes(dumps: RunDumps) -> list[ProbeVerdict]:
+def bundle_identity(bundles: list, dumps: RunDumps, comparison) -> None:
+    """The targets the trainer gathered (probe bundle) must be the rollout's response tokens."""
+    from harness.analysis.consistency import FieldMismatch
+
+    for bundle in bundles:
+        step = dumps.steps.get(bundle.rollout_id)
+        if step is None:
+            continue
+        responses = {p.rollout.get("index"): p.rollout.get("response_ids") for p in step.pairs
+                     if p.rollout is not None and p.rollout.get("index") is not None}
+        for index, start, end in bundle.segments:
+            expected = responses.get(index)
+            if expected is None:
+                comparison.count("probe_bundle.targets", key="probe_bundle.targets")
+                continue
+            comparison.count("probe_bundle.targets")
+            got = bundle.targets[start:end].numpy()
+            if got.shape != expected.shape or (got != expected).any():
+                comparison.mismatches.append(FieldMismatch(
+                    step.rollout_id, index, "probe_bundle.targets", "identity",
+                    _describe_targets(got, expected)))
+
+
+def _describe_targets(got, expected) -> str:
+    from harness.analysis.consistency import _describe_arrays
+
+    detail = _describe_arrays(got, expected)
+    if got.size == expected.size and got.size > 1 and (got[:-1] == expected[1:]).mean() > 0.5:
+        detail += "; the trainer's targets are the response shifted by one (next token)"
+    elif got.size == expected.size and got.size > 1 and (got[1:] == expected[:-1]).mean() > 0.5:
+        detail += "; the trainer's targets are the response shifted back by one (slice read one position early)"
+    return detail
+
+
+def framework_probes(dumps: RunDumps, bundles: list | None = None) -> list[ProbeVerdict]:
     comparison = compare_run(dumps)
+    bundle_identity(bundles or [], dumps, comparison)
     identity = _group_verdict(1, "identity", comparison, "sample and token identity")
     state = _group_verdict(2, "state", comparison, "model state (weight version)")
     if comparison.layout:
@@ -109,9 +146,27 @@ def framework_probes(dumps: RunDumps) -> list[ProbeVerdict]:
     return [identity, state]
 
 
+def load_bundles(dumps: RunDumps) -> tuple[list, list[str]]:
+    from harness.analysis.probe_bundle import BundleProblem, read_bundle
+
+    bundles, problems = [], []
+    for _, step in sorted(dumps.steps.items()):
+        if step.probe_file is None:
+            continue
+        try:
+            bundle = read_bundle(step.probe_file)
+        except BundleProblem as err:
+            problems.append(f"{err} (code: malformed_probe_bundle)")
+            continue
+        bundle.rollout_id = step.rollout_id if bundle.rollout_id is None else int(bundle.rollout_id)
+        bundles.append(bundle)
+    return bundles, problems
+
+
 def framework_checks(run_path: Path) -> list[ProbeVerdict]:
-    """Probes 1 and 2 only: cheap (dumps, no tensors), for the ladder classifier."""
-    return framework_probes(read_run_dumps(Path(run_path) / "dumps"))
+    """Probes 1 and 2 only: cheap (dumps and the probe bundles' target ids), for the ladder classifier."""
+    dumps = read_run_dumps(Path(run_path) / "dumps")
+    return framework_probes(dumps, load_bundles(dumps)[0])
 
 
 def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdict:
@@ -130,20 +185,15 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
     return _verdict(number, "pass", f"{what}: within the fp32 floor on every bundle{tail}", evidence)
 
 
-def bundle_probes(bundle_files: list[Path], settings: RunSettings, limits: dict, dumps: RunDumps) -> list[ProbeVerdict]:
-    from harness.analysis.probe_bundle import BundleProblem, read_bundle
+def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, limits: dict,
+                  dumps: RunDumps) -> list[ProbeVerdict]:
     from harness.analysis.probe_contract import flag_membership, probe_contract
     from harness.analysis.probe_numerics import (BundleNumerics, probe_lse_split, probe_logits, probe_paths,
                                                   probe_vocab_parallel)
 
     per_probe: dict[int, list[dict]] = {n: [] for n in (3, 4, 5, 6, 7)}
-    problems = []
-    for path in bundle_files:
-        try:
-            bundle = read_bundle(path)
-        except BundleProblem as err:
-            problems.append(str(err))
-            continue
+    for bundle in bundles:
+        path = bundle.path
         num = BundleNumerics(bundle, settings)
         for number, fn in ((3, probe_logits), (4, probe_lse_split), (5, probe_vocab_parallel), (7, probe_paths)):
             per_probe[number].append({"file": path.name, **fn(num, limits["floor"])})
@@ -199,13 +249,13 @@ def run_probes(run_path: Path) -> ProbeReport:
     settings = run_settings(run)
     dumps = read_run_dumps(run_path / "dumps")
     limits = thresholds()
-    verdicts = framework_probes(dumps)
-    bundles = [step.probe_file for _, step in sorted(dumps.steps.items()) if step.probe_file is not None]
-    verdicts += bundle_probes(bundles, settings, limits, dumps)
+    bundles, problems = load_bundles(dumps)
+    verdicts = framework_probes(dumps, bundles)
+    verdicts += bundle_probes(bundles, problems, settings, limits, dumps)
     verdicts.sort(key=lambda v: v.number)
     drift_class, decided_by, boundary = decide(verdicts, settings)
-    warnings = list(dumps.warnings) + [f"run: {p}" for p in run.problems]
-    if not bundles:
+    warnings = list(dumps.warnings) + problems + [f"run: {p}" for p in run.problems]
+    if not bundles and not problems:
         warnings.append(f"{run_path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 skipped (code: probe_bundle_missing)")
     return ProbeReport(run=run.id, probes=verdicts, drift_class=drift_class, decided_by=decided_by,
-                       boundary=boundary, warnings=warnings)
+                       boundary=boundary, complete=all(v.status != "skipped" for v in verdicts), warnings=warnings)
