@@ -113,9 +113,14 @@ def test_intervals_are_deterministic_for_a_seed():
 def test_block_bootstrap_covers_the_mean_of_autocorrelated_steps_where_iid_does_not():
     block = coverage(n=120, rho=0.6, block_len=None, reps=200, seed=11)
     iid = coverage(n=120, rho=0.6, block_len=1, reps=200, seed=11)
-    assert block >= 0.80, f"block-bootstrap coverage {block:.2f} at n=120, rho=0.6"
-    assert iid <= 0.75, f"i.i.d. coverage {iid:.2f}: the series is not autocorrelated enough to test"
-    assert block - iid >= 0.12, f"block {block:.2f} vs iid {iid:.2f}"
+    assert block >= 0.86, f"block-bootstrap coverage {block:.2f} at n=120, rho=0.6"
+    assert iid <= 0.78, f"i.i.d. coverage {iid:.2f}: the series is not autocorrelated enough to test"
+    assert block - iid >= 0.15, f"block {block:.2f} vs iid {iid:.2f}"
+
+
+def test_block_bootstrap_coverage_on_a_30_step_run_is_known_and_held():
+    # A 30-step run is what the acceptance criteria judge; measured 0.84-0.87 here (docs/statistics.md).
+    assert coverage(n=30, rho=0.6, block_len=None, reps=200, seed=13) >= 0.80
 
 
 def test_block_bootstrap_keeps_nominal_coverage_on_independent_steps():
