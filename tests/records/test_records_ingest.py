@@ -19,13 +19,28 @@ from vime_log_builder import build_run_log
 REPO = Path(__file__).resolve().parents[2]
 
 
-def harness_cli(*args, cwd=REPO):
-    done = subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+def harness_subprocess(*args):
+    done = subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True, cwd=REPO)
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.fixture
+def harness_cli(capsys):
+    """The real `python -m harness` command line, run in this process (a subprocess per case
+    costs a second of imports; one test below goes through the subprocess)."""
+    from harness.cli import main
+
+    def run(*args):
+        capsys.readouterr()
+        code = main([str(arg) for arg in args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
 def test_cli_writes_a_run_dir_whose_records_match_the_parse(vime_logs, tmp_path):
-    code, out, err = harness_cli("ingest", vime_logs / "colocate_3_rollouts.log", "--runs-dir", tmp_path)
+    code, out, err = harness_subprocess("ingest", vime_logs / "colocate_3_rollouts.log", "--runs-dir", tmp_path)
     assert code == 0, err
     run_path = Path(out.strip().splitlines()[-1])
     assert run_path.parent == tmp_path and run_path.name.startswith("ingested-")
@@ -36,12 +51,12 @@ def test_cli_writes_a_run_dir_whose_records_match_the_parse(vime_logs, tmp_path)
     assert run.series("train/train_rollout_logprob_abs_diff") == [(0, 0.0183), (1, 0.0191), (2, 0.0187)]
     assert run.path.joinpath("log.txt").read_bytes() == (vime_logs / "colocate_3_rollouts.log").read_bytes()
     # same content -> same run id; a second ingest replaces it whole
-    code, out2, _ = harness_cli("ingest", vime_logs / "colocate_3_rollouts.log", "--runs-dir", tmp_path)
+    code, out2, _ = harness_subprocess("ingest", vime_logs / "colocate_3_rollouts.log", "--runs-dir", tmp_path)
     assert code == 0 and out2.strip().splitlines()[-1] == str(run_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [run_path.name]
 
 
-def test_cli_json_prints_the_metrics_jsonl_shape(vime_logs):
+def test_cli_json_prints_the_metrics_jsonl_shape(vime_logs, harness_cli):
     code, out, err = harness_cli("ingest", vime_logs / "single_process_no_ray.log", "--json")
     assert code == 0 and err == ""
     lines = [json.loads(line) for line in out.splitlines()]
@@ -57,7 +72,7 @@ def test_failed_run_gets_failed_status_with_the_root_cause(vime_logs, tmp_path):
     assert run.steps() == [0]
 
 
-def test_truncated_log_exits_2_but_keeps_every_readable_step(vime_logs, tmp_path):
+def test_truncated_log_exits_2_but_keeps_every_readable_step(vime_logs, tmp_path, harness_cli):
     code, out, err = harness_cli("ingest", vime_logs / "truncated_mid_record.log", "--out", tmp_path / "cut")
     assert code == 2
     assert err.strip().splitlines() == [
@@ -72,7 +87,7 @@ def test_truncated_log_exits_2_but_keeps_every_readable_step(vime_logs, tmp_path
     (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary data (NUL byte at offset 8)"),
     (b"hello\nthis is not a VIME log\n", "no step/rollout/perf/eval records and no failure signatures"),
 ])
-def test_unusable_input_is_one_line_exit_2_and_nothing_written(tmp_path, content, message):
+def test_unusable_input_is_one_line_exit_2_and_nothing_written(tmp_path, content, message, harness_cli):
     bad = tmp_path / "input.log"
     bad.write_bytes(content)
     runs = tmp_path / "runs"
@@ -82,12 +97,12 @@ def test_unusable_input_is_one_line_exit_2_and_nothing_written(tmp_path, content
     assert not runs.exists() or list(runs.iterdir()) == []
 
 
-def test_missing_path(tmp_path):
+def test_missing_path(tmp_path, harness_cli):
     code, _, err = harness_cli("ingest", tmp_path / "absent.log")
     assert code == 2 and err == f"error: {tmp_path / 'absent.log'}: no such file or directory\n"
 
 
-def test_mixed_logs_exit_2_with_all_records_kept(vime_logs, tmp_path):
+def test_mixed_logs_exit_2_with_all_records_kept(vime_logs, tmp_path, harness_cli):
     code, _, err = harness_cli("ingest", vime_logs / "two_runs_appended.log", "--out", tmp_path / "mixed")
     assert code == 2 and "mixes the output of more than one run" in err and err.count("\n") == 1
     assert [r.n for r in RunDir(tmp_path / "mixed").load().records if r.kind == "step"] == [0, 1, 2, 0]
@@ -117,7 +132,7 @@ def test_directory_of_one_runs_logs_and_stray_files(vime_logs, tmp_path):
     assert any("plot.png: binary file" in w for w in result.warnings)
 
 
-def test_run_directory_with_a_corrupt_file_is_named_and_its_steps_kept(vime_logs, tmp_path):
+def test_run_directory_with_a_corrupt_file_is_named_and_its_steps_kept(vime_logs, tmp_path, harness_cli):
     ingest(vime_logs / "colocate_3_rollouts.log", tmp_path / "run")
     (tmp_path / "run" / "status.json").write_text("{not json")
     code, out, err = harness_cli("ingest", tmp_path / "run", "--json")

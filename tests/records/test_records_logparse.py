@@ -174,3 +174,19 @@ def test_a_log_cut_anywhere_keeps_every_record_before_the_cut(data):
     assert len(partial.records) <= len(complete) + 1  # the cut line itself may still parse
     if partial.stopped_at is not None:
         assert partial.warnings[-1].startswith(f"line {partial.stopped_at}: truncated")
+
+
+def test_async_interleaving_of_actors_is_not_a_mixed_log():
+    """In async training the rollout manager runs a rollout ahead of the trainer: its perf N+1
+    can print before the trainer's perf N. Each actor's own sequence still only moves forward."""
+    from harness.records.merge import metric_series
+
+    lines = [render("perf", 0, {"perf/rollout_time": 60.0}, source="RolloutManager pid=2987"),
+             render("perf", 1, {"perf/rollout_time": 61.0}, source="RolloutManager pid=2987"),
+             render("perf", 0, {"perf/train_time": 30.0}),
+             render("perf", 2, {"perf/rollout_time": 62.0}, source="RolloutManager pid=2987"),
+             render("perf", 1, {"perf/train_time": 31.0})]
+    result = parse_log_lines(lines)
+    assert result.bad_input == [] and len(result.records) == 5
+    assert metric_series(result.records, "perf/train_time") == [(0, 30.0), (1, 31.0)]
+    assert metric_series(result.records, "perf/rollout_time") == [(0, 60.0), (1, 61.0), (2, 62.0)]
