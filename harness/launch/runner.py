@@ -19,6 +19,7 @@ from harness.launch.progress import RunProgress
 from harness.launch.sources import LocalProcess, RayJob
 from harness.launch.trainer import output_flags, trainer_command
 from harness.records.environment import collect_environment
+from harness.records.failures import primary_failure
 from harness.records.logparse import LogParser
 from harness.records.models import Failure, Record
 from harness.records.rundir import RunDir
@@ -138,7 +139,8 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
     if code == 0:
         run_dir.set_status("finished", exit_code=0)
         return "finished"
-    failure = failures[0].model_dump() if failures else {
+    primary = primary_failure(failures)
+    failure = primary.model_dump() if primary else {
         "signature": "nonzero-exit", "line": parser.line_no, "text": f"trainer exited with code {code}"}
     run_dir.set_status("failed", failure=failure, exit_code=code)
     return "failed"

@@ -26,6 +26,9 @@ def register(subparsers) -> None:
     parser.add_argument("--runs-dir", type=Path, default=None, help="where the default run directory goes")
     parser.add_argument("--trust-dumps", action="store_true",
                         help="load dumps with torch.load(weights_only=False): only for files you trust")
+    for label in ("rung", "stage", "mode"):
+        parser.add_argument(f"--{label}", default=None,
+                            help=f"label the run directory with its {label}, so `pytest --backend=records` finds it")
     parser.set_defaults(func=cmd_ingest)
 
 
@@ -42,7 +45,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             out = args.out
         elif args.path.exists() and not is_run_directory(args.path):
             out = (args.runs_dir or default_runs_dir()) / f"ingested-{content_hash(args.path)}"
-    result = ingest(args.path, out, trust_dumps=args.trust_dumps)
+    labels = {k: getattr(args, k) for k in ("rung", "stage", "mode") if getattr(args, k)}
+    result = ingest(args.path, out, trust_dumps=args.trust_dumps, labels=labels or None)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in result.problems:

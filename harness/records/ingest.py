@@ -64,7 +64,7 @@ def _is_text(path: Path) -> bool:
     return b"\x00" not in head
 
 
-def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False) -> IngestResult:
+def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False, labels: dict | None = None) -> IngestResult:
     """Read `path`; with `out`, also write a run directory there (replacing one that exists)."""
     path = Path(path)
     result = IngestResult(source=path)
@@ -79,7 +79,7 @@ def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False) ->
         result.problems.append(f"{path}: no step/rollout/perf/eval records and no failure signatures: "
                                f"expected VIME log text, TensorBoard events or --save-debug-* dumps")
     if out is not None and (result.records or result.failures):
-        result.run_dir = write_run_directory(result, Path(out))
+        result.run_dir = write_run_directory(result, Path(out), labels)
     return result
 
 
@@ -164,7 +164,7 @@ def content_hash(path: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def write_run_directory(result: IngestResult, out: Path) -> Path:
+def write_run_directory(result: IngestResult, out: Path, labels: dict | None = None) -> Path:
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -177,6 +177,9 @@ def write_run_directory(result: IngestResult, out: Path) -> Path:
         _write_log(result, run_dir)
         for dump in result.inputs["dumps"]:
             _link_or_copy(Path(dump), run_dir.dumps_dir / Path(dump).name)
+        if labels:
+            # What the run was (rung, stage, mode), so --backend=records can find it for a test.
+            run_dir.write_spec({"run_id": out.name, "backend": "records", **labels, "flags": {}})
         run_dir.write_ingest_info({
             "source": str(result.source), "inputs": result.inputs, "ingested_at": utc_now(),
             "warnings": result.warnings, "problems": result.problems,
