@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from harness.analysis.probe_context import correlations, worst_tokens
-from harness.analysis.consistency import tokenizer_checks
+from harness.analysis.consistency import compare_run, tokenizer_checks
 from harness.analysis.dumps import RunDumps, SamplePair, read_run_dumps
 from harness.layout.sample_mean import sample_mean_abs_diff
 
@@ -183,6 +183,17 @@ def _t(array: np.ndarray):
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
+def identity_warnings(dumps: RunDumps) -> list[str]:
+    """One line when the train dumps describe other samples than the rollout dumps (another run or step)."""
+    mismatches = compare_run(dumps).group("identity")
+    if not mismatches:
+        return []
+    fields = ", ".join(sorted({m.field for m in mismatches}))
+    samples = len({(m.rollout_id, m.sample) for m in mismatches})
+    return [f"{samples} samples differ between the rollout and train dumps in {fields}, e.g. {mismatches[0].line()}; "
+            "dumps from another run or step, or a framework fault (see probe 1) (code: sample_identity_mismatch)"]
+
+
 def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None) -> Audit:
     warnings = list(dumps.warnings)
     logged = _logged_by_step(run)
@@ -195,6 +206,7 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None) -> Audit:
         warnings.append(f"{name}: {ABS_DIFF_METRIC} was never logged; the sample-mean cannot be checked "
                         "(code: logged_metric_missing)")
     warnings.extend(tokenizer_checks(dumps, tokenizer))
+    warnings.extend(identity_warnings(dumps))
     dlogp = np.concatenate(tokens.dlogp) if tokens.dlogp else np.zeros(0)
     if dumps.steps and dlogp.size == 0:
         warnings.append(f"{name}: zero active tokens with both log-probs in the whole run (code: zero_active_tokens)")

@@ -1,0 +1,86 @@
+"""The probes' decision logic on hand-built runs: each built fault stops at its probe with its class.
+
+The same faults on real embedded runs are in test_probes_on_runs.py; these check the checker with
+inputs whose cause is known by construction (style.md: test the tester).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from attribution_builders import build_run
+
+from harness import REPO_ROOT
+from harness.analysis.probes import framework_checks, run_probes
+
+pytestmark = pytest.mark.attribution
+
+CASES = {
+    "aligned-fp32": (dict(), "none", None),
+    "bf16-rollout": (dict(rollout_dtype=torch.bfloat16), "expected-numerical", 3),
+    "top-p-processed": (dict(top_p=0.8), "semantic", 6),
+    "top-p-and-bf16": (dict(top_p=0.8, rollout_dtype=torch.bfloat16), "semantic", 6),
+    "trainer-ignores-temperature": (dict(temperature=0.7, trainer_temperature=1.0), "semantic", 6),
+    "token-shift": (dict(fault="token-shift"), "framework", 1),
+    "mask-off-by-one": (dict(fault="mask-off-by-one"), "framework", 1),
+    "stale-weights": (dict(fault="stale-weights", rollout_dtype=torch.bfloat16), "framework", 2),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_built_fault_decides_its_class(tmp_path, case):
+    kwargs, expected_class, expected_probe = CASES[case]
+    report = run_probes(build_run(tmp_path, **kwargs))
+    statuses = {p.number: p.status for p in report.probes}
+    assert (report.drift_class, report.decided_by) == (expected_class, expected_probe), (statuses, report.boundary)
+    if expected_probe is None:
+        assert set(statuses.values()) == {"pass"}
+    else:
+        assert statuses[expected_probe] == "fail"
+        assert report.probes[expected_probe - 1].evidence  # the deciding verdict carries its evidence
+
+
+def test_bf16_boundary_is_the_rollouts_lm_head(tmp_path):
+    report = run_probes(build_run(tmp_path, rollout_dtype=torch.bfloat16))
+    assert report.boundary == "LM-head GEMM / bf16 logits of the rollout path"
+    assert all(report.probes[n - 1].status == "pass" for n in (1, 2, 6))
+
+
+def test_framework_checks_are_probes_one_and_two(tmp_path):
+    checks = framework_checks(build_run(tmp_path, fault="token-shift"))
+    assert [c.number for c in checks] == [1, 2]
+    assert checks[0].status == "fail" and "tokens" in checks[0].verdict
+
+
+def test_vime_dumps_without_bundles_skip_what_they_cannot_show(tmp_path):
+    report = run_probes(build_run(tmp_path, vime_format=True))
+    statuses = {p.number: p.status for p in report.probes}
+    assert statuses[1] == "pass"  # tokens, masks and rollout log-probs are in VIME's own dumps
+    assert all(statuses[n] == "skipped" for n in (2, 3, 4, 5, 6, 7))
+    assert report.complete is False
+    assert any("probe_bundle_missing" in w for w in report.warnings)
+
+
+def test_cli_json_has_class_and_decided_by(tmp_path):
+    path = build_run(tmp_path, fault="stale-weights")
+    out = subprocess.run([sys.executable, "-m", "harness", "attribute", str(path), "--json"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)
+    assert (data["class"], data["decided_by"]) == ("framework", 2)
+    assert [p["number"] for p in data["probes"]] == list(range(1, 8))
+    assert data["audit"]["per_step"]
+
+
+def test_cli_text_and_bad_run_dir(tmp_path):
+    path = build_run(tmp_path, top_p=0.8)
+    out = subprocess.run([sys.executable, "-m", "harness", "attribute", str(path)], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "class: semantic (decided by probe 6)" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "harness", "attribute", str(tmp_path / "nope")], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such run directory" in bad.stderr
