@@ -115,6 +115,10 @@ def mismatch_above_near_aligned(ctx: JudgeContext) -> Verdict:
         return Verdict(False, f"{head} includes zero or lies below it: not measurably above the near-aligned rung", evidence)
     if diff.diff < min_delta:
         return Verdict(False, f"{head}: below thresholds.rung_min_abs_delta = {min_delta}", evidence)
+    ceiling = ctx.threshold("vime_hardcoded_max_abs_diff")
+    if evidence["baseline_mean"] > ceiling:
+        return Verdict(False, f"{head}: measurable, but above VIME's own bound thresholds.vime_hardcoded_max_abs_diff = {ceiling} "
+                              "(seed: if the mismatch is too large, reduce the sampling filters)", evidence)
     return Verdict(True, head, evidence)
 
 

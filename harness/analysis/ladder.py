@@ -80,9 +80,12 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
     judgement.evidence["parent_run"] = parent.id
     judgement.diff = diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=knobs.threshold("bootstrap_confidence"))
     min_delta = knobs.threshold("rung_min_abs_delta")
-    if not diff.excludes_zero or abs(diff.diff) < min_delta:
-        judgement.reasons.append(f"delta {diff.diff:+.3g} is not measurable (CI [{diff.low:+.3g}, {diff.high:+.3g}] includes zero "
-                                 f"or |delta| < thresholds.rung_min_abs_delta {min_delta})")
+    flat_rel = knobs.threshold("rung_flat_max_rel_delta")
+    relative = abs(diff.diff) / judgement.parent_mean if judgement.parent_mean else float("inf")
+    if not diff.excludes_zero or abs(diff.diff) < min_delta or relative <= flat_rel:
+        judgement.reasons.append(f"delta {diff.diff:+.3g} ({relative:.0%} of the parent) is not an effect: CI "
+                                 f"[{diff.low:+.3g}, {diff.high:+.3g}], thresholds.rung_min_abs_delta {min_delta}, "
+                                 f"thresholds.rung_flat_max_rel_delta {flat_rel:.0%}")
         return judgement
     judgement.observed_direction = "up" if diff.diff > 0 else "down"
     drifting, steadier = (child, parent) if diff.diff > 0 else (parent, child)
