@@ -63,7 +63,7 @@ def test_sample_order_does_not_change_the_metric(batch, seed):
 
 
 @given(batch=batches(max_len=30), cp_size=st.sampled_from([2, 4]), prompt_len=st.integers(1, 20))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 def test_cp_sliced_reduction_as_vime_does_it_equals_the_full_sample_mean(batch, cp_size, prompt_len):
     # VIME under CP: each rank sums |dlogp| * mask over its zigzag part of each response, divides
     # by that sample's full mask count, and the ranks' sums are all-reduced.
@@ -81,6 +81,21 @@ def test_cp_sliced_reduction_as_vime_does_it_equals_the_full_sample_mean(batch, 
     direct = sample_mean_abs_diff(tensors(diffs), tensors(masks))
     note(f"via CP={via_cp!r} direct={direct!r}")
     assert via_cp == pytest.approx(direct, rel=1e-6, abs=1e-9)
+
+
+@given(batch=batches(), per_token=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_the_embedded_trainers_reduction_agrees_with_this_one(batch, per_token):
+    # The embedded trainer keeps a differentiable copy of the reduction for its loss and logs the
+    # metric with it; the audit uses this module. They must agree for any batch, or "the audit's
+    # sample-mean reproduces the logged abs-diff" would compare two different definitions.
+    from harness.embedded.grpo import sample_mean as trainer_sample_mean
+
+    diffs, masks = batch
+    trainer = float(trainer_sample_mean(tensors(diffs), tensors(masks), per_token))
+    layout = sample_mean_abs_diff(tensors(diffs), tensors(masks), per_token=per_token)
+    note(f"per_token={per_token} trainer={trainer!r} layout={layout!r}")
+    assert trainer == pytest.approx(layout, rel=1e-5, abs=1e-7)
 
 
 def test_a_short_and_a_long_response_weigh_the_same_unless_per_token():
