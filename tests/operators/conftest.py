@@ -1,0 +1,39 @@
+"""Shared pieces of the operator tests: thresholds, devices, small fixed bundles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from harness.operators.bundles import BundleShape, synthetic_bundle
+
+THRESHOLDS_FILE = Path(__file__).with_name("thresholds.yaml")
+
+# Small shapes so CI exercises every path: V=4000 leaves chunks of 500 columns, so the last tile
+# of each chunk is partly masked; T=200 is not a multiple of any row block.
+SMALL = BundleShape(tokens=200, hidden=256, vocab=4000, seed=0)
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")),
+]
+
+
+def threshold(name: str) -> float:
+    data = yaml.safe_load(THRESHOLDS_FILE.read_text())["thresholds"]
+    if name not in data:
+        raise KeyError(f"{THRESHOLDS_FILE}: no threshold named {name!r}")
+    return float(data[name]["value"])
+
+
+@pytest.fixture(scope="session")
+def small_bundle_cpu():
+    return synthetic_bundle(SMALL)
+
+
+@pytest.fixture(params=DEVICES)
+def small_bundle(request, small_bundle_cpu):
+    return small_bundle_cpu.to(request.param)
