@@ -3,7 +3,7 @@
     label_experiment(stage, rung_or_criterion, check, mode, backend, run_id)
     attach_run(run)              spec, argv, environment, failure excerpt, run-directory and W&B/TB links
     attach_plot(fig, name)       a matplotlib figure as PNG (the figure is closed)
-    attach_table(rows, name)     rows (list of dicts) as an HTML table and a CSV file
+    attach_table(rows, name)     rows (list of dicts) as a Markdown table (rendered inline) and CSV
 
 Labels mirror the experiment (epic = stage, feature = rung or criterion, story = check) and the
 parameters that define a result's history are mode, backend and run id; host, commit and seed
@@ -27,7 +27,7 @@ import yaml
 from allure_commons import plugin_manager
 
 from harness import REPO_ROOT
-from harness.record.tables import to_csv, to_html
+from harness.record.tables import to_csv, to_markdown
 
 EXCERPT_CONTEXT_LINES = 15
 LOG_TAIL_LINES = 40
@@ -171,9 +171,14 @@ def attach_plot(fig, name: str) -> None:
         plt.close(fig)
 
 
+MARKDOWN = "text/markdown"  # not in allure's AttachmentType; Allure 3 renders it inline
+
+
 def attach_table(rows: list[dict], name: str, *, columns: list[str] | None = None, note: str | None = None) -> None:
-    """Rows as an HTML table (rendered in the report) and as CSV (full precision, downloadable)."""
+    """Rows as a Markdown table (rendered inline at full height; harness/record/tables.py says why
+    not HTML) and as CSV (full precision, downloadable)."""
     if not allure_active():
         return
-    allure.attach(to_html(rows, columns, title=name, note=note), name=name, attachment_type=allure.attachment_type.HTML)
+    allure.attach(to_markdown(rows, columns, title=name, note=note), name=name, attachment_type=MARKDOWN,
+                  extension="md")
     allure.attach(to_csv(rows, columns), name=f"{name} (CSV)", attachment_type=allure.attachment_type.CSV)

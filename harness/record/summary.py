@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.record.flags import describe_hardware, describe_operator_path, describe_precision, run_flags
-from harness.record.tables import format_cell, to_csv, to_html, to_markdown
+from harness.record.tables import format_cell, to_csv, to_markdown
 
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
 RAW_REWARD = "rollout/raw_reward"
@@ -28,15 +28,17 @@ CSV_COLUMNS = ("Run", "Run ID", "Run Directory", "Hardware", "Mode", "Precision"
                "logprob_abs_diff Mean", "abs_diff CI Low", "abs_diff CI High", "Δ vs parent", "Δ CI Low",
                "Δ CI High", "Step Time Mean (s)", "Steps Used", "Notes")
 
-LEGEND = (
-    "logprob_abs_diff Mean: mean over logged steps after the warm-up (knobs/thresholds.yaml: warmup_steps) of "
-    "train/train_rollout_logprob_abs_diff, VIME's per-sample token mean averaged over samples (nats). "
-    "abs_diff 95% CI: circular block bootstrap over steps (harness/analysis/stats.py). "
-    "Δ vs parent: this run's abs-diff mean minus its parent's (the parent rung, or the baseline for a "
-    "candidate), with its 95% interval. Final Reward: mean rollout/raw_reward over the last "
-    "reward_window_steps steps. Step Time Mean: perf/step_time after the warm-up, seconds. "
-    "Hardware is the machine the run used (its environment record), not the stage's target."
-)
+LEGEND = """\
+- **logprob_abs_diff Mean**: mean of train/train_rollout_logprob_abs_diff (VIME's per-sample token mean,
+  averaged over samples; nats) over the logged steps after the warm-up (knobs/thresholds.yaml: warmup_steps).
+- **abs_diff 95% CI**: circular block bootstrap over steps (harness/analysis/stats.py).
+- **Δ vs parent**: this run's abs-diff mean minus its parent's (the parent rung, or the baseline for a
+  candidate), with its 95% interval.
+- **Final Reward**: mean rollout/raw_reward over the last reward_window_steps steps (knobs/thresholds.yaml).
+- **Step Time Mean**: perf/step_time after the warm-up, seconds.
+- **Hardware**: the machine the run used (its environment record), not the stage's target hardware.
+"""
+TITLE = "Summary: baseline and candidate runs"
 
 
 @dataclass
@@ -151,7 +153,7 @@ def summary_row_from_run(run, label: str | None = None, *, parent=None, notes: s
         if len(parent_values) >= 2 and len(abs_diff) >= 2:
             diff = block_bootstrap_diff_ci(parent_values, abs_diff, confidence=confidence)
             delta, delta_ci = diff.diff, (diff.low, diff.high)
-        remarks.append(f"parent: {parent.id}")
+        remarks.append(f"vs {(parent.spec or {}).get('rung') or parent.id}")
 
     rewards, _ = _values_after(run, RAW_REWARD, 0)
     step_times, _ = _values_after(run, STEP_TIME, warmup)
@@ -184,12 +186,7 @@ def summary_row_from_run(run, label: str | None = None, *, parent=None, notes: s
 
 
 def render_markdown(rows: list[SummaryRow]) -> str:
-    return ("# Summary: baseline and candidate runs\n\n" + to_markdown([r.display() for r in rows], COLUMNS)
-            + "\n" + LEGEND + "\n")
-
-
-def render_html(rows: list[SummaryRow]) -> str:
-    return to_html([r.display() for r in rows], COLUMNS, title="Summary: baseline and candidate runs", note=LEGEND)
+    return f"# {TITLE}\n\n" + to_markdown([r.display() for r in rows], COLUMNS) + "\n" + LEGEND
 
 
 def render_csv(rows: list[SummaryRow]) -> str:
