@@ -11,7 +11,6 @@ the table). Everything is seeded: the same input gives the same interval.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
