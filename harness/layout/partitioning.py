@@ -97,6 +97,8 @@ def karmarkar_karp_partitions(lengths: Sequence[int], k: int, equal_size: bool) 
 
 def balanced_dp_partitions(total_lengths: Sequence[int], dp_size: int) -> list[list[int]]:
     """VIME's `--balance-data` split: equal-count KK partitions, unequal-count when not divisible."""
+    if dp_size < 1:
+        raise ValueError(f"dp_size={dp_size}: expected at least 1 data-parallel rank")
     equal_size = len(total_lengths) % dp_size == 0
     return karmarkar_karp_partitions(total_lengths, dp_size, equal_size=equal_size)
 
