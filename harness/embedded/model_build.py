@@ -53,7 +53,7 @@ def hf_config(recipe: ModelRecipe, tok: Tokenizer):
         max_position_embeddings=recipe.max_position,
         rope_parameters={"rope_type": "default", "rope_theta": recipe.rope_theta},
         rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
+        tie_word_embeddings=recipe.tie_embeddings,
         bos_token_id=tok.token_to_id(task.PAD_TOKEN),
         eos_token_id=tok.token_to_id(task.EOS_TOKEN),
         pad_token_id=tok.token_to_id(task.PAD_TOKEN),

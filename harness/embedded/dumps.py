@@ -1,0 +1,81 @@
+"""VIME-format debug dumps (``torch.save`` of dicts) plus the lab's extra per-sample fields, and
+probe bundles. Every field is documented in docs/embedded.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from harness.embedded.samples import Sample, TrainerView
+
+
+def _path(template: str, **fields) -> Path:
+    path = Path(template.format(**fields))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)  # atomic: a killed run never leaves half a dump
+
+
+def rollout_dump(template: str, rollout_id: int, samples: list[Sample], sampling: dict) -> Path:
+    rows = []
+    for s in samples:
+        rows.append({
+            "index": s.index, "group_index": s.group_index,
+            "tokens": s.tokens, "response_length": len(s.response_ids),
+            "reward": s.reward, "loss_mask": s.loss_mask,
+            "rollout_log_probs": s.rollout_log_probs,
+            "weight_versions": [s.rollout_weight_version],
+            "metadata": {"label": s.label, "finish_reason": s.finish_reason, "response_text": s.response_text},
+            # lab extras
+            "prompt_ids": s.prompt_ids, "response_ids": s.response_ids,
+            "sampling_params": sampling, "rollout_ranks": s.rollout_ranks,
+            "consistency_metadata": s.rollout_fingerprint,
+        })
+    path = _path(template, rollout_id=rollout_id)
+    _save({"rollout_id": rollout_id, "samples": rows}, path)
+    return path
+
+
+def train_dump(template: str, rollout_id: int, rank: int, samples: list[Sample], views: list[TrainerView],
+               sampling: dict, tp: int, rollout_lp_seen: list[list[float]]) -> Path:
+    per_sample = []
+    for s, v, seen in zip(samples, views, rollout_lp_seen):
+        per_sample.append({
+            "index": s.index, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids,
+            "loss_mask": s.loss_mask,
+            "rollout_log_probs": seen, "log_probs": v.log_probs.tolist(),
+            "weight_version_rollout": s.rollout_weight_version, "weight_version_trainer": v.weight_version,
+            "sampling_params": sampling,
+            "sampled_token_rank_trainer": v.rank.tolist(), "sampled_token_rank_rollout": s.rollout_ranks,
+            "inside_filter_set": v.inside_filter_set.tolist(),
+            "vocab_shard": v.vocab_shard.tolist(), "tp_size": tp,
+            "consistency_metadata": {"rollout": v.rollout_fingerprint, "trainer": v.fingerprint},
+        })
+    data = {
+        "tokens": [s.tokens for s in samples],
+        "response_lengths": [len(s.response_ids) for s in samples],
+        "rewards": [s.reward for s in samples],
+        "advantages": [s.advantage for s in samples],
+        "loss_masks": [s.loss_mask for s in samples],
+        "log_probs": [v.log_probs.tolist() for v in views],
+        "rollout_log_probs": rollout_lp_seen,
+        "dp_shards": [{"dp_rank": 0, "micro_batch": v.micro_batch, "offset": v.offset, "index": s.index}
+                      for s, v in zip(samples, views)],
+    }
+    path = _path(template, rollout_id=rollout_id, rank=rank)
+    _save({"rollout_id": rollout_id, "rank": rank, "format": 2, "rollout_data": data, "samples": per_sample},
+          path)
+    return path
+
+
+def probe_bundle(directory: Path, rollout_id: int, probes: list[dict], lm_head: torch.Tensor, policy: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"probe_{rollout_id}.pt"
+    _save({"rollout_id": rollout_id, "lm_head_weight": lm_head, "policy": policy, "samples": probes}, path)
+    return path

@@ -1,0 +1,133 @@
+"""The rollout engine: a real vLLM, in the trainer's process (colocate) or as a loopback server.
+
+Both speak the same small interface: ``generate`` (token-id prompts in, n completions each with
+one log-prob per sampled token out), ``update_weights`` (a full HF state dict, tagged with the
+trainer's weight version) and ``close``. The weight version the engine holds is stamped on every
+completion it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.embedded import fp8
+
+fp8.install_from_env()  # a spawned engine process re-imports this module: keep its fp8 emulation
+
+KV_CACHE_BYTES = 256 << 20  # explicit on CPU: vLLM would otherwise reserve a fraction of host RAM
+MAX_MODEL_LEN = 256
+
+
+class EngineStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class EngineConfig:
+    model: Path
+    dtype: str  # "auto" | "float32" | "bfloat16"
+    logprobs_mode: str
+    seed: int
+    fp8: bool
+    log_path: Path | None = None
+
+
+@dataclass
+class SamplingSpec:
+    n: int
+    temperature: float
+    top_p: float
+    top_k: int
+    max_tokens: int
+    stop_token_ids: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
+                "top_k": self.top_k, "max_tokens": self.max_tokens}
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float]
+    ranks: list[int | None]  # vLLM's rank of the sampled token (None where the engine gives none)
+    finish_reason: str
+    weight_version: int
+
+
+def _save_weights(hf_sd: dict, directory: Path) -> Path:
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in hf_sd.items()}, str(directory / "model.safetensors"))
+    return directory
+
+
+class InProcessEngine:
+    """``vllm.LLM`` inside the trainer. ``multiprocess`` puts the engine core in a child process
+    (needed under TP=2, where the trainer's torch.distributed world is not vLLM's)."""
+
+    def __init__(self, cfg: EngineConfig, *, multiprocess: bool) -> None:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
+        if cfg.fp8:
+            os.environ[fp8.ENV_FLAG] = "1"
+            fp8.install_activation_emulation()
+        from vllm import LLM
+
+        self.multiprocess = multiprocess
+        self.weights_dir = Path(tempfile.mkdtemp(prefix="embedded-weights-"))
+        try:
+            self.llm = LLM(model=str(cfg.model), dtype=cfg.dtype, enforce_eager=True, seed=cfg.seed,
+                           max_model_len=MAX_MODEL_LEN, kv_cache_memory_bytes=KV_CACHE_BYTES,
+                           logprobs_mode=cfg.logprobs_mode, disable_log_stats=False)
+        except Exception as exc:  # noqa: BLE001 - reported as one line by the trainer
+            raise EngineStartError(f"vLLM engine failed to start on {cfg.model}: {exc}") from exc
+        self.version = 0
+
+    def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> list[list[Completion]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
+                                top_k=spec.top_k, max_tokens=spec.max_tokens, logprobs=0,
+                                stop_token_ids=spec.stop_token_ids)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                 use_tqdm=False)
+        result = []
+        for out in outs:
+            group = []
+            for c in out.outputs:
+                chosen = [lp[t] for lp, t in zip(c.logprobs, c.token_ids)]
+                group.append(Completion(list(c.token_ids), [x.logprob for x in chosen],
+                                        [x.rank for x in chosen], c.finish_reason or "", self.version))
+            result.append(group)
+        return result
+
+    def update_weights(self, hf_sd: dict, version: int) -> None:
+        if self.multiprocess:  # tensors in kwargs would arrive as lists: go through a file
+            path = _save_weights(hf_sd, self.weights_dir)
+            self.llm.collective_rpc("reload_weights",
+                                    kwargs={"weights_path": str(path), "is_checkpoint_format": True})
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={
+                "weights_iterator": list(hf_sd.items()), "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    def kv_cache_usage(self) -> float | None:
+        try:
+            for metric in self.llm.get_metrics():
+                if metric.name == "vllm:kv_cache_usage_perc":
+                    return float(metric.value)
+        except Exception:  # noqa: BLE001 - optional figure
+            return None
+        return None
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.weights_dir, ignore_errors=True)
+        del self.llm

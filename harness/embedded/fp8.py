@@ -1,0 +1,81 @@
+"""FP8 (e4m3) rollout, emulated on CPU where vLLM has no fp8 kernels.
+
+What is emulated, applied to what the engine computes with:
+- weights of every attention/MLP linear layer (q, k, v, o, gate, up, down): rounded to e4m3 in
+  128x128 blocks with one fp32 scale per block (amax / 448), then dequantized to the engine dtype
+  before they are loaded (embeddings, LM head and norms stay unquantized, as in vLLM's fp8);
+- activations entering those layers: rounded to e4m3 in 1x128 groups along the hidden dimension
+  (one scale per token per group; a dimension smaller than 128 is one group), by wrapping vLLM's
+  ``UnquantizedLinearMethod.apply`` inside the engine process.
+The GEMM itself then runs in the engine dtype: accumulation differs from a real fp8 GEMM.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+E4M3_MAX = 448.0
+BLOCK = 128
+ENV_FLAG = "EMBEDDED_FP8_ACTIVATIONS"
+QUANTIZED_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+EMULATION_NOTE = (
+    "vllm-quantization fp8 is EMULATED on CPU: e4m3 round-trip of linear-layer weights in 128x128 "
+    "blocks (per-block fp32 scale) and of their input activations in 1x128 per-token groups; "
+    "embeddings, LM head and norms unquantized; GEMMs run in the engine dtype."
+)
+
+
+def _round_e4m3(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    scaled = (x.float() / scale).clamp(-E4M3_MAX, E4M3_MAX)
+    return scaled.to(torch.float8_e4m3fn).float() * scale
+
+
+def quantize_weight_blockwise(w: torch.Tensor) -> torch.Tensor:
+    """e4m3 round trip with one scale per 128x128 block (edges: partial blocks)."""
+    rows, cols = w.shape
+    pr, pc = -rows % BLOCK, -cols % BLOCK
+    padded = torch.nn.functional.pad(w.float(), (0, pc, 0, pr))
+    blocks = padded.view(padded.shape[0] // BLOCK, BLOCK, padded.shape[1] // BLOCK, BLOCK)
+    amax = blocks.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-12)
+    deq = _round_e4m3(blocks, amax / E4M3_MAX).view_as(padded)
+    return deq[:rows, :cols].to(w.dtype)
+
+
+def quantize_activation_groups(x: torch.Tensor) -> torch.Tensor:
+    """e4m3 round trip with one scale per token per 128 hidden elements."""
+    hidden = x.shape[-1]
+    group = min(BLOCK, hidden)
+    pad = -hidden % group
+    flat = torch.nn.functional.pad(x.float(), (0, pad)).view(*x.shape[:-1], -1, group)
+    amax = flat.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
+    deq = _round_e4m3(flat, amax / E4M3_MAX).view(*x.shape[:-1], -1)
+    return deq[..., :hidden].to(x.dtype)
+
+
+def quantize_state_dict(hf_sd: dict) -> dict:
+    return {k: (quantize_weight_blockwise(v) if any(n in k for n in QUANTIZED_WEIGHTS) and v.dim() == 2
+                else v) for k, v in hf_sd.items()}
+
+
+def install_activation_emulation() -> None:
+    """Wrap vLLM's unquantized linear apply (idempotent). Runs in whichever process hosts the engine."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+
+    if getattr(UnquantizedLinearMethod.apply, "_embedded_fp8", False):
+        return
+    original = UnquantizedLinearMethod.apply
+
+    def apply(self, layer, x, bias=None):
+        return original(self, layer, quantize_activation_groups(x), bias)
+
+    apply._embedded_fp8 = True
+    UnquantizedLinearMethod.apply = apply
+
+
+def install_from_env() -> None:
+    """Called at import by modules that a spawned engine process re-imports."""
+    if os.environ.get(ENV_FLAG) == "1":
+        install_activation_emulation()

@@ -1,0 +1,321 @@
+"""The embedded run: build the parts, then one GRPO step per rollout, as VIME orders them.
+
+Per rollout: generate (vLLM) -> rewards/advantages -> share with TP ranks -> no-grad log-prob
+recompute with the weights the engine holds (Megatron) -> optimizer step(s) -> weight sync ->
+dumps. ``step`` returns the metric dicts; the caller prints them in VIME's line shapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from harness.embedded import dumps, factory, fp8
+from harness.embedded import logprobs as lp
+from harness.embedded.data import load_prompts, tokenizer_hash
+from harness.embedded.engine import EngineConfig, SamplingSpec
+from harness.embedded.grpo import LossConfig, policy_loss, sample_mean
+from harness.embedded.policy import LogprobSpec, Policy, micro_batches
+from harness.embedded.rollout import collect, prompt_batch
+from harness.embedded.samples import Sample, TrainerView, fingerprint
+from harness.embedded.settings import Settings
+
+log = logging.getLogger("harness.embedded")
+
+
+class InputError(ValueError):
+    """Bad input found while building: one line for the user."""
+
+
+@dataclass
+class StepReport:
+    rollout: dict
+    steps: list[tuple[int, dict]]
+    perf: dict
+    extra_lines: list[str] = field(default_factory=list)
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+class EmbeddedRun:
+    def __init__(self, s: Settings, *, tp_rank: int) -> None:
+        self.s, self.tp_rank = s, tp_rank
+        self.is_main = tp_rank == 0
+        self.engine = None
+        self.trainer_version = 0
+
+    # ---------------------------------------------------------------- build
+    def build(self, master_port: int) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+        from safetensors.torch import load_file
+
+        from harness.embedded.megatron_cpu import init_distributed, init_model_parallel
+
+        s = self.s
+        self.model_dir = factory.resolve(s.hf_checkpoint, "model")
+        if not (self.model_dir / "config.json").is_file():
+            raise InputError(f"--hf-checkpoint {self.model_dir}: not an HF checkpoint (no config.json)")
+        prompt_path = factory.resolve(s.prompt_data, "data")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.tok_hash = tokenizer_hash(self.model_dir)
+        self.prompts = load_prompts(prompt_path, self.tokenizer, input_key=s.input_key, label_key=s.label_key,
+                                    chat_template=s.apply_chat_template, max_response_len=s.max_response_len)
+        self.hf_config = AutoConfig.from_pretrained(self.model_dir)
+        experts = getattr(self.hf_config, "num_experts", None)
+        if s.num_experts is not None and s.num_experts != experts:
+            raise InputError(f"--num-experts {s.num_experts}: the checkpoint has {experts} experts")
+        hf_state = {}
+        for f in sorted(self.model_dir.glob("*.safetensors")):
+            hf_state.update(load_file(str(f)))
+        torch.manual_seed(s.seed)
+        init_distributed(self.tp_rank, s.tp, master_port)
+        init_model_parallel(s.tp, s.seed)
+        self.policy = Policy(self.hf_config, hf_state, bf16=s.bf16, tp=s.tp, tp_rank=self.tp_rank, lr=s.lr,
+                             betas=s.betas, weight_decay=s.weight_decay, clip_grad=s.clip_grad)
+        self.sampling = SamplingSpec(n=s.n_samples, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                     max_tokens=s.max_response_len,
+                                     stop_token_ids=[self.hf_config.eos_token_id])
+        if self.is_main:
+            self.engine = self._start_engine()
+            if s.fp8:  # the engine computes with e4m3-rounded weights from version 0 on
+                self.engine.update_weights(fp8.quantize_state_dict(hf_state), 0)
+
+    def _start_engine(self):
+        s = self.s
+        cfg = EngineConfig(model=self.model_dir, dtype=s.vllm_dtype, logprobs_mode=s.logprobs_mode,
+                           seed=s.seed, fp8=s.fp8,
+                           log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None)
+        if s.output_dir:
+            Path(s.output_dir).mkdir(parents=True, exist_ok=True)
+        if s.colocate:
+            from harness.embedded.engine import InProcessEngine
+
+            return InProcessEngine(cfg, multiprocess=s.tp > 1)
+        from harness.embedded.engine_server import ServerEngine
+
+        return ServerEngine(cfg)
+
+    @property
+    def engine_mode(self) -> str:
+        if not self.s.colocate:
+            return "non-colocate: vLLM OpenAI server subprocess on 127.0.0.1"
+        if self.s.tp > 1:
+            return "colocate: vllm.LLM in the trainer (engine core in a child process, TP=2)"
+        return "colocate: vllm.LLM in the trainer process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
+
+    # ---------------------------------------------------------------- one step
+    def _share(self, samples: list[Sample] | None) -> list[Sample]:
+        if self.s.tp == 1:
+            return samples
+        box = [samples]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def _logprob_spec(self) -> LogprobSpec:
+        f = self.s.faults
+        return LogprobSpec(temperature=1.0 if f.no_temperature else self.s.temperature, top_k=self.s.top_k,
+                           top_p=self.s.top_p, replay=self.s.replay_processed,
+                           target_shift=1 if f.token_shift else 0, slice_shift=-1 if f.mask_off_by_one else 0)
+
+    def _recompute(self, samples: list[Sample], spec: LogprobSpec, want_probe: int):
+        """The no-grad old-log-prob pass over the whole rollout, micro-batch by micro-batch."""
+        views: list[TrainerView | None] = [None] * len(samples)
+        probes, fallback = [], 0
+        sampling = dict(self.sampling.as_dict(), trainer_temperature=spec.temperature)
+        for m, idx in enumerate(micro_batches([len(samples[i].tokens) + 1 for i in range(len(samples))],
+                                              self.s.max_tokens_per_micro_batch)):
+            seqs = [(samples[i].tokens, len(samples[i].prompt_ids), len(samples[i].response_ids)) for i in idx]
+            values, extra = self.policy.forward_micro(seqs, spec, grad=False, diagnostics=True)
+            fallback += extra["fallback_tokens"]
+            diag = {k: torch.split(v, extra["split"]) for k, v in extra["diag"].items()}
+            hidden = torch.split(extra["hidden"], extra["split"])
+            targets = torch.split(extra["targets"], extra["split"])
+            for off, i in enumerate(idx):
+                s = samples[i]
+                views[i] = TrainerView(
+                    log_probs=values[off].float(), rank=diag["rank"][off], inside_filter_set=diag["inside_filter_set"][off],
+                    vocab_shard=diag["vocab_shard"][off], entropy=diag["entropy"][off], micro_batch=m, offset=off,
+                    weight_version=self.trainer_version,
+                    fingerprint=fingerprint(token_ids=s.tokens, response_ids=s.response_ids, loss_mask=s.loss_mask,
+                                            sampling=self.sampling.as_dict(), tokenizer_hash=self.tok_hash,
+                                            weight_version=self.trainer_version, dp_rank=0, micro_batch=m,
+                                            offset=off))
+                if i < want_probe:
+                    probes.append({"index": s.index, "hidden_states": hidden[off].clone(), "target_ids": targets[off],
+                                   "loss_mask": torch.tensor(s.loss_mask), "sampling": sampling,
+                                   "rollout_log_probs": torch.tensor(s.rollout_log_probs),
+                                   "trainer_log_probs": values[off].float().clone(),
+                                   "weight_version_rollout": s.rollout_weight_version,
+                                   "weight_version_trainer": self.trainer_version})
+        return views, probes, fallback
+
+    def _seen_rollout_logprobs(self, samples: list[Sample]) -> tuple[list[list[float]], list[dict]]:
+        """The rollout log-probs (and their fingerprints) as the trainer receives them."""
+        lps = [s.rollout_log_probs for s in samples]
+        fps = [s.rollout_fingerprint for s in samples]
+        if self.s.faults.reorder_samples:
+            lps, fps = lps[1:] + lps[:1], fps[1:] + fps[:1]
+        fitted = [(lp_ + [0.0] * len(s.response_ids))[:len(s.response_ids)] for lp_, s in zip(lps, samples)]
+        return fitted, fps
+
+    def step(self, rollout_id: int) -> StepReport | None:
+        s = self.s
+        t_step = time.perf_counter()
+        samples, rollout_time, kv = None, 0.0, None
+        if self.is_main:
+            t0 = time.perf_counter()
+            samples = collect(self.engine, self.tokenizer, prompt_batch(self.prompts, rollout_id, s.rollout_batch_size),
+                              self.sampling, tokenizer_hash=self.tok_hash, std_normalise=s.std_normalise)
+            rollout_time = time.perf_counter() - t0
+            kv = self.engine.kv_cache_usage()
+        samples = self._share(samples)
+
+        spec = self._logprob_spec()
+        t0 = time.perf_counter()
+        views, probes, fallback = self._recompute(samples, spec, s.probe_samples if self.is_main else 0)
+        log_probs_time = time.perf_counter() - t0
+        seen_lp, seen_fp = self._seen_rollout_logprobs(samples)
+        for v, fp_ in zip(views, seen_fp):
+            v.rollout_fingerprint = fp_
+        masks = [torch.tensor(x.loss_mask, dtype=torch.float32) for x in samples]
+        roll_t = [torch.tensor(x, dtype=torch.float32) for x in seen_lp]
+        old_t = [v.log_probs for v in views]
+
+        t0 = time.perf_counter()
+        step_metrics = self._train(samples, spec, old_t, roll_t, masks, [v.entropy for v in views], rollout_id)
+        train_time = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        synced = self._sync_weights(rollout_id)
+        update_time = time.perf_counter() - t0
+
+        if not self.is_main:
+            return None
+        sampling = self.sampling.as_dict()
+        if s.save_rollout:
+            dumps.rollout_dump(s.save_rollout, rollout_id, samples, sampling)
+        if s.save_train:
+            path = dumps.train_dump(s.save_train, rollout_id, self.tp_rank, samples, views, sampling, s.tp, seen_lp)
+            probe_dir = path.parent
+        else:
+            probe_dir = Path(s.output_dir) if s.output_dir else None
+        if probes and probe_dir is not None:
+            policy = {"train_dtype": self.policy.dtype_name, "rollout_dtype": s.vllm_dtype,
+                      "rollout_quantization": "fp8-e4m3-emulated" if s.fp8 else None,
+                      "logprobs_mode": s.logprobs_mode, "replay_processed": s.replay_processed,
+                      "tp_size": s.tp, "injections": s.faults.names()}
+            dumps.probe_bundle(probe_dir, rollout_id, probes, self.policy.lm_head_weight(), policy)
+
+        lengths = [len(x.response_ids) for x in samples]
+        rewards = [x.reward for x in samples]
+        groups = [rewards[i:i + s.n_samples] for i in range(0, len(rewards), s.n_samples)]
+        rollout_metrics = {
+            "rollout/raw_reward": _mean(rewards),
+            "rollout/rewards": _mean(x.advantage for x in samples),
+            "rollout/advantages": _mean(x.advantage for x in samples),
+            "rollout/log_probs": float(sample_mean(old_t, masks)),
+            "rollout/rollout_log_probs": float(sample_mean(roll_t, masks)),
+            "rollout/response_lengths": _mean(lengths),
+            "rollout/total_lengths": _mean(len(x.tokens) for x in samples),
+            "rollout/truncated": _mean(float(x.truncated) for x in samples),
+            "rollout/truncated_ratio": _mean(float(x.truncated) for x in samples),
+            "rollout/response_len/mean": _mean(lengths),
+            "rollout/response_len/median": float(statistics.median(lengths)),
+            "rollout/response_len/max": float(max(lengths)),
+            "rollout/response_len/min": float(min(lengths)),
+            "rollout/zero_std/count": float(sum(1 for g in groups if max(g) == min(g))),
+            "rollout/weight_version": float(samples[0].rollout_weight_version),
+        }
+        step_time = time.perf_counter() - t_step
+        tokens = sum(len(x.tokens) for x in samples)
+        cores = len(os.sched_getaffinity(0))
+        perf = {
+            "perf/step_time": step_time,
+            "perf/rollout_time": rollout_time,
+            "perf/log_probs_time": log_probs_time,
+            "perf/train_time": train_time,
+            "perf/actor_train_time": train_time,
+            "perf/update_weights_time": update_time,
+            "perf/weights_synced": float(synced),
+            "perf/tokens_per_cpu_per_sec": tokens / step_time / cores,
+            "perf/peak_memory_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+        if kv is not None:
+            perf["perf/kv_cache_usage"] = kv
+        server_peak = self._server_peak_gb()
+        if server_peak is not None:
+            perf["perf/rollout_peak_memory_gb"] = server_peak
+        backend = lp.REPLAY if s.replay_processed else lp.NATIVE
+        return StepReport(rollout=rollout_metrics, steps=step_metrics, perf=perf,
+                          extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp,
+                                            fallback_tokens=fallback)])
+
+    def _train(self, samples, spec, old_t, roll_t, masks, entropies, rollout_id) -> list[tuple[int, dict]]:
+        s = self.s
+        cfg = LossConfig(eps_clip=s.eps_clip, eps_clip_high=s.eps_clip_high, use_tis=s.use_tis, tis_clip=s.tis_clip,
+                         tis_clip_low=s.tis_clip_low, per_token=s.per_token_loss)
+        out = []
+        gbs = s.global_batch_size
+        for k in range(s.steps_per_rollout):
+            chunk = list(range(k * gbs, (k + 1) * gbs))
+            sums: dict[str, float] = {}
+            for idx_local in micro_batches([len(samples[i].tokens) + 1 for i in chunk], s.max_tokens_per_micro_batch):
+                idx = [chunk[j] for j in idx_local]
+                seqs = [(samples[i].tokens, len(samples[i].prompt_ids), len(samples[i].response_ids)) for i in idx]
+                cur, _ = self.policy.forward_micro(seqs, spec, grad=True)
+                loss, metrics = policy_loss(cur, [old_t[i] for i in idx], [roll_t[i] for i in idx],
+                                            [samples[i].advantage for i in idx], [masks[i] for i in idx], cfg)
+                weight = len(idx) / gbs  # mean over the step's samples, as VIME scales micro-batches
+                (loss * weight).backward()
+                for name, value in metrics.items():
+                    sums[name] = sums.get(name, 0.0) + float(value) * weight
+            grad_norm = self.policy.optimizer_step()
+            abs_diff = sample_mean([(old_t[i] - roll_t[i]).abs() for i in chunk], [masks[i] for i in chunk],
+                                   s.per_token_loss)
+            metrics = {f"train/{k_}": v for k_, v in sums.items()}
+            metrics.update({
+                "train/loss": sums["pg_loss"],  # entropy and KL coefficients are 0
+                "train/entropy_loss": float(sample_mean([entropies[i] for i in chunk], [masks[i] for i in chunk])),
+                "train/train_rollout_logprob_abs_diff": float(abs_diff), "train/grad_norm": grad_norm,
+                "train/lr": s.lr, "train/step": float(rollout_id * s.steps_per_rollout + k)})
+            out.append((rollout_id * s.steps_per_rollout + k, metrics))
+        self.trainer_version += 1
+        return out
+
+    def _sync_weights(self, rollout_id: int) -> bool:
+        """Trainer -> engine after every step, unless a stale-weights fault skips it."""
+        if rollout_id < self.s.faults.stale_weights:
+            return False
+        hf_state = self.policy.full_hf_state()  # collective under TP
+        if self.is_main:
+            if self.s.fp8:
+                hf_state = fp8.quantize_state_dict(hf_state)
+            self.engine.update_weights(hf_state, self.trainer_version)
+        return True
+
+    def _server_peak_gb(self) -> float | None:
+        proc = getattr(self.engine, "proc", None)
+        if proc is None:
+            return None
+        try:
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+        except OSError:
+            return None
+        return None
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None

@@ -1,0 +1,55 @@
+"""The small, named shims that let Megatron-Core 0.16 run on a CPU-only machine.
+
+Each one answers a CUDA-only call site seen in ../shared/facts/cpu-stack.md:
+- RoPE's ``get_emb`` and a few buffers call ``torch.cuda.current_device()`` to place tensors:
+  while ``on_cpu()`` is active that call answers ``"cpu"``.
+- the model-parallel RNG seed needs the inference RNG tracker (dropout is 0 here anyway);
+- the default causal mask is built on CUDA: callers pass an explicit mask (``causal_mask``).
+Nothing else is patched; Megatron's DDP wrapper, optimizer factory and schedules are not used
+(they do not run on CPU) — the trainer uses plain ``torch.optim.AdamW`` and its own loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+
+import torch
+
+
+@contextlib.contextmanager
+def on_cpu():
+    """Answer Megatron's ``torch.cuda.current_device()`` placement calls with the CPU."""
+    original = torch.cuda.current_device
+    torch.cuda.current_device = lambda: "cpu"
+    try:
+        yield
+    finally:
+        torch.cuda.current_device = original
+
+
+def init_distributed(rank: int, world_size: int, master_port: int) -> None:
+    """A gloo world (TP=1: size 1; TP=2: two processes spawned by the trainer)."""
+    if torch.distributed.is_initialized():
+        return
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(master_port)
+    torch.distributed.init_process_group(
+        "gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=10)
+    )
+
+
+def init_model_parallel(tp: int, seed: int) -> None:
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import random as mp_random
+
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+    with on_cpu():
+        mp_random.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
+
+
+def causal_mask(seq_len: int) -> torch.Tensor:
+    """Megatron's mask convention: True = masked out. Right padding needs nothing more."""
+    return torch.triu(torch.ones(1, 1, seq_len, seq_len, dtype=torch.bool), diagonal=1)

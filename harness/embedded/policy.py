@@ -1,0 +1,170 @@
+"""The Megatron side: a GPTModel on this rank's TP shard, its log-prob passes and its optimizer.
+
+One forward serves both passes VIME runs: the no-grad recompute of old log-probs (with the
+weights the engine just received) and the training forward. Response token ``j`` of a sample
+with prompt length ``P`` is predicted by the logits at position ``P + j - 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.embedded import logprobs as lp
+from harness.embedded.megatron_cpu import causal_mask, on_cpu
+from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
+
+
+@dataclass(frozen=True)
+class LogprobSpec:
+    temperature: float
+    top_k: int
+    top_p: float
+    replay: bool  # --embedded-replay-processed-logprobs
+    target_shift: int = 0  # injected token-shift: 1
+    slice_shift: int = 0  # injected mask-off-by-one: -1 (response slice read one position early)
+
+
+def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Greedy packing in order (VIME's dynamic batch size): padded tokens per batch <= max_tokens."""
+    batches: list[list[int]] = [[]]
+    width = 0
+    for i, n in enumerate(lengths):
+        new_width = max(width, n)
+        if batches[-1] and new_width * (len(batches[-1]) + 1) > max_tokens:
+            batches.append([])
+            new_width = n
+        batches[-1].append(i)
+        width = new_width
+    return batches
+
+
+class Policy:
+    def __init__(self, hf_config, hf_state: dict, *, bf16: bool, tp: int, tp_rank: int,
+                 lr: float, betas: tuple[float, float], weight_decay: float, clip_grad: float) -> None:
+        self.hf_config, self.tp, self.tp_rank, self.clip_grad = hf_config, tp, tp_rank, clip_grad
+        self.bf16 = bf16
+        self.model = build_gpt(hf_config, bf16=bf16, tp=tp)
+        load_into(self.model, hf_to_megatron(hf_state, hf_config, tp, tp_rank))
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        # Megatron keeps fp32 main params for a bf16 model; AdamW steps those and copies back.
+        self.main_params = [p.detach().float().clone().requires_grad_(False) for p in self.params] if bf16 else self.params
+        self.optimizer = torch.optim.AdamW(self.main_params, lr=lr, betas=betas, weight_decay=weight_decay)
+        self.pad_id = hf_config.pad_token_id or 0
+        self.captured_hidden: torch.Tensor | None = None
+        self.model.decoder.register_forward_hook(self._capture_hidden)
+
+    def _capture_hidden(self, _module, _inputs, output) -> None:
+        self.captured_hidden = output if isinstance(output, torch.Tensor) else output[0]
+
+    @property
+    def dtype_name(self) -> str:
+        return "bfloat16" if self.bf16 else "float32"
+
+    def forward_micro(self, seqs: list[tuple[list[int], int, int]], spec: LogprobSpec, *, grad: bool,
+                      diagnostics: bool = False):
+        """Per sample (tokens, prompt_len, response_len): log-probs [R] and, if asked, diagnostics
+        and the final hidden states at the selected positions (before the LM head)."""
+        width = max(len(t) for t, _, _ in seqs) + 1  # +1: a shifted target never runs off the end
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        for i, (t, _, _) in enumerate(seqs):
+            ids[i, :len(t)] = torch.tensor(t)
+        positions = torch.arange(width).unsqueeze(0).expand(len(seqs), -1)
+        rows, cols, targets = [], [], []
+        for i, (_, p, r) in enumerate(seqs):
+            for j in range(r):
+                col = max(p + j - 1 + spec.slice_shift, 0)
+                rows.append(i)
+                cols.append(col)
+                targets.append(ids[i, col + 1 + spec.target_shift].item())
+        rows_t, cols_t, targets_t = torch.tensor(rows), torch.tensor(cols), torch.tensor(targets)
+        context = torch.enable_grad() if grad else torch.no_grad()
+        with context, on_cpu():
+            logits = self.model(ids, positions, causal_mask(width))  # [b, s, V/tp]
+            selected = logits[rows_t, cols_t]  # [N, V/tp]
+            fallback = 0
+            if spec.replay:
+                full = lp.gather_full_vocab(selected)
+                values, outside = lp.replay_logprobs(full, targets_t, spec.temperature, spec.top_k, spec.top_p)
+                fallback = int(outside.sum())
+            else:
+                values = lp.vocab_parallel_logprobs(selected, targets_t, spec.temperature)
+            extra = {"fallback_tokens": fallback}
+            if diagnostics:
+                with torch.no_grad():
+                    full = lp.gather_full_vocab(selected.detach())
+                    extra["diag"] = lp.token_diagnostics(full, targets_t, spec.temperature, spec.top_k,
+                                                         spec.top_p, self.tp)
+                    hidden = self.captured_hidden.detach()  # [s, b, h]
+                    extra["hidden"] = hidden[cols_t, rows_t]
+                    extra["targets"] = targets_t
+        sizes = [r for _, _, r in seqs]
+        extra["split"] = sizes
+        return list(torch.split(values, sizes)), extra
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def _finish_grads(self) -> float:
+        """All-reduce the grads TP leaves partial, clip, and return the global grad norm."""
+        from megatron.core import parallel_state
+
+        group = parallel_state.get_tensor_model_parallel_group()
+        sharded_sq = torch.zeros(())
+        replicated_sq = torch.zeros(())
+        for (name, p) in self.model.named_parameters():
+            if p.grad is None:
+                continue
+            if self.tp > 1 and ("q_layernorm" in name or "k_layernorm" in name):
+                # q/k norms are replicated but each rank only sees its own heads.
+                torch.distributed.all_reduce(p.grad, group=group)
+            sq = p.grad.float().pow(2).sum()
+            if getattr(p, "tensor_model_parallel", False):
+                sharded_sq += sq
+            else:
+                replicated_sq += sq
+        if self.tp > 1:
+            torch.distributed.all_reduce(sharded_sq, group=group)
+        norm = float((sharded_sq + replicated_sq).sqrt())
+        scale = min(1.0, self.clip_grad / (norm + 1e-6)) if self.clip_grad > 0 else 1.0
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        return norm
+
+    def optimizer_step(self) -> float:
+        norm = self._finish_grads()
+        if self.bf16:
+            for main, p in zip(self.main_params, self.params):
+                main.grad = None if p.grad is None else p.grad.float()
+        self.optimizer.step()
+        if self.bf16:
+            with torch.no_grad():
+                for main, p in zip(self.main_params, self.params):
+                    p.copy_(main.to(p.dtype))
+        self.zero_grad()
+        return norm
+
+    def shard_state(self) -> dict:
+        return {n: p.detach().clone() for n, p in self.model.named_parameters()}
+
+    def full_hf_state(self) -> dict | None:
+        """Every rank's shard, gathered; the HF state dict on TP rank 0, None elsewhere."""
+        mine = self.shard_state()
+        if self.tp == 1:
+            return megatron_to_hf([mine], self.hf_config)
+        shards: list = [None] * self.tp
+        torch.distributed.all_gather_object(shards, mine)
+        return megatron_to_hf(shards, self.hf_config) if self.tp_rank == 0 else None
+
+    def lm_head_weight(self) -> torch.Tensor:
+        """The full (vocab-gathered) output-layer weight, for probe bundles."""
+        name = "output_layer.weight" if not self.hf_config.tie_word_embeddings else "embedding.word_embeddings.weight"
+        w = dict(self.model.named_parameters())[name].detach()
+        if self.tp == 1:
+            return w.clone()
+        parts = [torch.empty_like(w) for _ in range(self.tp)]
+        torch.distributed.all_gather(parts, w.contiguous())
+        return torch.cat(parts, 0)

@@ -1,0 +1,97 @@
+"""The parsed flags as one typed object, validated the way VIME validates them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.embedded import injections
+from harness.embedded.flags import FlagError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    hf_checkpoint: str
+    prompt_data: str
+    input_key: str
+    label_key: str | None
+    apply_chat_template: bool
+    num_rollout: int
+    rollout_batch_size: int
+    n_samples: int
+    global_batch_size: int
+    max_response_len: int
+    temperature: float
+    top_p: float
+    top_k: int
+    bf16: bool
+    vllm_dtype: str
+    fp8: bool
+    logprobs_mode: str
+    colocate: bool
+    tp: int
+    seed: int
+    lr: float
+    betas: tuple[float, float]
+    weight_decay: float
+    clip_grad: float
+    eps_clip: float
+    eps_clip_high: float
+    use_tis: bool
+    tis_clip: float
+    tis_clip_low: float
+    per_token_loss: bool
+    std_normalise: bool
+    max_tokens_per_micro_batch: int
+    num_experts: int | None
+    save_rollout: str | None
+    save_train: str | None
+    replay_processed: bool
+    output_dir: str | None
+    probe_samples: int
+    faults: injections.Injections
+
+    @property
+    def steps_per_rollout(self) -> int:
+        return self.rollout_batch_size * self.n_samples // self.global_batch_size
+
+
+def from_flags(v: dict) -> Settings:
+    for required in ("hf-checkpoint", "prompt-data", "num-rollout", "rollout-batch-size"):
+        if v[required] is None:
+            raise FlagError(f"--{required} is required")
+    samples = v["rollout-batch-size"] * v["n-samples-per-prompt"]
+    gbs = v["global-batch-size"] or samples
+    if v["num-steps-per-rollout"]:
+        gbs = samples // v["num-steps-per-rollout"]
+    if gbs <= 0 or samples % gbs:
+        raise FlagError(f"--global-batch-size {gbs} must divide rollout-batch-size x n-samples-per-prompt = {samples}")
+    if v["use-tis"] and v["tis-clip"] <= 0:
+        raise FlagError("--tis-clip must be > 0 with --use-tis")
+    if v["entropy-coef"]:
+        raise FlagError("--entropy-coef: the embedded trainer supports only 0 (no entropy bonus)")
+    if v["embedded-probe-samples"] < 0:
+        raise FlagError("--embedded-probe-samples must be >= 0")
+    dynamic = v["use-dynamic-batch-size"]
+    if dynamic and not v["max-tokens-per-gpu"]:
+        raise FlagError("--use-dynamic-batch-size requires --max-tokens-per-gpu (as in VIME)")
+    return Settings(
+        hf_checkpoint=v["hf-checkpoint"], prompt_data=v["prompt-data"], input_key=v["input-key"],
+        label_key=v["label-key"], apply_chat_template=v["apply-chat-template"],
+        num_rollout=v["num-rollout"], rollout_batch_size=v["rollout-batch-size"],
+        n_samples=v["n-samples-per-prompt"], global_batch_size=gbs,
+        max_response_len=v["rollout-max-response-len"], temperature=v["rollout-temperature"],
+        top_p=v["rollout-top-p"], top_k=v["rollout-top-k"], bf16=v["bf16"], vllm_dtype=v["vllm-dtype"],
+        fp8=v["vllm-quantization"] == "fp8", logprobs_mode=v["vllm-logprobs-mode"], colocate=v["colocate"],
+        tp=v["tensor-model-parallel-size"], seed=v["seed"], lr=v["lr"],
+        betas=(v["adam-beta1"], v["adam-beta2"]), weight_decay=v["weight-decay"], clip_grad=v["clip-grad"],
+        eps_clip=v["eps-clip"], eps_clip_high=v["eps-clip-high"] or v["eps-clip"], use_tis=v["use-tis"],
+        tis_clip=v["tis-clip"], tis_clip_low=v["tis-clip-low"], per_token_loss=v["calculate-per-token-loss"],
+        std_normalise=not v["disable-grpo-std-normalization"],
+        # Without dynamic batching VIME packs --micro-batch-size samples; here one micro-batch
+        # of at most this many padded tokens either way (the default holds a P0 step at once).
+        max_tokens_per_micro_batch=v["max-tokens-per-gpu"] or 4096,
+        num_experts=v["num-experts"], save_rollout=v["save-debug-rollout-data"],
+        save_train=v["save-debug-train-data"], replay_processed=v["embedded-replay-processed-logprobs"],
+        output_dir=v["embedded-output-dir"], probe_samples=v["embedded-probe-samples"],
+        faults=injections.parse(v["embedded-inject"]),
+    )

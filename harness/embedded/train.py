@@ -1,0 +1,124 @@
+"""``python -m harness.embedded.train <VIME flags>``: the embedded backend's trainer.
+
+Reads like VIME's train.py: parse the flags, build (model + data, Megatron policy, vLLM engine),
+run one GRPO step per rollout printing VIME's ``rollout N`` / ``step N`` / ``perf N`` lines, close.
+Under ``--tensor-model-parallel-size 2`` this process (TP rank 0) starts TP rank 1 itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+from harness.embedded import fp8, record  # noqa: E402
+from harness.embedded import flags as flag_table  # noqa: E402
+from harness.embedded import logprobs as lp  # noqa: E402
+
+fp8.install_from_env()  # a vLLM engine process spawned from here re-imports this module
+
+RANK_ENV, PORT_ENV = "EMBEDDED_TP_RANK", "EMBEDDED_MASTER_PORT"
+logger = logging.getLogger("harness.embedded.train")
+
+
+def _setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stdout)  # flushes after every record
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(filename)s:%(lineno)d - %(message)s",
+                                           datefmt="%Y-%m-%d %H:%M:%S"))
+    for name in ("harness.embedded", "harness.embedded.train"):
+        logging.getLogger(name).handlers = [handler]
+        logging.getLogger(name).setLevel(logging.INFO)
+        logging.getLogger(name).propagate = False
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _spawn_tp_peers(tp: int, port: int) -> list[subprocess.Popen]:
+    env = dict(os.environ, **{RANK_ENV: "1", PORT_ENV: str(port)})
+    return [subprocess.Popen([sys.executable, "-m", "harness.embedded.train", *sys.argv[1:]], env=env,
+                             stdout=subprocess.DEVNULL) for _ in range(1, tp)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main(argv: list[str]) -> int:
+    from harness.embedded.data import DataError
+    from harness.embedded.engine import EngineStartError
+    from harness.embedded.factory import UnknownRecipe, model_recipe_info
+    from harness.embedded.loop import EmbeddedRun, InputError
+    from harness.embedded.settings import from_flags
+
+    # 1. Parse: VIME flags in, one typed Settings out (bad flags: one line, exit 2).
+    try:
+        values, given = flag_table.parse(argv)
+        settings = from_flags(values)
+    except flag_table.FlagError as exc:
+        return _fail(str(exc), 2)
+    tp_rank = int(os.environ.get(RANK_ENV, "0"))
+    if tp_rank == 0:
+        _setup_logging()
+    port = int(os.environ.get(PORT_ENV, "0")) or _free_port()
+    peers = _spawn_tp_peers(settings.tp, port) if tp_rank == 0 and settings.tp > 1 else []
+
+    # 2. Build: model/data (factory), Megatron policy on this TP rank, vLLM engine on rank 0.
+    run = EmbeddedRun(settings, tp_rank=tp_rank)
+    try:
+        run.build(port)
+    except (InputError, DataError, UnknownRecipe, EngineStartError, OSError) as exc:
+        _stop(peers)
+        return _fail(str(exc).splitlines()[0], 1)
+    if tp_rank == 0:
+        emulation = [fp8.EMULATION_NOTE] if settings.fp8 else []
+        deviations = (["TP=2: the colocated engine core runs in a child process (vLLM's own gloo world "
+                       "cannot share the trainer's)"] if settings.tp > 1 and settings.colocate else [])
+        record.write_record(settings.output_dir, record.build_record(
+            argv=argv, values=values, given=given, prompts=str(run.prompts and settings.prompt_data),
+            model={"path": str(run.model_dir), "uri": settings.hf_checkpoint, **model_recipe_info(run.model_dir)},
+            engine_mode=run.engine_mode, emulation=emulation, deviations=deviations,
+            injections=settings.faults.names()))
+
+    # 3. Loop: one rollout, recompute, train, sync per step; VIME's lines, flushed as they go.
+    try:
+        for rollout_id in range(settings.num_rollout):
+            report = run.step(rollout_id)
+            if report is None:
+                continue
+            for decision in report.extra_lines:
+                lp.execution_decision(logging.getLogger("harness.embedded"), backend=decision["backend"],
+                                      dtype=decision["dtype"], tp=decision["tp"], rank=0,
+                                      fallback_tokens=decision["fallback_tokens"])
+            logger.info("rollout %d: %r", rollout_id, report.rollout)
+            for step_id, metrics in report.steps:
+                logger.info("step %d: %r", step_id, metrics)
+            logger.info("perf %d: %r", rollout_id, report.perf)
+    except KeyboardInterrupt:
+        return _fail("interrupted; the steps logged so far stand", 130)
+    finally:
+        # 4. Close: the engine (our own server child, by pid) and the TP peers.
+        run.close()
+        _stop(peers)
+    return 0
+
+
+def _stop(peers: list[subprocess.Popen]) -> None:
+    for proc in peers:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
