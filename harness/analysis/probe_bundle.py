@@ -33,10 +33,13 @@ SCALARS = {
     "rollout_dtype": ("rollout_dtype", "dtype_policy"),
     "rollout_quantization": ("rollout_quantization", "quantization"),
     "trainer_dtype": ("trainer_dtype", "train_dtype"),
+    "trainer_temperature": ("trainer_temperature",),
+    "replay_processed": ("replay_processed",),
     "tp_size": ("tp_size", "tensor_model_parallel_size"),
     "vocab_start": ("vocab_start", "vocab_start_index"),
-    "weight_version": ("weight_version",),
-    "rollout_weight_version": ("rollout_weight_version",),
+    "weight_version": ("weight_version_trainer", "weight_version"),
+    "rollout_weight_version": ("weight_version_rollout", "rollout_weight_version"),
+    "injections": ("injections",),
 }
 
 
@@ -114,8 +117,10 @@ def _flatten_samples(data: dict, path: Path) -> tuple[dict, list]:
                 index = _pick(sample, SAMPLE_INDEX)
                 segments.append((None if index is None else int(index), start, start + t.numel()))
                 start += t.numel()
-    for name, aliases in SCALARS.items():  # per-sample scalars that are equal for every sample
-        values = [_scalar(_pick(x, aliases)) for x in samples]
+    # Per-sample scalars (also inside a per-sample "sampling" dict) that are equal for every sample.
+    scalar_views = [{**x.get("sampling", {}), **x} if isinstance(x.get("sampling"), dict) else x for x in samples]
+    for name, aliases in SCALARS.items():
+        values = [_scalar(_pick(x, aliases)) for x in scalar_views]
         if values[0] is not None and all(v == values[0] for v in values):
             flat.setdefault(aliases[0], values[0])
     return flat, segments

@@ -87,7 +87,9 @@ class BundleNumerics:
         # path runs in the rollout dtype, FP8 acts on the layers upstream of it.
         self.rollout_quantization = bundle.scalar("rollout_quantization", settings.rollout_quantization)
         self.rollout_quantized = policy_of(None, self.rollout_quantization) == "fp8"
-        self.rollout_policy = policy_of(bundle.scalar("rollout_dtype", settings.rollout_dtype), None)
+        declared = bundle.scalar("rollout_dtype", settings.rollout_dtype)
+        # vLLM's "auto" is the checkpoint's dtype, which the run settings resolve (probe_run.py)
+        self.rollout_policy = policy_of(settings.rollout_dtype if declared == "auto" else declared, None)
         self.top_k = int(bundle.scalar("top_k", settings.top_k) or -1)
         self.top_p = float(bundle.scalar("top_p", settings.top_p) or 1.0)
         self.processed = "processed" in str(bundle.scalar("logprobs_mode", settings.logprobs_mode))
