@@ -194,7 +194,7 @@ def identity_warnings(dumps: RunDumps) -> list[str]:
             "dumps from another run or step, or a framework fault (see probe 1) (code: sample_identity_mismatch)"]
 
 
-def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None) -> Audit:
+def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None, model_vocab: int | None = None) -> Audit:
     warnings = list(dumps.warnings)
     logged = _logged_by_step(run)
     tokens = TokenRows()
@@ -205,7 +205,7 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None) -> Audit:
     if run is not None and not logged:
         warnings.append(f"{name}: {ABS_DIFF_METRIC} was never logged; the sample-mean cannot be checked "
                         "(code: logged_metric_missing)")
-    warnings.extend(tokenizer_checks(dumps, tokenizer))
+    warnings.extend(tokenizer_checks(dumps, tokenizer, model_vocab))
     warnings.extend(identity_warnings(dumps))
     dlogp = np.concatenate(tokens.dlogp) if tokens.dlogp else np.zeros(0)
     if dumps.steps and dlogp.size == 0:
@@ -218,13 +218,13 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None) -> Audit:
 
 def audit_run(run_path: Path) -> Audit:
     """Audit a run directory: its dumps, checked against its logged abs-diff."""
-    from harness.analysis.probe_run import load_tokenizer
+    from harness.analysis.probe_run import load_tokenizer, model_vocab_size
     from harness.records.rundir import RunDir
 
     run_path = Path(run_path)
     run = RunDir(run_path).load()
     tokenizer, problem = load_tokenizer(run)
-    audit = audit_dumps(run.id, read_run_dumps(run_path / "dumps"), run, tokenizer)
+    audit = audit_dumps(run.id, read_run_dumps(run_path / "dumps"), run, tokenizer, model_vocab_size(run))
     if problem:
         audit.warnings.append(problem)
     return audit

@@ -59,7 +59,7 @@ def _print_text(report, audit) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=max(Console().width, 150))
     table = Table(title=f"attribution probes: {report.run}", show_lines=False)
     for column in ("#", "probe", "status", "verdict"):
         table.add_column(column, overflow="fold")

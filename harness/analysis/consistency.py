@@ -170,10 +170,17 @@ def compare_run(dumps: RunDumps) -> Comparison:
     return result
 
 
-def tokenizer_checks(dumps: RunDumps, tokenizer=None) -> list[str]:
-    """Named warnings for a tokenizer that differs between sides or does not know the token ids."""
+def tokenizer_checks(dumps: RunDumps, tokenizer=None, model_vocab: int | None = None) -> list[str]:
+    """Named warnings for a tokenizer that differs between sides or does not know the token ids.
+
+    Models pad their vocabulary past the tokenizer (Qwen3: 151936 rows, ~151.7k tokens), so an id
+    between the tokenizer's size and the model's is a sampled padding row (`padding_token_ids`);
+    only an id past the model's vocabulary (or past the tokenizer, when the model's is unknown)
+    means the dumps were made with another tokenizer."""
     warnings: list[str] = []
-    vocab = tokenizer.get_vocab_size() if tokenizer is not None and hasattr(tokenizer, "get_vocab_size") else None
+    known = tokenizer.get_vocab_size() if tokenizer is not None and hasattr(tokenizer, "get_vocab_size") else None
+    vocab = model_vocab or known
+    padding_ids = 0
     reported_ids = reported_fp = False
     for step in dumps.steps.values():
         for pair in step.pairs:
@@ -188,6 +195,12 @@ def tokenizer_checks(dumps: RunDumps, tokenizer=None) -> list[str]:
             tokens = side.get("tokens") if side is not None else None
             if vocab is not None and tokens is not None and tokens.size and int(tokens.max()) >= vocab and not reported_ids:
                 warnings.append(f"rollout {step.rollout_id} sample {pair.position}: token id {int(tokens.max())} is outside "
-                                f"the run's tokenizer ({vocab} ids) (code: tokenizer_mismatch)")
+                                f"the run's {'model vocabulary' if model_vocab else 'tokenizer'} ({vocab} ids) "
+                                "(code: tokenizer_mismatch)")
                 reported_ids = True
+            if known is not None and model_vocab and tokens is not None:
+                padding_ids += int(((tokens >= known) & (tokens < model_vocab)).sum())
+    if padding_ids:
+        warnings.append(f"{padding_ids} token ids lie in the model's padded vocabulary rows ({known}..{model_vocab - 1}), "
+                        "which the tokenizer cannot decode (code: padding_token_ids)")
     return warnings

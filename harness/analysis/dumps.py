@@ -196,6 +196,8 @@ def train_sides(data: dict, source: str) -> list[Side]:
 
 def _row_key(side: Side) -> str:
     digest = hashlib.blake2b(digest_size=12)
+    index = side.get("index")
+    digest.update(str(index).encode())
     for name in ("tokens", "rollout_log_probs", "log_probs"):
         value = side.get(name)
         if value is not None:
@@ -208,14 +210,16 @@ def _pair_step(rollout_id: int, rollout: list[Side] | None, ranks: dict[int, lis
     if not ranks:
         return [SamplePair(rollout_id, i, s.get("index"), s, None) for i, s in enumerate(rollout or [])]
     by_index = {s.get("index"): s for s in rollout or [] if s.get("index") is not None}
-    pairs, seen = [], set()
+    pairs: list[SamplePair] = []
+    taken: set[str] = set()  # samples of lower ranks: a TP/PP peer's copy of one is not a new sample
     position = 0
     for rank in sorted(ranks):
+        mine = []
         for row_position, side in enumerate(ranks[rank]):
             key = _row_key(side)
-            if key in seen:  # a TP/PP peer's copy of a sample already taken from a lower rank
+            mine.append(key)
+            if key in taken:
                 continue
-            seen.add(key)
             index = side.get("index")
             partner = None
             if rollout is not None:
@@ -231,6 +235,7 @@ def _pair_step(rollout_id: int, rollout: list[Side] | None, ranks: dict[int, lis
                                     "has no rollout-dump sample (code: unmatched_sample)")
             pairs.append(SamplePair(rollout_id, position, index, partner, side, rank))
             position += 1
+        taken.update(mine)
     return pairs
 
 

@@ -142,17 +142,19 @@ def boundary_name(side: str, policy: str) -> str:
 
 
 def upstream_name(num: "BundleNumerics") -> str:
-    what = "FP8 quantisation" if num.rollout_quantized else f"{POLICY_NAMES.get(num.rollout_policy, num.rollout_policy)} arithmetic"
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(num.rollout_policy, num.rollout_policy)
+    what = "FP8 quantisation" if num.rollout_quantized else f"{dtype} arithmetic"
     return f"LM-head GEMM input (hidden states) / {what} of the rollout path upstream of the LM head"
 
 
 def probe_logits(num: BundleNumerics, floor: float) -> dict:
-    """Probe 3: selected-position logits of each side's LM-head path vs fp64, and whether the rollout's
-    log-probs follow from the trainer's hidden states through the rollout's own LM-head path (if not,
-    the logits entering the softmax already differed: the boundary lies upstream of the LM head)."""
-    errors = {side: num.side_errors(side)["selected_logit"] for side in ("rollout", "trainer")}
+    """Probe 3: the selected-position logits of each side's LM-head path vs fp64, and whether the
+    rollout's log-probs follow from the trainer's hidden states through the rollout's own LM-head path
+    (if not, the logits entering the softmax already differed: the boundary lies upstream of the LM
+    head). Candidates are compared in log-prob units, the unit of the drift itself."""
+    errors = {side: num.side_errors(side) for side in ("rollout", "trainer")}
     residual = num.upstream_residual()
-    candidates = {("lm-head", side): errors[side]["mean"] or 0.0 for side in errors}
+    candidates = {("lm-head", side): errors[side]["log_prob"]["mean"] or 0.0 for side in errors}
     if residual is not None:
         candidates[("upstream", "rollout")] = residual["mean"] or 0.0
     kind, side = max(candidates, key=candidates.get)
@@ -164,7 +166,9 @@ def probe_logits(num: BundleNumerics, floor: float) -> dict:
         policy = num.rollout_policy if side == "rollout" else num.trainer_policy
         boundary = boundary_name(side, policy)
     return {"localised": localised, "boundary": boundary if localised else None, "side": side, "policy": policy,
-            "evidence": {"selected_logit_error_vs_fp64": errors, "rollout_residual_from_trainer_hidden": residual,
+            "evidence": {"selected_logit_error_vs_fp64": {k: v["selected_logit"] for k, v in errors.items()},
+                         "lm_head_log_prob_error_vs_fp64": {k: v["log_prob"] for k, v in errors.items()},
+                         "rollout_residual_from_trainer_hidden": residual, "largest": f"{kind} ({side})",
                          "rollout_policy": num.rollout_policy, "rollout_quantization": num.rollout_quantization,
                          "trainer_policy": num.trainer_policy, "floor": floor, "tokens": num.tokens,
                          "observed_mean_abs_dlogp": num.observed_drift()}}

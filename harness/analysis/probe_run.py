@@ -73,15 +73,8 @@ def run_settings(run) -> RunSettings:
 
 def load_tokenizer(run) -> tuple[object | None, str | None]:
     """The run's tokenizer (tokenizers.Tokenizer), or None and a named warning saying why."""
-    flags = _flags(run)
-    checkpoint = flags.get("hf-checkpoint")
-    record = (run.embedded_record or {}) if run is not None else {}
-    candidates = [record.get(key) for key in ("hf_checkpoint", "model_dir", "checkpoint") if record.get(key)]
-    if isinstance(checkpoint, str) and checkpoint.startswith("embedded://"):
-        candidates.append(_embedded_model_dir(checkpoint))
-    elif checkpoint:
-        candidates.append(checkpoint)
-    for candidate in candidates:
+    checkpoint = _flags(run).get("hf-checkpoint")
+    for candidate in _model_dirs(run):
         if candidate and (Path(candidate) / "tokenizer.json").is_file():
             from tokenizers import Tokenizer
 
@@ -90,6 +83,33 @@ def load_tokenizer(run) -> tuple[object | None, str | None]:
             except Exception as err:
                 return None, f"{candidate}/tokenizer.json: not readable ({type(err).__name__}); tokens shown as ids (code: tokenizer_unavailable)"
     return None, f"no tokenizer.json found for hf-checkpoint {checkpoint!r}; tokens shown as ids (code: tokenizer_unavailable)"
+
+
+def model_vocab_size(run) -> int | None:
+    """The model's (padded) vocabulary size from the checkpoint's config.json, when it is found."""
+    import json
+
+    for candidate in _model_dirs(run):
+        config = Path(candidate) / "config.json"
+        if config.is_file():
+            try:
+                return int(json.loads(config.read_text())["vocab_size"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+    return None
+
+
+def _model_dirs(run) -> list:
+    flags = _flags(run)
+    checkpoint = flags.get("hf-checkpoint")
+    record = (run.embedded_record or {}) if run is not None else {}
+    model = record.get("model") if isinstance(record.get("model"), dict) else {}
+    candidates = [value for value in (model.get("path"), record.get("model_dir"), record.get("hf_checkpoint")) if value]
+    if isinstance(checkpoint, str) and checkpoint.startswith("embedded://"):
+        candidates.append(_embedded_model_dir(checkpoint))
+    elif checkpoint:
+        candidates.append(checkpoint)
+    return [c for c in candidates if c]
 
 
 def _embedded_model_dir(uri: str) -> Path | None:
