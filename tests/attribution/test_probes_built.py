@@ -84,3 +84,26 @@ def test_cli_text_and_bad_run_dir(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "harness", "attribute", str(tmp_path / "nope")], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such run directory" in bad.stderr
+
+
+def test_probe_bundle_exports_to_the_operator_bench(tmp_path):
+    from harness.analysis.probe_bundle import export_for_bench, read_bundle
+    from harness.operators import registry
+    from harness.operators.bundles import load_bundle
+
+    bundle = read_bundle(build_run(tmp_path, steps=1) / "dumps" / "probe_0.pt")
+    bench = load_bundle(export_for_bench(bundle, tmp_path / "bundle.safetensors"))
+    active = bundle.active
+    assert bench.hidden.shape == (int(active.sum()), bundle.hidden.shape[1])
+    # The bench recomputes the trainer's fp32 log-probs from the exported operands.
+    recomputed = registry.get("fp64-reference").selected_logprobs(bench.hidden, bench.weight, bench.targets)
+    assert torch.allclose(recomputed.double(), bundle.trainer_log_probs[active], atol=1e-5)
+
+
+def test_malformed_probe_bundle_is_named_and_skips_only_bundle_probes(tmp_path):
+    path = build_run(tmp_path, steps=1, fault="token-shift")
+    torch.save({"rollout_id": 0, "samples": [{"index": 0}]}, path / "dumps" / "probe_0.pt")
+    report = run_probes(path)
+    assert any("probe_0.pt" in w and "malformed_probe_bundle" in w for w in report.warnings)
+    assert (report.drift_class, report.decided_by) == ("framework", 1)  # the dumps still show the shift
+    assert {p.number: p.status for p in report.probes}[3] == "skipped"
