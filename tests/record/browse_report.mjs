@@ -25,9 +25,11 @@ function attachmentHeader(page, title) {
   return page.getByTestId("test-result-attachment-header").filter({ has: page.getByText(title, { exact: true }) }).first();
 }
 
+const page = await browser.newPage({ viewport: { width: 1920, height: 1080 } });
 try {
-  const page = await browser.newPage({ viewport: { width: 1920, height: 1080 } });
   await page.goto(pathToFileURL(indexHtml).href, { waitUntil: "load" });
+  // The single-file report unpacks its embedded data after load and then sets this flag.
+  await page.waitForFunction(() => window.allureReportDataReady === true, null, { timeout: 60000 });
 
   // 1. The summary table: report-wide (global) attachments. Its text from the Markdown version
   // (rendered into a sandboxed iframe), its picture from the PNG version, opened full-size.
@@ -74,7 +76,9 @@ try {
   found.screenshots.push(plotShot);
   console.log(JSON.stringify(found));
 } catch (err) {
-  console.log(JSON.stringify({ ...found, error: String(err.message || err).split("\n")[0] }));
+  const errorShot = path.join(outDir, "report-error.png");
+  await page.screenshot({ path: errorShot }).catch(() => {});
+  console.log(JSON.stringify({ ...found, error: String(err.message || err).split("\n")[0], errorShot }));
   process.exitCode = 1;
 } finally {
   await browser.close();
