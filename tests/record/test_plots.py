@@ -117,7 +117,7 @@ def test_summary_figure_holds_every_cell():
     assert summary_table_png([row]).startswith(b"\x89PNG")
 
 
-def test_attach_plot_closes_the_figure_without_allure():
+def test_attach_plot_closes_the_figure():
     fig = plt.figure()
     attach_plot(fig, "nothing to attach to")
     assert fig.number not in plt.get_fignums()
