@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "fixtures.options",
+    "fixtures.record",
     "fixtures.knobs",
     "fixtures.runs",
     "fixtures.experiment",

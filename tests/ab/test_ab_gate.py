@@ -20,6 +20,7 @@ def contract(pair, knobs):
 
 
 def test_same_workload_contract(pair, contract, experiment_record):
+    experiment_record.ab_rows(pair)
     experiment_record.ab("same-workload contract", pair, passed=not contract, message="; ".join(contract) or "same workload")
     assert not contract, "A/B rejected:\n  " + "\n  ".join(contract)
 
