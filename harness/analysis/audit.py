@@ -224,7 +224,12 @@ def audit_run(run_path: Path) -> Audit:
     run_path = Path(run_path)
     run = RunDir(run_path).load()
     tokenizer, problem = load_tokenizer(run)
-    audit = audit_dumps(run.id, read_run_dumps(run_path / "dumps"), run, tokenizer, model_vocab_size(run))
+    steps_per_rollout = int(((run.spec or {}).get("flags") or {}).get("num-steps-per-rollout") or 1)
+    compare_with = run if steps_per_rollout == 1 else None
+    audit = audit_dumps(run.id, read_run_dumps(run_path / "dumps"), compare_with, tokenizer, model_vocab_size(run))
+    if steps_per_rollout > 1:
+        audit.warnings.append(f"{run.id}: --num-steps-per-rollout {steps_per_rollout}: each logged step covers part of a "
+                              "rollout, so the per-rollout sample-mean is not compared with it (code: steps_per_rollout)")
     if problem:
         audit.warnings.append(problem)
     return audit

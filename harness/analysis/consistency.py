@@ -29,7 +29,11 @@ IDENTITY_FIELDS = (
     ("rollout_log_probs", "rollout_log_probs"),
     ("target_ids", "response_ids"),  # the trainer's gathered targets are the response tokens, unshifted
 )
-LAYOUT_WORDS = ("layout", "dp_rank", "micro_batch", "microbatch", "offset", "rank", "side", "time", "created")
+# Fields that describe one side only (where it ran, how it computed): reported, never compared. A
+# rollout in FP8 and a trainer in BF16 legitimately differ in quantisation and backend records.
+LAYOUT_WORDS = ("layout", "dp_rank", "micro_batch", "microbatch", "offset", "rank", "side", "time", "created",
+                "quantization", "provenance", "backend", "dtype", "precision", "old_logp", "position_cache",
+                "schema")
 STATE_WORDS = ("weight",)
 CONTRACT_WORDS = ("sampling", "temperature", "top_p", "top_k", "logprobs_mode", "logprob_mode")
 
@@ -74,7 +78,8 @@ def flatten(record, prefix: str = "") -> dict:
 
 def group_of(key: str) -> str | None:
     lowered = key.lower()
-    if any(word in lowered for word in LAYOUT_WORDS):
+    # A whole-record fingerprint covers side-specific parts too: compare its fields, not it.
+    if lowered == "fingerprint" or any(word in lowered for word in LAYOUT_WORDS):
         return None
     if any(word in lowered for word in STATE_WORDS):
         return "state"

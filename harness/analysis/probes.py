@@ -136,9 +136,14 @@ def _describe_targets(got, expected) -> str:
     return detail
 
 
-def framework_probes(dumps: RunDumps, bundles: list | None = None) -> list[ProbeVerdict]:
+def compare_sides(dumps: RunDumps, bundles: list | None = None):
     comparison = compare_run(dumps)
     bundle_identity(bundles or [], dumps, comparison)
+    return comparison
+
+
+def framework_probes(dumps: RunDumps, bundles: list | None = None, comparison=None) -> list[ProbeVerdict]:
+    comparison = comparison or compare_sides(dumps, bundles)
     identity = _group_verdict(1, "identity", comparison, "sample and token identity")
     state = _group_verdict(2, "state", comparison, "model state (weight version)")
     if comparison.layout:
@@ -186,7 +191,7 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
 
 
 def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, limits: dict,
-                  dumps: RunDumps) -> list[ProbeVerdict]:
+                  dumps: RunDumps, comparison=None) -> list[ProbeVerdict]:
     from harness.analysis.probe_contract import flag_membership, probe_contract
     from harness.analysis.probe_numerics import (BundleNumerics, probe_lse_split, probe_logits, probe_paths,
                                                   probe_vocab_parallel)
@@ -202,12 +207,18 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
         for results in per_probe.values():
             results.extend({"file": p.split(":")[0], "skipped": p, "evidence": {}, "localised": False} for p in problems)
     verdicts = {n: _numeric_verdict(n, per_probe[n], PROBE_NAMES[n]) for n in (3, 4, 5, 7)}
-    verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings)
+    contract_mismatches = comparison.group("contract") if comparison is not None else []
+    verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches)
     return [verdicts[n] for n in (3, 4, 5, 6, 7)]
 
 
-def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings) -> ProbeVerdict:
-    evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results], "dump_filter_flags": flags}
+def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, mismatches: list) -> ProbeVerdict:
+    evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results], "dump_filter_flags": flags,
+                "recorded_contract_mismatches": [m.line() for m in mismatches[:MAX_LINES]]}
+    if mismatches:
+        fields = ", ".join(sorted({m.field for m in mismatches}))
+        return _verdict(6, "fail", f"semantic: the sides recorded different sampling parameters ({fields}): "
+                        f"{mismatches[0].line()}", evidence, "sampling contract (recorded sampling parameters)")
     evaluated = [r for r in results if not r.get("skipped")]
     failed = [r for r in evaluated if r.get("failed")]
     if evaluated and len(failed) == len(evaluated):
@@ -250,8 +261,9 @@ def run_probes(run_path: Path) -> ProbeReport:
     dumps = read_run_dumps(run_path / "dumps")
     limits = thresholds()
     bundles, problems = load_bundles(dumps)
-    verdicts = framework_probes(dumps, bundles)
-    verdicts += bundle_probes(bundles, problems, settings, limits, dumps)
+    comparison = compare_sides(dumps, bundles)
+    verdicts = framework_probes(dumps, bundles, comparison)
+    verdicts += bundle_probes(bundles, problems, settings, limits, dumps, comparison)
     verdicts.sort(key=lambda v: v.number)
     drift_class, decided_by, boundary = decide(verdicts, settings)
     warnings = list(dumps.warnings) + problems + [f"run: {p}" for p in run.problems]

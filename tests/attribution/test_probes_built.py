@@ -107,3 +107,40 @@ def test_malformed_probe_bundle_is_named_and_skips_only_bundle_probes(tmp_path):
     assert any("probe_0.pt" in w and "malformed_probe_bundle" in w for w in report.warnings)
     assert (report.drift_class, report.decided_by) == ("framework", 1)  # the dumps still show the shift
     assert {p.number: p.status for p in report.probes}[3] == "skipped"
+
+
+def _train_metadata(path, steps, make):
+    from attribution_builders import rewrite
+
+    for step in range(steps):
+        def change(data, step=step):
+            data["rollout_data"]["consistency_metadata"] = [make(i, step) for i, _ in enumerate(data["rollout_data"]["tokens"])]
+        rewrite(path / "dumps" / f"train_{step}_0.pt", change)
+
+
+def test_recorded_sampling_parameters_that_differ_are_semantic(tmp_path):
+    path = build_run(tmp_path, steps=1, temperature=0.7)
+    _train_metadata(path, 1, lambda i, step: {"tokenizer": "tok-A", "sampling": {"temperature": 1.0}})
+    report = run_probes(path)
+    assert (report.drift_class, report.decided_by) == ("semantic", 6)
+    assert "consistency_metadata.sampling.temperature" in report.probes[5].verdict
+
+
+def test_side_specific_metadata_is_reported_not_compared(tmp_path):
+    # RL-Align-style records: quantisation, provenance and batch layout legitimately differ per side.
+    path = build_run(tmp_path, steps=1)
+
+    def rollout_side(data):
+        for sample in data["samples"]:
+            sample["consistency_metadata"].update(quantization={"fingerprint": "fp8-block"}, fingerprint="r",
+                                                  batch_layout={"fingerprint": "engine"})
+
+    from attribution_builders import rewrite
+
+    rewrite(path / "dumps" / "rollout_0.pt", rollout_side)
+    _train_metadata(path, 1, lambda i, step: {"tokenizer": "tok-A", "sampling": {"temperature": 1.0},
+                                              "quantization": {"fingerprint": "bf16"}, "fingerprint": "t",
+                                              "batch_layout": {"fingerprint": f"mb0-{i}"}})
+    report = run_probes(path)
+    assert (report.drift_class, report.decided_by) == ("none", None), [p.verdict for p in report.probes]
+    assert report.probes[0].evidence["batch_layout_examples"]
