@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 BLOCK_T = 64
-BLOCK_V = 256
+BLOCK_V = 512
 
 
 def torch_partials(hidden, weight_shard, targets, local_bounds, temperature):
@@ -29,28 +29,30 @@ def torch_partials(hidden, weight_shard, targets, local_bounds, temperature):
     tgt[:rows] = targets
     inv_temp = torch.tensor(1.0 / temperature, dtype=torch.float32)
     out = torch.empty(3, n_chunks, padded, dtype=torch.float32, device=hidden.device)
-    tile_w = torch.zeros(BLOCK_V, width, dtype=torch.float32, device=hidden.device)
     cols = torch.arange(BLOCK_V, device=hidden.device)
     for c in range(n_chunks):
         lo, hi = local_bounds[c], local_bounds[c + 1]
-        for r0 in range(0, padded, BLOCK_T):
-            out[:, c, r0 : r0 + BLOCK_T] = _chunk_row_block(h[r0 : r0 + BLOCK_T], tgt[r0 : r0 + BLOCK_T], weight_shard, lo, hi, inv_temp, tile_w, cols)
+        m = torch.full((padded,), float("-inf"), dtype=torch.float32, device=hidden.device)
+        s = torch.zeros(padded, dtype=torch.float32, device=hidden.device)
+        z_t = torch.zeros(padded, dtype=torch.float32, device=hidden.device)
+        for v0 in range(lo, hi, BLOCK_V):
+            n = min(BLOCK_V, hi - v0)
+            # One zero-padded fp32 tile, shared by every row block (same shape for every tile).
+            tile_w = torch.nn.functional.pad(weight_shard[v0 : v0 + n].float(), (0, 0, 0, BLOCK_V - n))
+            hit_cols = cols + v0
+            for r0 in range(0, padded, BLOCK_T):
+                rb = slice(r0, r0 + BLOCK_T)
+                m[rb], s[rb], z_t[rb] = _fold_tile(h[rb], tgt[rb], tile_w, n, hit_cols, inv_temp, m[rb], s[rb], z_t[rb])
+        out[0, c], out[1, c], out[2, c] = m, s, z_t
     return out[0, :, :rows], out[1, :, :rows], out[2, :, :rows]
 
 
-def _chunk_row_block(h, tgt, weight, lo, hi, inv_temp, tile_w, cols):
-    m = torch.full((BLOCK_T,), float("-inf"), dtype=torch.float32, device=h.device)
-    s = torch.zeros(BLOCK_T, dtype=torch.float32, device=h.device)
-    z_t = torch.zeros(BLOCK_T, dtype=torch.float32, device=h.device)
-    for v0 in range(lo, hi, BLOCK_V):
-        n = min(BLOCK_V, hi - v0)
-        tile_w.zero_()
-        tile_w[:n] = weight[v0 : v0 + n].float()
-        z = (h @ tile_w.T) * inv_temp  # [BLOCK_T, BLOCK_V] fp32
-        z[:, n:] = float("-inf")  # columns past the chunk's end
-        m_new = torch.maximum(m, z.amax(dim=1))
-        s = s * torch.exp(m - m_new) + torch.exp(z - m_new[:, None]).sum(dim=1)
-        m = m_new
-        hit = ((cols[None, :] + v0) == tgt[:, None]) & (cols[None, :] < n)  # not the next chunk's columns
-        z_t = z_t + torch.where(hit, z, torch.zeros((), dtype=z.dtype)).sum(dim=1)
-    return torch.stack([m, s, z_t])
+def _fold_tile(h, tgt, tile_w, n, hit_cols, inv_temp, m, s, z_t):
+    """Fold one [BLOCK_T, BLOCK_V] tile of scaled logits into a row block's (m, s, z_t)."""
+    z = (h @ tile_w.T) * inv_temp  # [BLOCK_T, BLOCK_V] fp32
+    z[:, n:] = float("-inf")  # columns past the chunk's end
+    m_new = torch.maximum(m, z.amax(dim=1))
+    s = s * torch.exp(m - m_new) + torch.exp(z - m_new[:, None]).sum(dim=1)
+    hit = (hit_cols[None, :] == tgt[:, None]) & (hit_cols[None, :] < hit_cols[0] + n)  # not the next chunk's columns
+    z_t = z_t + torch.where(hit, z, torch.zeros((), dtype=z.dtype)).sum(dim=1)
+    return m_new, s, z_t

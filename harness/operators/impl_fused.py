@@ -19,8 +19,10 @@ from harness.operators.registry import register
 BACKWARD_SLICE = 8192  # vocab columns per backward step: T x 8192 fp32 (256 MiB at T = 8192)
 
 
-def _partials_fn(device: torch.device):
-    if device.type == "cuda":
+def _partials_fn(device: torch.device, dtype: torch.dtype = torch.bfloat16):
+    # The Triton kernel takes 16-bit operands; an fp32 tl.dot would silently use TF32, so fp32
+    # operands take the torch path (exact fp32 GEMMs of fixed shape) on any device.
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
         from harness.operators.fused_triton import triton_partials
 
         return triton_partials
@@ -29,7 +31,7 @@ def _partials_fn(device: torch.device):
 
 def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=None):
     """(selected log-probs [T] fp32, log-sum-exp [T] fp32); tp_size shards emulated in rank order."""
-    partials_fn = partials_fn or _partials_fn(hidden.device)
+    partials_fn = partials_fn or _partials_fn(hidden.device, hidden.dtype)
     vocab = weight.shape[0]
     gathered = []
     for rank in range(tp_size):
@@ -74,8 +76,8 @@ def fused_backward(hidden, weight, targets, lse, temperature, grad_out):
     return grad_h.to(hidden.dtype), grad_w
 
 
-def _path_name(device: torch.device) -> str:
-    if device.type != "cuda":
+def _path_name(device: torch.device, dtype: torch.dtype) -> str:
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
         from harness.operators.fused_torch import BLOCK_T, BLOCK_V
 
         return f"torch tiles {BLOCK_T}x{BLOCK_V}"
@@ -122,7 +124,7 @@ class FusedLinearLogprobOperator(Operator):
     last_path = ""
 
     def _selected_logprobs(self, hidden, weight, targets, temperature, tp_size):
-        self.last_path = _path_name(hidden.device)
+        self.last_path = _path_name(hidden.device, hidden.dtype)
         if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
             return FusedLinearLogprob.apply(hidden, weight, targets, temperature, tp_size)
         return fused_forward(hidden, weight, targets, temperature, tp_size)[0]

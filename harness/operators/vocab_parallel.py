@@ -71,7 +71,7 @@ def fused_vocab_parallel(hidden, weight_shard, targets, temperature=1.0, group=N
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     vocab = weight_shard.shape[0] * world
     start, local = shard_chunk_bounds(vocab, world, rank)
-    m, s, z_t = _partials_fn(hidden.device)(hidden, weight_shard, targets - start, local, temperature)
+    m, s, z_t = _partials_fn(hidden.device, hidden.dtype)(hidden, weight_shard, targets - start, local, temperature)
     mine = torch.stack([m, s, z_t]).contiguous()  # [3, chunks on this rank, T]
     gathered = [torch.empty_like(mine) for _ in range(world)]
     with _Stopwatch(hidden.device, timings):
