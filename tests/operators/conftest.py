@@ -10,7 +10,7 @@ import yaml
 
 from harness.operators.bundles import BundleShape, synthetic_bundle
 
-THRESHOLDS_FILE = Path(__file__).with_name("thresholds.yaml")
+THRESHOLDS_FILE = Path(__file__).resolve().parents[2] / "knobs" / "operator_thresholds.yaml"
 
 # Small shapes so CI exercises every path: V=4000 leaves chunks of 500 columns, so the last tile
 # of each chunk is partly masked; T=200 is not a multiple of any row block.
