@@ -199,22 +199,21 @@ class EmbeddedRun:
         synced = self._sync_weights(rollout_id)
         update_time = time.perf_counter() - t0
 
+        probe_dir = self._probe_dir(rollout_id)
+        lm_head = self.policy.lm_head_weight() if probe_dir is not None else None  # collective under TP
         if not self.is_main:
             return None
         sampling = self.sampling.as_dict()
         if s.save_rollout:
             dumps.rollout_dump(s.save_rollout, rollout_id, samples, sampling)
         if s.save_train:
-            path = dumps.train_dump(s.save_train, rollout_id, self.tp_rank, samples, views, sampling, s.tp, seen_lp)
-            probe_dir = path.parent
-        else:
-            probe_dir = Path(s.output_dir) if s.output_dir else None
+            dumps.train_dump(s.save_train, rollout_id, self.tp_rank, samples, views, sampling, s.tp, seen_lp)
         if probes and probe_dir is not None:
             policy = {"train_dtype": self.policy.dtype_name, "rollout_dtype": s.vllm_dtype,
                       "rollout_quantization": "fp8-e4m3-emulated" if s.fp8 else None,
                       "logprobs_mode": s.logprobs_mode, "replay_processed": s.replay_processed,
                       "tp_size": s.tp, "injections": s.faults.names()}
-            dumps.probe_bundle(probe_dir, rollout_id, probes, self.policy.lm_head_weight(), policy)
+            dumps.probe_bundle(probe_dir, rollout_id, probes, lm_head, policy)
 
         lengths = [len(x.response_ids) for x in samples]
         rewards = [x.reward for x in samples]
@@ -259,6 +258,14 @@ class EmbeddedRun:
         return StepReport(rollout=rollout_metrics, steps=step_metrics, perf=perf,
                           extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp,
                                             fallback_tokens=fallback)])
+
+    def _probe_dir(self, rollout_id: int) -> Path | None:
+        """Probe bundles go next to the train dumps (else into the output dir); None: no probes."""
+        if self.s.probe_samples <= 0:
+            return None
+        if self.s.save_train:
+            return Path(self.s.save_train.format(rollout_id=rollout_id, rank=self.tp_rank)).parent
+        return Path(self.s.output_dir) if self.s.output_dir else None
 
     def _train(self, samples, spec, old_t, roll_t, masks, entropies, rollout_id) -> list[tuple[int, dict]]:
         s = self.s
@@ -319,3 +326,5 @@ class EmbeddedRun:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

@@ -18,7 +18,7 @@ FACTORY_FORMAT = 1
 class TaskRecipe:
     """Synthetic math in dapo-math-17k form: "a + b" with a short reasoning and a \\boxed{} answer."""
 
-    operand_max: int = 49
+    operand_max: int = 19
     seed: int = 20261129
     num_prompts: int = 512
 
