@@ -122,6 +122,12 @@ class BundleNumerics:
                                           self.top_p if self.top_p < 1.0 else None)
         return torch.log_softmax(logits, dim=1).gather(1, self.targets[:, None]).squeeze(1).double()
 
+    def lm_head_divergence(self) -> dict:
+        """|rollout LM-head log-prob - trainer LM-head log-prob| on the same hidden states (raw contract)."""
+        lp = {side: torch.log_softmax(self.logits[side].double(), dim=1).gather(1, self.targets[:, None]).squeeze(1)
+              for side in ("rollout", "trainer")}
+        return _stats(lp["rollout"] - lp["trainer"])
+
     def upstream_residual(self) -> dict | None:
         if self.rollout_lp is None or self.tokens == 0:
             return None
@@ -142,9 +148,13 @@ def boundary_name(side: str, policy: str) -> str:
 
 
 def upstream_name(num: "BundleNumerics") -> str:
-    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(num.rollout_policy, num.rollout_policy)
-    what = "FP8 quantisation" if num.rollout_quantized else f"{dtype} arithmetic"
-    return f"LM-head GEMM input (hidden states) / {what} of the rollout path upstream of the LM head"
+    short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+    rollout, trainer = short.get(num.rollout_policy, num.rollout_policy), short.get(num.trainer_policy, num.trainer_policy)
+    if num.rollout_quantized:
+        return (f"LM-head GEMM input (hidden states) / FP8 quantisation of the rollout path upstream of the LM head "
+                f"(rollout {rollout} + FP8 vs trainer {trainer})")
+    return (f"LM-head GEMM input (hidden states) / {rollout} arithmetic upstream of the LM head "
+            f"(rollout {rollout} vs trainer {trainer})")
 
 
 def probe_logits(num: BundleNumerics, floor: float) -> dict:
@@ -154,36 +164,47 @@ def probe_logits(num: BundleNumerics, floor: float) -> dict:
     head). Candidates are compared in log-prob units, the unit of the drift itself."""
     errors = {side: num.side_errors(side) for side in ("rollout", "trainer")}
     residual = num.upstream_residual()
-    candidates = {("lm-head", side): errors[side]["log_prob"]["mean"] or 0.0 for side in errors}
+    # Where the two sides diverge: at the LM head (same hidden states, each side's own head), or before
+    # it. A head both sides run alike (both bf16, say) is far from fp64 but adds no drift.
+    divergence = num.lm_head_divergence()
+    candidates = {"lm-head": divergence["mean"] or 0.0}
     if residual is not None:
-        candidates[("upstream", "rollout")] = residual["mean"] or 0.0
-    kind, side = max(candidates, key=candidates.get)
-    localised = candidates[(kind, side)] > floor
+        candidates["upstream"] = residual["mean"] or 0.0
+    kind = max(candidates, key=candidates.get)
+    localised = candidates[kind] > floor
     if kind == "upstream":
-        policy = "fp8" if num.rollout_quantized else num.rollout_policy
+        side, policy = "rollout", "fp8" if num.rollout_quantized else num.rollout_policy
         boundary = upstream_name(num)
     else:
+        side = max(errors, key=lambda k: errors[k]["log_prob"]["mean"] or 0.0)  # the less exact head
         policy = num.rollout_policy if side == "rollout" else num.trainer_policy
         boundary = boundary_name(side, policy)
     return {"localised": localised, "boundary": boundary if localised else None, "side": side, "policy": policy,
             "evidence": {"selected_logit_error_vs_fp64": {k: v["selected_logit"] for k, v in errors.items()},
                          "lm_head_log_prob_error_vs_fp64": {k: v["log_prob"] for k, v in errors.items()},
-                         "rollout_residual_from_trainer_hidden": residual, "largest": f"{kind} ({side})",
+                         "lm_head_divergence_rollout_vs_trainer": divergence,
+                         "rollout_residual_from_trainer_hidden": residual, "largest": kind,
                          "rollout_policy": num.rollout_policy, "rollout_quantization": num.rollout_quantization,
                          "trainer_policy": num.trainer_policy, "floor": floor, "tokens": num.tokens,
                          "observed_mean_abs_dlogp": num.observed_drift()}}
 
 
 def probe_lse_split(num: BundleNumerics, floor: float) -> dict:
-    """Probe 4: the log-prob error of each side split into selected logit and log-sum-exp."""
+    """Probe 4: the two sides' LM-head paths on the same hidden states, compared separately in the
+    selected logit and in the log-sum-exp (each side against fp64 is in the evidence too)."""
     split = {side: num.side_errors(side) for side in ("rollout", "trainer")}
-    side = max(split, key=lambda s: split[s]["log_prob"]["mean"] or 0.0)
-    sel, lse = split[side]["selected_logit"]["mean"] or 0.0, split[side]["logsumexp"]["mean"] or 0.0
-    part = "selected-logit gather" if sel >= lse else "vocab log-sum-exp reduction"
-    localised = max(sel, lse) > floor
+    rollout, trainer = num.logits["rollout"].double(), num.logits["trainer"].double()
+    sel = _stats(num.selected(rollout) - num.selected(trainer))
+    lse = _stats(torch.logsumexp(rollout, dim=1) - torch.logsumexp(trainer, dim=1))
+    sel_mean, lse_mean = sel["mean"] or 0.0, lse["mean"] or 0.0
+    part = "selected-logit gather" if sel_mean >= lse_mean else "vocab log-sum-exp reduction"
+    localised = max(sel_mean, lse_mean) > floor
+    side = max(split, key=lambda k: split[k]["log_prob"]["mean"] or 0.0)
     policy = num.rollout_policy if side == "rollout" else num.trainer_policy
-    return {"localised": localised, "boundary": f"{boundary_name(side, policy)} ({part} dominates)" if localised else None,
-            "side": side, "policy": policy, "evidence": {"split_vs_fp64": split, "dominant_part": part, "floor": floor}}
+    return {"localised": localised, "boundary": f"{boundary_name(side, policy)} ({part} differs most)" if localised else None,
+            "side": side, "policy": policy,
+            "evidence": {"rollout_vs_trainer": {"selected_logit": sel, "logsumexp": lse}, "dominant_part": part,
+                         "each_side_vs_fp64": split, "floor": floor}}
 
 
 def probe_vocab_parallel(num: BundleNumerics, floor: float) -> dict:

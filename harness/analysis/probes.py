@@ -17,6 +17,7 @@ passed and the boundary is not explained by a declared policy. No failure: `none
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -182,10 +183,14 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
         return _verdict(number, "skipped", f"{what}: not evaluated ({reasons})", evidence)
     localised = [r for r in evaluated if r["localised"]]
     if localised and len(localised) == len(evaluated):
-        boundary = localised[0]["boundary"]
-        evidence["side"], evidence["policy"] = localised[0].get("side"), localised[0].get("policy")
-        return _verdict(number, "fail", f"{what}: boundary localised in {len(localised)} of {len(evaluated)} bundles: "
-                        f"{boundary}", evidence, boundary)
+        # The boundary most bundles point to (bundles hold a few samples each; one may disagree).
+        votes = Counter(r["boundary"] for r in localised)
+        boundary = votes.most_common(1)[0][0]
+        chosen = next(r for r in localised if r["boundary"] == boundary)
+        evidence["side"], evidence["policy"] = chosen.get("side"), chosen.get("policy")
+        evidence["boundary_votes"] = dict(votes)
+        return _verdict(number, "fail", f"{what}: boundary localised in {len(localised)} of {len(evaluated)} bundles "
+                        f"({votes[boundary]} name it): {boundary}", evidence, boundary)
     tail = f" (a difference in only {len(localised)} of {len(evaluated)} bundles is not a stable boundary)" if localised else ""
     return _verdict(number, "pass", f"{what}: within the fp32 floor on every bundle{tail}", evidence)
 
