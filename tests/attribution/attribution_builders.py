@@ -45,7 +45,7 @@ def _sample(hidden, weight, temperature, dtype, top_p, gen) -> torch.Tensor:
 
 def build_run(root: Path, *, steps: int = 2, samples: int = 4, rollout_dtype=torch.float32, top_p: float | None = None,
               temperature: float = 1.0, trainer_temperature: float | None = None, fault: str | None = None,
-              vime_format: bool = False, log_metric: bool = True, seed: int = 0) -> Path:
+              vime_format: bool = False, log_metric: bool = True, seed: int = 0, hidden_noise: float = 0.0) -> Path:
     """A run directory with spec.yaml, metrics.jsonl and dumps; `fault` breaks one thing on purpose."""
     run = RunDir(root / f"built-{seed}").create()
     flags = {"rollout-temperature": temperature, "rollout-top-p": top_p or 1.0, "rollout-top-k": -1,
@@ -62,7 +62,10 @@ def build_run(root: Path, *, steps: int = 2, samples: int = 4, rollout_dtype=tor
             hidden = torch.randn(RESPONSE, HIDDEN, generator=gen)
             targets = _sample(hidden, weight, temperature, rollout_dtype, top_p, gen)
             tokens = torch.cat([torch.randint(0, VOCAB, (PROMPT,), generator=gen), targets])
-            rollout_lp = _log_probs(hidden, weight, targets, temperature, rollout_dtype, top_p)
+            # hidden_noise: the rollout's hidden states differ from the trainer's (an upstream kernel that
+            # diverges while both sides declare the same precision).
+            rollout_hidden = hidden + hidden_noise * torch.randn(hidden.shape, generator=gen)
+            rollout_lp = _log_probs(rollout_hidden, weight, targets, temperature, rollout_dtype, top_p)
             trainer_lp = _log_probs(hidden, weight, targets, t_temp)
             mask = torch.ones(RESPONSE)
             mask[-1] = 0.0 if index == 0 else 1.0  # one sample with a masked last token
