@@ -184,6 +184,9 @@ class EmbeddedRun:
         t0 = time.perf_counter()
         views, probes, fallback = self._recompute(samples, spec, s.probe_samples if self.is_main else 0)
         log_probs_time = time.perf_counter() - t0
+        # The LM head the recompute used (before the optimizer moves it); collective under TP.
+        probe_dir = self._probe_dir(rollout_id)
+        lm_head = self.policy.lm_head_weight() if probe_dir is not None else None
         seen_lp, seen_fp = self._seen_rollout_logprobs(samples)
         for v, fp_ in zip(views, seen_fp):
             v.rollout_fingerprint = fp_
@@ -199,8 +202,6 @@ class EmbeddedRun:
         synced = self._sync_weights(rollout_id)
         update_time = time.perf_counter() - t0
 
-        probe_dir = self._probe_dir(rollout_id)
-        lm_head = self.policy.lm_head_weight() if probe_dir is not None else None  # collective under TP
         if not self.is_main:
             return None
         sampling = self.sampling.as_dict()
