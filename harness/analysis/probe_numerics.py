@@ -93,6 +93,8 @@ class BundleNumerics:
         self.top_k = int(bundle.scalar("top_k", settings.top_k) or -1)
         self.top_p = float(bundle.scalar("top_p", settings.top_p) or 1.0)
         self.processed = "processed" in str(bundle.scalar("logprobs_mode", settings.logprobs_mode))
+        self.trainer_temperature = float(bundle.scalar("trainer_temperature", bundle.scalar("temperature", settings.temperature)))
+        self.replay_processed = bool(bundle.scalar("replay_processed", settings.replay_processed))
         self.trainer_policy = policy_of(bundle.scalar("trainer_dtype", settings.trainer_dtype), None)
         self.tp_size = int(bundle.scalar("tp_size", settings.tp_size) or 1)
         self.ref = reference_logits(self.hidden, self.weight, self.temperature)
@@ -121,6 +123,21 @@ class BundleNumerics:
             logits, _ = apply_top_k_top_p(logits, self.top_k if self.top_k > 0 else None,
                                           self.top_p if self.top_p < 1.0 else None)
         return torch.log_softmax(logits, dim=1).gather(1, self.targets[:, None]).squeeze(1).double()
+
+    def trainer_self_check(self) -> dict | None:
+        """Does the bundle reproduce the trainer's own log-probs? (its hidden states, its LM-head weight,
+        the trainer's dtype, temperature and contract). If not, it is not one snapshot of the trainer's
+        computation - e.g. a weight captured after the optimizer step - and cannot localise upstream drift."""
+        if self.trainer_lp is None or self.tokens == 0:
+            return None
+        from harness.operators.sampling_filters import apply_top_k_top_p
+
+        logits = policy_logits(self.hidden, self.weight, self.trainer_policy, self.trainer_temperature)
+        if self.replay_processed and (self.top_k > 0 or self.top_p < 1.0):
+            logits, _ = apply_top_k_top_p(logits, self.top_k if self.top_k > 0 else None,
+                                          self.top_p if self.top_p < 1.0 else None)
+        lp = torch.log_softmax(logits.double(), dim=1).gather(1, self.targets[:, None]).squeeze(1)
+        return _stats(lp - self.trainer_lp)
 
     def lm_head_divergence(self) -> dict:
         """|rollout LM-head log-prob - trainer LM-head log-prob| on the same hidden states (raw contract)."""
@@ -164,6 +181,10 @@ def probe_logits(num: BundleNumerics, floor: float) -> dict:
     head). Candidates are compared in log-prob units, the unit of the drift itself."""
     errors = {side: num.side_errors(side) for side in ("rollout", "trainer")}
     residual = num.upstream_residual()
+    self_check = num.trainer_self_check()
+    inconsistent = self_check is not None and (self_check["mean"] or 0.0) > floor
+    if inconsistent:
+        residual = None  # the trainer's hidden states cannot stand in for what reached the LM head
     # Where the two sides diverge: at the LM head (same hidden states, each side's own head), or before
     # it. A head both sides run alike (both bf16, say) is far from fp64 but adds no drift.
     divergence = num.lm_head_divergence()
@@ -179,10 +200,16 @@ def probe_logits(num: BundleNumerics, floor: float) -> dict:
         side = max(errors, key=lambda k: errors[k]["log_prob"]["mean"] or 0.0)  # the less exact head
         policy = num.rollout_policy if side == "rollout" else num.trainer_policy
         boundary = boundary_name(side, policy)
-    return {"localised": localised, "boundary": boundary if localised else None, "side": side, "policy": policy,
+    result = {"localised": localised and not inconsistent, "boundary": boundary if localised else None,
+              "side": side, "policy": policy}
+    if inconsistent:
+        result["skipped"] = ("the bundle does not reproduce its own trainer log-probs within the fp32 floor "
+                             "(not one snapshot of the trainer's computation; see bundle_reproduces_trainer_log_probs)")
+    return {**result,
             "evidence": {"selected_logit_error_vs_fp64": {k: v["selected_logit"] for k, v in errors.items()},
                          "lm_head_log_prob_error_vs_fp64": {k: v["log_prob"] for k, v in errors.items()},
                          "lm_head_divergence_rollout_vs_trainer": divergence,
+                         "bundle_reproduces_trainer_log_probs": self_check, "bundle_inconsistent": inconsistent,
                          "rollout_residual_from_trainer_hidden": residual, "largest": kind,
                          "rollout_policy": num.rollout_policy, "rollout_quantization": num.rollout_quantization,
                          "trainer_policy": num.trainer_policy, "floor": floor, "tokens": num.tokens,

@@ -182,6 +182,8 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
         reasons = "; ".join(sorted({r.get("skipped", "") for r in results})) or "no probe bundle"
         return _verdict(number, "skipped", f"{what}: not evaluated ({reasons})", evidence)
     localised = [r for r in evaluated if r["localised"]]
+    skipped = len(results) - len(evaluated)
+    what = f"{what} ({skipped} of {len(results)} bundles not evaluated: {results[0].get('skipped') or next(r['skipped'] for r in results if r.get('skipped'))})" if skipped else what
     if localised and len(localised) == len(evaluated):
         # The boundary most bundles point to (bundles hold a few samples each; one may disagree).
         votes = Counter(r["boundary"] for r in localised)
@@ -211,6 +213,11 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
     if problems:
         for results in per_probe.values():
             results.extend({"file": p.split(":")[0], "skipped": p, "evidence": {}, "localised": False} for p in problems)
+    inconsistent = [r["file"] for r in per_probe[3] if r.get("evidence", {}).get("bundle_inconsistent")]
+    if inconsistent:
+        problems.append(f"{', '.join(inconsistent)}: the bundle's hidden states and LM-head weight do not reproduce its "
+                        "own trainer log-probs within the fp32 floor (a weight captured after the optimizer step?); "
+                        "probe 3 cannot localise drift upstream of the LM head (code: bundle_inconsistent)")
     verdicts = {n: _numeric_verdict(n, per_probe[n], PROBE_NAMES[n]) for n in (3, 4, 5, 7)}
     contract_mismatches = comparison.group("contract") if comparison is not None else []
     verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches)

@@ -45,7 +45,8 @@ def _sample(hidden, weight, temperature, dtype, top_p, gen) -> torch.Tensor:
 
 def build_run(root: Path, *, steps: int = 2, samples: int = 4, rollout_dtype=torch.float32, top_p: float | None = None,
               temperature: float = 1.0, trainer_temperature: float | None = None, fault: str | None = None,
-              vime_format: bool = False, log_metric: bool = True, seed: int = 0, hidden_noise: float = 0.0) -> Path:
+              vime_format: bool = False, log_metric: bool = True, seed: int = 0, hidden_noise: float = 0.0,
+              bundle_weight_step: float = 0.0) -> Path:
     """A run directory with spec.yaml, metrics.jsonl and dumps; `fault` breaks one thing on purpose."""
     run = RunDir(root / f"built-{seed}").create()
     flags = {"rollout-temperature": temperature, "rollout-top-p": top_p or 1.0, "rollout-top-k": -1,
@@ -96,7 +97,9 @@ def build_run(root: Path, *, steps: int = 2, samples: int = 4, rollout_dtype=tor
         torch.save({"rollout_id": step, "rank": 0, "rollout_data": train}, run.dumps_dir / f"train_{step}_0.pt")
         if not vime_format:
             hidden, targets, mask, rlp, tlp = (torch.cat(parts) for parts in zip(*bundle_parts))
-            torch.save({"rollout_id": step, "hidden": hidden, "weight": weight, "targets": targets, "loss_mask": mask,
+            # bundle_weight_step: the bundle's weight taken after an optimizer step (not the weight used)
+            stepped = weight + bundle_weight_step * torch.sign(torch.randn(weight.shape, generator=gen))
+            torch.save({"rollout_id": step, "hidden": hidden, "weight": stepped, "targets": targets, "loss_mask": mask,
                         "rollout_log_probs": rlp, "trainer_log_probs": tlp, "temperature": temperature,
                         "top_p": top_p or 1.0, "top_k": -1, "rollout_dtype": str(rollout_dtype).removeprefix("torch."),
                         "trainer_dtype": "float32", "logprobs_mode": "processed_logprobs", "weight_version": step},

@@ -147,3 +147,12 @@ def test_side_specific_metadata_is_reported_not_compared(tmp_path):
     report = run_probes(path)
     assert (report.drift_class, report.decided_by) == ("none", None), [p.verdict for p in report.probes]
     assert report.probes[0].evidence["batch_layout_examples"]
+
+
+def test_bundle_that_does_not_reproduce_its_trainer_is_not_used_to_localise(tmp_path):
+    # An upstream divergence that a faithful bundle would localise, but the bundle's weight is one
+    # AdamW step (1e-4 per element) away from the weight that produced its trainer log-probs.
+    report = run_probes(build_run(tmp_path, hidden_noise=1e-2, bundle_weight_step=1e-4))
+    assert {p.number: p.status for p in report.probes}[3] == "skipped"
+    assert any("bundle_inconsistent" in w for w in report.warnings)
+    assert report.drift_class != "candidate-operator"
