@@ -258,10 +258,8 @@ def _operand_dtype(policy: str) -> torch.dtype:
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(policy, torch.float32)
 
 
-def _path_for(policy: str, side: str) -> str:
-    if policy == "fp8":
-        return "fp8-block"
-    return "megatron-native" if side == "trainer" else "vllm-native"
+# The LM-head path each side runs (FP8 rollouts keep an unquantised LM head: see BundleNumerics).
+SIDE_PATHS = {"rollout": "vllm-native", "trainer": "megatron-native"}
 
 
 def run_operator(name: str, num: BundleNumerics, dtype: torch.dtype) -> torch.Tensor:
@@ -271,7 +269,7 @@ def run_operator(name: str, num: BundleNumerics, dtype: torch.dtype) -> torch.Te
     if name.startswith("fp8-block"):
         hidden, weight = _pad_to(num.hidden.float(), 1, FP8_BLOCK), _pad_to(num.weight.float(), FP8_BLOCK, FP8_BLOCK)
         extra = weight.shape[0] - num.weight.shape[0]
-        if extra:  # padded vocab rows would join the softmax: push them to -inf-like logits instead
+        if extra:  # padded vocab rows would join the softmax: quantise the same way, softmax the real rows only
             return _fp8_block_unpadded(num)
     return registry.get(name).selected_logprobs(hidden, weight, num.targets, num.temperature, tp_size=1).double()
 
@@ -302,7 +300,7 @@ def probe_paths(num: BundleNumerics, floor: float) -> dict:
             if recorded is not None:
                 row[f"vs_recorded_{side}"] = _stats(out - recorded)
         table[name] = row
-    rollout_path, trainer_path = _path_for(num.rollout_policy, "rollout"), _path_for(num.trainer_policy, "trainer")
+    rollout_path, trainer_path = SIDE_PATHS["rollout"], SIDE_PATHS["trainer"]
     if rollout_path not in outputs or trainer_path not in outputs:
         return {"localised": False, "boundary": None, "skipped": f"{rollout_path} or {trainer_path} could not run",
                 "evidence": {"paths": table}}
