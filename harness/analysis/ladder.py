@@ -7,8 +7,8 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
      (sample/token identity, weight version) -> framework.
   3. Replaying the rollout's processed-logprob contract in the trainer removes at least
      semantic_replay_min_removed_fraction of the delta -> semantic.
-  4. What survives aligned semantics: expected numerical when the rung changes only precision
-     flags (knobs/classification.yaml), otherwise candidate operator.
+  4. What survives aligned semantics: expected numerical when the rung changes only precision or
+     workload flags (knobs/classification.yaml), otherwise candidate operator.
 """
 
 from __future__ import annotations
@@ -122,12 +122,13 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
         judgement.drift_class = "semantic"
         return judgement
     changed = changed_flags(child, parent)
-    precision = set(knobs.classification.precision_flags.flags)
+    explained = set(knobs.classification.precision_flags.flags) | set(knobs.classification.workload_flags.flags)
     judgement.evidence["changed_flags"] = sorted(changed)
-    if changed and changed <= precision:
+    if changed and changed <= explained:
         judgement.drift_class = "expected-numerical"
-        judgement.reasons.append(f"the delta survives aligned semantics and the rung changes only precision flags {sorted(changed)}")
+        judgement.reasons.append(f"the delta survives aligned semantics and the rung changes only precision or workload flags {sorted(changed)}")
     else:
         judgement.drift_class = "candidate-operator"
-        judgement.reasons.append(f"the delta survives aligned semantics and framework checks; changed flags {sorted(changed - precision)} are not precision knobs")
+        judgement.reasons.append(f"the delta survives aligned semantics and framework checks; changed flags {sorted(changed - explained)} "
+                                 "are neither precision nor workload knobs")
     return judgement

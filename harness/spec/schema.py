@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 Mode = Literal["colocate", "non-colocate"]
 Backend = Literal["embedded", "vime", "records"]
 DriftClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator"]
-Direction = Literal["up", "down", "flat"]
+Direction = Literal["up", "down", "flat", "any"]  # any: the rung checks its class only
 
 MODES: tuple[str, ...] = ("colocate", "non-colocate")
 BACKENDS: tuple[str, ...] = ("embedded", "vime", "records")
@@ -129,6 +129,7 @@ class Reason(Strict):
 
 class ClassificationFile(Strict):
     precision_flags: FlagList
+    workload_flags: FlagList
     semantic_replay: FlagWithReason
     identity_contract: Reason
 
