@@ -4,7 +4,10 @@ Each one answers a CUDA-only call site seen in ../shared/facts/cpu-stack.md:
 - RoPE's ``get_emb`` and a few buffers call ``torch.cuda.current_device()`` to place tensors:
   while ``on_cpu()`` is active that call answers ``"cpu"``.
 - the model-parallel RNG seed needs the inference RNG tracker (dropout is 0 here anyway);
-- the default causal mask is built on CUDA: callers pass an explicit mask (``causal_mask``).
+- the default causal mask is built on CUDA: callers pass an explicit mask (``causal_mask``);
+- MoE: ``moe_utils`` names its TransformerEngine fused ops only when TE imports, and then tests
+  them against None: ``moe_without_te`` defines them as None (the router's own CUDA move is
+  answered by ``on_cpu``).
 Nothing else is patched; Megatron's DDP wrapper, optimizer factory and schedules are not used
 (they do not run on CPU) — the trainer uses plain ``torch.optim.AdamW`` and its own loop.
 """
@@ -27,6 +30,21 @@ def on_cpu():
         yield
     finally:
         torch.cuda.current_device = original
+
+
+_TE_MOE_OPS = ("fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
+                "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                "fused_sort_chunks_by_index_with_probs", "fused_topk_with_score_function", "fused_unpermute",
+                "te_general_gemm")
+
+
+def moe_without_te() -> None:
+    from megatron.core.transformer.moe import moe_utils
+
+    if not moe_utils.HAVE_TE:
+        for name in _TE_MOE_OPS:
+            if not hasattr(moe_utils, name):
+                setattr(moe_utils, name, None)
 
 
 def init_distributed(rank: int, world_size: int, master_port: int) -> None:

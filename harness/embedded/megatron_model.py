@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness.embedded.megatron_cpu import on_cpu
+from harness.embedded.megatron_cpu import moe_without_te, on_cpu
 
 
 def transformer_config(hf, *, bf16: bool, tp: int):
@@ -47,7 +47,21 @@ def transformer_config(hf, *, bf16: bool, tp: int):
         apply_rope_fusion=False,
         masked_softmax_fusion=False,
         persist_layer_norm=False,
+        **moe_fields(hf),
     )
+
+
+def moe_fields(hf) -> dict:
+    """Qwen3-MoE routing in Megatron's terms: softmax over the top-k logits equals Qwen3's softmax
+    over all experts then top-k renormalised (norm_topk_prob); no aux loss in the miniature."""
+    experts = getattr(hf, "num_experts", 0) or 0
+    if not experts:
+        return {}
+    return dict(num_moe_experts=experts, moe_router_topk=hf.num_experts_per_tok,
+                moe_ffn_hidden_size=hf.moe_intermediate_size, moe_router_pre_softmax=False,
+                moe_router_score_function="softmax", moe_router_load_balancing_type="none",
+                moe_aux_loss_coeff=0.0, moe_grouped_gemm=False, moe_token_dispatcher_type="allgather",
+                moe_router_dtype="fp32")
 
 
 def build_gpt(hf, *, bf16: bool, tp: int):
@@ -55,7 +69,10 @@ def build_gpt(hf, *, bf16: bool, tp: int):
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     config = transformer_config(hf, bf16=bf16, tp=tp)
-    spec = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
+    moe_without_te()
+    experts = getattr(hf, "num_experts", 0) or None
+    spec = get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False, qk_layernorm=True,
+                                    normalization="RMSNorm")
     with on_cpu():
         model = GPTModel(
             config=config,
@@ -93,11 +110,41 @@ def hf_to_megatron(hf_sd: dict, hf, tp: int, rank: int) -> dict:
         out[m + "self_attention.q_layernorm.weight"] = hf_sd[p + "self_attn.q_norm.weight"].clone()
         out[m + "self_attention.k_layernorm.weight"] = hf_sd[p + "self_attn.k_norm.weight"].clone()
         out[m + "self_attention.linear_proj.weight"] = _split(hf_sd[p + "self_attn.o_proj.weight"], 1, tp, rank)
+        out.update(_mlp_to_megatron(hf_sd, hf, p, m, tp, rank))
+        out[m + "pre_mlp_layernorm.weight"] = hf_sd[p + "post_attention_layernorm.weight"].clone()
+    return out
+
+
+def _mlp_to_megatron(hf_sd: dict, hf, p: str, m: str, tp: int, rank: int) -> dict:
+    experts = getattr(hf, "num_experts", 0) or 0
+    if not experts:
         gate = _split(hf_sd[p + "mlp.gate_proj.weight"], 0, tp, rank)
         up = _split(hf_sd[p + "mlp.up_proj.weight"], 0, tp, rank)
-        out[m + "mlp.linear_fc1.weight"] = torch.cat([gate, up], dim=0)
-        out[m + "pre_mlp_layernorm.weight"] = hf_sd[p + "post_attention_layernorm.weight"].clone()
-        out[m + "mlp.linear_fc2.weight"] = _split(hf_sd[p + "mlp.down_proj.weight"], 1, tp, rank)
+        return {m + "mlp.linear_fc1.weight": torch.cat([gate, up], dim=0),
+                m + "mlp.linear_fc2.weight": _split(hf_sd[p + "mlp.down_proj.weight"], 1, tp, rank)}
+    if tp != 1:
+        raise ValueError("MoE layers need TP=1 here (MoE with TP needs sequence parallelism)")
+    out = {m + "mlp.router.weight": hf_sd[p + "mlp.gate.weight"].clone()}
+    for e in range(experts):
+        hp, mp = f"{p}mlp.experts.{e}.", f"{m}mlp.experts.local_experts.{e}."
+        out[mp + "linear_fc1.weight"] = torch.cat([hf_sd[hp + "gate_proj.weight"], hf_sd[hp + "up_proj.weight"]], 0)
+        out[mp + "linear_fc2.weight"] = hf_sd[hp + "down_proj.weight"].clone()
+    return out
+
+
+def _mlp_to_hf(shards: list[dict], hf, p: str, m: str) -> dict:
+    experts = getattr(hf, "num_experts", 0) or 0
+    if not experts:
+        gates, ups = zip(*(torch.chunk(s[m + "mlp.linear_fc1.weight"], 2, dim=0) for s in shards))
+        return {p + "mlp.gate_proj.weight": torch.cat(gates, 0), p + "mlp.up_proj.weight": torch.cat(ups, 0),
+                p + "mlp.down_proj.weight": torch.cat([s[m + "mlp.linear_fc2.weight"] for s in shards], 1)}
+    (only,) = shards
+    out = {p + "mlp.gate.weight": only[m + "mlp.router.weight"].clone()}
+    for e in range(experts):
+        hp, mp = f"{p}mlp.experts.{e}.", f"{m}mlp.experts.local_experts.{e}."
+        gate, up = torch.chunk(only[mp + "linear_fc1.weight"], 2, dim=0)
+        out[hp + "gate_proj.weight"], out[hp + "up_proj.weight"] = gate.clone(), up.clone()
+        out[hp + "down_proj.weight"] = only[mp + "linear_fc2.weight"].clone()
     return out
 
 
@@ -122,11 +169,8 @@ def megatron_to_hf(shards: list[dict], hf) -> dict:
         out[p + "self_attn.q_norm.weight"] = first[m + "self_attention.q_layernorm.weight"].clone()
         out[p + "self_attn.k_norm.weight"] = first[m + "self_attention.k_layernorm.weight"].clone()
         out[p + "self_attn.o_proj.weight"] = cat(m + "self_attention.linear_proj.weight", 1)
-        gates, ups = zip(*(torch.chunk(s[m + "mlp.linear_fc1.weight"], 2, dim=0) for s in shards))
-        out[p + "mlp.gate_proj.weight"] = torch.cat(gates, 0)
-        out[p + "mlp.up_proj.weight"] = torch.cat(ups, 0)
+        out.update(_mlp_to_hf(shards, hf, p, m))
         out[p + "post_attention_layernorm.weight"] = first[m + "pre_mlp_layernorm.weight"].clone()
-        out[p + "mlp.down_proj.weight"] = cat(m + "mlp.linear_fc2.weight", 1)
     return out
 
 
