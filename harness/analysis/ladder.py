@@ -2,9 +2,11 @@
 decided from evidence (never from the rung's name).
 
 Decision procedure, in the seed's order (rule out framework, then semantics, before numerics):
-  1. No measurable delta (CI includes zero, or |delta| < rung_min_abs_delta) -> none.
-  2. The drift-bearing run (the child for a rise, the parent for a fall) fails a framework probe
-     (sample/token identity, weight version) -> framework.
+  1. The rung's run (or its parent's) fails a framework probe (sample/token identity, weight
+     version) -> framework, whatever the mean does: a sync fault confined to a few rollouts makes
+     a non-stationary series whose mean barely clears the noise, and it is still a framework fault.
+  2. No measurable delta (CI includes zero, |delta| < rung_min_abs_delta, or within
+     rung_flat_max_rel_delta of the parent) -> none.
   3. Replaying the rollout's processed-logprob contract in the trainer removes at least
      semantic_replay_min_removed_fraction of the delta -> semantic.
   4. What survives aligned semantics: expected numerical when the rung changes only precision or
@@ -79,6 +81,16 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
     judgement.parent_mean = float(np.mean(parent_values))
     judgement.evidence["parent_run"] = parent.id
     judgement.diff = diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=knobs.threshold("bootstrap_confidence"))
+    if diff.excludes_zero:
+        judgement.observed_direction = "up" if diff.diff > 0 else "down"
+    if framework_checks is not None:
+        for side in (child, parent):
+            failed = framework_checks(side)
+            judgement.evidence.setdefault("framework_checks", {})[side.id] = failed or "pass"
+            if failed:
+                judgement.drift_class = "framework"
+                judgement.reasons.append(f"framework probe failed on {side.id}: {failed[0]}")
+                return judgement
     min_delta = knobs.threshold("rung_min_abs_delta")
     flat_rel = knobs.threshold("rung_flat_max_rel_delta")
     relative = abs(diff.diff) / judgement.parent_mean if judgement.parent_mean else float("inf")
@@ -86,18 +98,10 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
         judgement.reasons.append(f"delta {diff.diff:+.3g} ({relative:.0%} of the parent) is not an effect: CI "
                                  f"[{diff.low:+.3g}, {diff.high:+.3g}], thresholds.rung_min_abs_delta {min_delta}, "
                                  f"thresholds.rung_flat_max_rel_delta {flat_rel:.0%}")
+        judgement.observed_direction = "flat"
         return judgement
-    judgement.observed_direction = "up" if diff.diff > 0 else "down"
     drifting, steadier = (child, parent) if diff.diff > 0 else (parent, child)
     drifting_rung = rung.id if diff.diff > 0 else rung.parent
-
-    if framework_checks is not None:
-        failed = framework_checks(drifting)
-        judgement.evidence["framework_checks"] = failed or "pass"
-        if failed:
-            judgement.drift_class = "framework"
-            judgement.reasons.append(f"framework probe failed on {drifting.id}: {failed[0]}")
-            return judgement
 
     replay_flag = knobs.classification.semantic_replay.flag
     drifting_flags = (drifting.spec or {}).get("flags", {})
