@@ -93,7 +93,7 @@ def _describe_arrays(a: np.ndarray, b: np.ndarray) -> str:
         return f"trainer has {a.size} entries, rollout {b.size}"
     differ = np.nonzero(a != b)[0]
     first = int(differ[0])
-    return f"{differ.size} of {a.size} entries, first at {first}: trainer {a[first]!r}, rollout {b[first]!r}"
+    return f"{differ.size} of {a.size} entries, first at {first}: trainer {a[first].item()!r}, rollout {b[first].item()!r}"
 
 
 def _same(a, b) -> tuple[bool, str]:
