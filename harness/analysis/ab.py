@@ -58,8 +58,12 @@ def prompts_fingerprint(prompt_data: str | None) -> str | None:
 def _environment_identity(run: Run) -> dict:
     env = run.environment or {}
     hardware = env.get("hardware") or {}
+    spec = run.spec or {}
+    # The embedded trainer is this repository's code: its source version is the "commit" that
+    # matters (judging code may change between the two runs without changing either run).
+    code = spec.get("code_version") if spec.get("backend") == "embedded" else None
     return {
-        "commit": (env.get("vime") or {}).get("commit") or (env.get("harness") or {}).get("commit"),
+        "commit": code or (env.get("vime") or {}).get("commit") or (env.get("harness") or {}).get("commit"),
         "image": (env.get("container") or {}).get("image"),
         "hardware": (hardware.get("gpus") or {}).get("models") or (hardware.get("cpu") or {}).get("model"),
     }

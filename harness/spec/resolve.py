@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from harness.spec.code_version import embedded_code_version
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
 from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
@@ -31,7 +32,10 @@ class RunSpec:
     def spec_hash(self) -> str:
         # Only what changes the run itself: the backend that executes it and its flags. Stage and
         # rung are names; two stages with the same embedded profile share one run.
-        payload = json.dumps({"backend": self.backend, "flags": self.flags}, sort_keys=True)
+        payload = {"backend": self.backend, "flags": self.flags}
+        if self.backend == "embedded":
+            payload["code"] = embedded_code_version()
+        payload = json.dumps(payload, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
     @property
@@ -45,6 +49,7 @@ class RunSpec:
         return {
             "run_id": self.run_id, "stage": self.stage, "rung": self.rung, "mode": self.mode,
             "backend": self.backend, "spec_hash": self.spec_hash, "flags": dict(self.flags),
+            "code_version": embedded_code_version() if self.backend == "embedded" else None,
             "overrides": dict(self.overrides), "provenance": dict(self.provenance),
         }
 
