@@ -2,17 +2,22 @@
 
 Each injected fault must stop the probes at the right probe with the right class, whatever rung it
 is injected into; the top-p rung is semantic (probe 6); on the fp8 rung probes 1, 2 and 6 pass and
-the FP8 / LM-head boundary is named; on the fp32 floor every probe passes. The audit's sample-mean
-reproduces the logged train/train_rollout_logprob_abs_diff of each run (tolerance: audit.py,
-LOGGED_MATCH_RTOL - fp32 reduction in the trainer against fp64 here).
+the FP8 / LM-head boundary is named; on the fp32 floor every probe passes (one test per probe). The
+audit's sample-mean reproduces the logged train/train_rollout_logprob_abs_diff of each run
+(tolerance: audit.py, LOGGED_MATCH_RTOL - fp32 reduction in the trainer against fp64 here). Every
+test attaches the probe report (verdicts and evidence) to Allure.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+
 import pytest
 
 from harness.analysis.audit import LOGGED_MATCH_ATOL, LOGGED_MATCH_RTOL, audit_run
-from harness.analysis.probes import framework_checks, run_probes
+from harness.analysis.probes import PROBE_NAMES, framework_checks, run_probes
+from harness.record.allure_attach import attach_table, attach_text, label_experiment
 
 pytestmark = pytest.mark.attribution
 
@@ -27,8 +32,19 @@ FAULTS = {
 }
 
 
-def _statuses(report) -> dict[int, str]:
-    return {p.number: p.status for p in report.probes}
+@functools.lru_cache(maxsize=None)
+def _report(path: str):
+    return run_probes(path)
+
+
+def probes_of(run, rung: str, check: str):
+    """The run's probe report, labelled and attached to the test's Allure record."""
+    report = _report(str(run.path))
+    label_experiment("p1", rung, check, "colocate", "embedded", run.id)
+    attach_table([{"#": p.number, "probe": p.name, "status": p.status, "verdict": p.verdict} for p in report.probes],
+                 "probe verdicts")
+    attach_text(json.dumps(report.to_json(), indent=1, default=str), "probe report (evidence)")
+    return report
 
 
 def _explain(report) -> str:
@@ -39,7 +55,7 @@ def _explain(report) -> str:
 def test_injected_fault_is_decided_by_its_probe(get_run, fault):
     overrides, expected_class, expected_probe = FAULTS[fault]
     run = get_run("p1", "near-aligned", "colocate", **SHORT, **overrides)
-    report = run_probes(run.path)
+    report = probes_of(run, "near-aligned", f"inject {fault}")
     assert (report.drift_class, report.decided_by) == (expected_class, expected_probe), _explain(report)
     if expected_probe in (1, 2):  # the ladder's cheap check sees the same
         checks = {c.number: c.status for c in framework_checks(run.path)}
@@ -47,29 +63,41 @@ def test_injected_fault_is_decided_by_its_probe(get_run, fault):
 
 
 def test_top_p_rung_is_semantic(get_run):
-    report = run_probes(get_run("p1", "top-p", "colocate", **SHORT).path)
+    report = probes_of(get_run("p1", "top-p", "colocate", **SHORT), "top-p", "probe 6 decides")
     assert (report.drift_class, report.decided_by) == ("semantic", 6), _explain(report)
-    assert _statuses(report)[1] == "pass" and _statuses(report)[2] == "pass"
+    statuses = {p.number: p.status for p in report.probes}
+    assert statuses[1] == "pass" and statuses[2] == "pass"
+
+
+@pytest.mark.parametrize("number", [1, 2, 6])
+def test_fp8_rung_passes_identity_state_and_contract(get_run, number):
+    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **SHORT), "fp8-rollout", PROBE_NAMES[number])
+    assert report.probes[number - 1].status == "pass", _explain(report)
 
 
 def test_fp8_rung_names_the_fp8_boundary(get_run):
-    report = run_probes(get_run("p1", "fp8-rollout", "colocate", **SHORT).path)
-    statuses = _statuses(report)
-    assert [statuses[n] for n in (1, 2, 6)] == ["pass", "pass", "pass"], _explain(report)
+    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **SHORT), "fp8-rollout", "boundary")
     assert report.drift_class == "expected-numerical", _explain(report)
     assert report.boundary and "FP8" in report.boundary and "LM-head" in report.boundary, report.boundary
 
 
-def test_fp32_floor_passes_every_probe(get_run):
-    report = run_probes(get_run("p1", "fp32-floor", "colocate", **SHORT).path)
-    assert set(_statuses(report).values()) == {"pass"}, _explain(report)
-    assert (report.drift_class, report.decided_by) == ("none", None)
+@pytest.mark.parametrize("number", list(PROBE_NAMES))
+def test_fp32_floor_passes_probe(get_run, number):
+    report = probes_of(get_run("p1", "fp32-floor", "colocate", **SHORT), "fp32-floor", PROBE_NAMES[number])
+    assert report.probes[number - 1].status == "pass", _explain(report)
+
+
+def test_fp32_floor_class_is_none(get_run):
+    report = probes_of(get_run("p1", "fp32-floor", "colocate", **SHORT), "fp32-floor", "class")
+    assert (report.drift_class, report.decided_by) == ("none", None), _explain(report)
 
 
 @pytest.mark.parametrize("rung", ["fp32-floor", "near-aligned", "top-p"])
 def test_audit_sample_mean_equals_logged_abs_diff(get_run, rung):
     run = get_run("p1", rung, "colocate", **SHORT)
     audit = audit_run(run.path)
+    label_experiment("p1", rung, "audit sample-mean = logged abs-diff", "colocate", "embedded", run.id)
+    attach_table(audit.table(), "dlogp audit per step")
     logged = dict(run.series("train/train_rollout_logprob_abs_diff"))
     assert logged, "the run logged no train/train_rollout_logprob_abs_diff"
     audited = {s.rollout_id: s.sample_mean_abs_diff for s in audit.per_step}
