@@ -22,6 +22,9 @@ from harness.record.allure_attach import attach_table, attach_text, label_experi
 pytestmark = pytest.mark.attribution
 
 SHORT = {"num-rollout": 4}  # long enough for stale-weights:2 to show (rollouts 1 and 2 run on stale weights)
+# The rungs themselves are judged on the ladder's own P1 runs (no overrides): the same runs the
+# ladder tests launch, so a session that runs both launches each once.
+LADDER: dict = {}
 
 FAULTS = {
     "stale-weights": ({"embedded-inject": "stale-weights:2"}, "framework", 2),
@@ -63,7 +66,7 @@ def test_injected_fault_is_decided_by_its_probe(get_run, fault):
 
 
 def test_top_p_rung_is_semantic(get_run):
-    report = probes_of(get_run("p1", "top-p", "colocate", **SHORT), "top-p", "probe 6 decides")
+    report = probes_of(get_run("p1", "top-p", "colocate", **LADDER), "top-p", "probe 6 decides")
     assert (report.drift_class, report.decided_by) == ("semantic", 6), _explain(report)
     statuses = {p.number: p.status for p in report.probes}
     assert statuses[1] == "pass" and statuses[2] == "pass"
@@ -71,30 +74,30 @@ def test_top_p_rung_is_semantic(get_run):
 
 @pytest.mark.parametrize("number", [1, 2, 6])
 def test_fp8_rung_passes_identity_state_and_contract(get_run, number):
-    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **SHORT), "fp8-rollout", PROBE_NAMES[number])
+    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **LADDER), "fp8-rollout", PROBE_NAMES[number])
     assert report.probes[number - 1].status == "pass", _explain(report)
 
 
 def test_fp8_rung_names_the_fp8_boundary(get_run):
-    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **SHORT), "fp8-rollout", "boundary")
+    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **LADDER), "fp8-rollout", "boundary")
     assert report.drift_class == "expected-numerical", _explain(report)
     assert report.boundary and "FP8" in report.boundary and "LM-head" in report.boundary, report.boundary
 
 
 @pytest.mark.parametrize("number", list(PROBE_NAMES))
 def test_fp32_floor_passes_probe(get_run, number):
-    report = probes_of(get_run("p1", "fp32-floor", "colocate", **SHORT), "fp32-floor", PROBE_NAMES[number])
+    report = probes_of(get_run("p1", "fp32-floor", "colocate", **LADDER), "fp32-floor", PROBE_NAMES[number])
     assert report.probes[number - 1].status == "pass", _explain(report)
 
 
 def test_fp32_floor_class_is_none(get_run):
-    report = probes_of(get_run("p1", "fp32-floor", "colocate", **SHORT), "fp32-floor", "class")
+    report = probes_of(get_run("p1", "fp32-floor", "colocate", **LADDER), "fp32-floor", "class")
     assert (report.drift_class, report.decided_by) == ("none", None), _explain(report)
 
 
 @pytest.mark.parametrize("rung", ["fp32-floor", "near-aligned", "top-p"])
 def test_audit_sample_mean_equals_logged_abs_diff(get_run, rung):
-    run = get_run("p1", rung, "colocate", **SHORT)
+    run = get_run("p1", rung, "colocate", **LADDER)
     audit = audit_run(run.path)
     label_experiment("p1", rung, "audit sample-mean = logged abs-diff", "colocate", "embedded", run.id)
     attach_table(audit.table(), "dlogp audit per step")
