@@ -13,6 +13,7 @@ The GEMM itself then runs in the engine dtype: accumulation differs from a real 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -69,7 +70,12 @@ def install_activation_emulation() -> None:
     original = UnquantizedLinearMethod.apply
 
     def apply(self, layer, x, bias=None):
+        if not apply._announced:  # once per process: proof the emulation runs where the engine computes
+            apply._announced = True
+            print(f"embedded fp8: activation emulation active in pid {os.getpid()}", file=sys.stderr, flush=True)
         return original(self, layer, quantize_activation_groups(x), bias)
+
+    apply._announced = False
 
     apply._embedded_fp8 = True
     UnquantizedLinearMethod.apply = apply

@@ -55,7 +55,7 @@ class EmbeddedRun:
         self.trainer_version = 0
 
     # ---------------------------------------------------------------- build
-    def build(self, master_port: int) -> None:
+    def build(self, store_path: str) -> None:
         from transformers import AutoConfig, AutoTokenizer
         from safetensors.torch import load_file
 
@@ -78,7 +78,7 @@ class EmbeddedRun:
         for f in sorted(self.model_dir.glob("*.safetensors")):
             hf_state.update(load_file(str(f)))
         torch.manual_seed(s.seed)
-        init_distributed(self.tp_rank, s.tp, master_port)
+        init_distributed(self.tp_rank, s.tp, store_path)
         init_model_parallel(s.tp, s.seed)
         self.policy = Policy(self.hf_config, hf_state, bf16=s.bf16, tp=s.tp, tp_rank=self.tp_rank, lr=s.lr,
                              betas=s.betas, weight_decay=s.weight_decay, clip_grad=s.clip_grad)

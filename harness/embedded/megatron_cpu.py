@@ -47,14 +47,15 @@ def moe_without_te() -> None:
                 setattr(moe_utils, name, None)
 
 
-def init_distributed(rank: int, world_size: int, master_port: int) -> None:
-    """A gloo world (TP=1: size 1; TP=2: two processes spawned by the trainer)."""
+def init_distributed(rank: int, world_size: int, store_path: str) -> None:
+    """A gloo world (TP=1: size 1; TP=2: two processes spawned by the trainer), rendezvous through a
+    file (no TCP port to race other processes for), traffic on the loopback interface."""
     if torch.distributed.is_initialized():
         return
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(master_port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    store = torch.distributed.FileStore(store_path, world_size)
     torch.distributed.init_process_group(
-        "gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=10)
+        "gloo", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=10)
     )
 
 

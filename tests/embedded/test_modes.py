@@ -1,0 +1,85 @@
+"""TP=2, non-colocate, the rendered P0 profile, and bad input: short real runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from conftest import BASE_ARGS, REPO, assert_finished
+from harness.spec.load import load_knobs
+from harness.spec.render import render_argv
+from harness.spec.resolve import resolve
+
+ABS_DIFF = "train/train_rollout_logprob_abs_diff"
+
+
+def test_tp2_vocab_parallel_run_sits_at_the_floor(trainer, thresholds):
+    run = trainer("--colocate", "--tensor-model-parallel-size", "2")
+    assert_finished(run)
+    assert run.mean("step", ABS_DIFF) <= thresholds["fp32_floor_max_abs_diff"]
+    assert '"tp_size": 2' in run.stdout
+    train = torch.load(run.out_dir / "dumps" / "train_1_0.pt", weights_only=False)
+    shards = {shard for s in train["samples"] for shard in s["vocab_shard"]}
+    assert shards <= {0, 1} and train["samples"][0]["tp_size"] == 2
+    # the probe's gathered LM head covers the whole vocabulary
+    probe = torch.load(run.out_dir / "dumps" / "probe_1.pt", weights_only=False)
+    assert probe["lm_head_weight"].shape[0] == 512
+
+
+def test_non_colocate_server_run_syncs_weights_over_http(trainer, thresholds):
+    run = trainer()  # no --colocate: a vLLM OpenAI server subprocess on 127.0.0.1
+    assert_finished(run)
+    # rollout 1 samples with the weights pushed through /collective_rpc after step 0
+    assert run.lines["rollout"][1]["rollout/weight_version"] == 1.0
+    assert run.mean("step", ABS_DIFF) <= thresholds["fp32_floor_max_abs_diff"]
+    record = json.loads((run.out_dir / "embedded_record.json").read_text())
+    assert record["engine_mode"].startswith("non-colocate")
+    assert (run.out_dir / "vllm_server.log").stat().st_size > 0
+
+
+def test_rendered_p0_profile_runs_with_emulated_fp8(trainer, thresholds):
+    knobs = load_knobs(REPO / "knobs")
+    argv = render_argv(resolve(knobs, "p0", "fp8-plus-filters", "colocate", "embedded").flags)
+    run = trainer("--num-rollout", "2", base=argv)
+    assert_finished(run)
+    record = json.loads((run.out_dir / "embedded_record.json").read_text())
+    assert any("EMULATED" in note for note in record["emulation"])
+    assert {row["flag"] for row in record["not_honoured"]} >= {"vllm-all2all-backend", "recompute-granularity"}
+    assert run.mean("step", ABS_DIFF) - thresholds["fp32_floor_max_abs_diff"] >= thresholds["rung_min_abs_delta"]
+    assert 0.0 < run.mean("rollout", "rollout/raw_reward") < 1.0
+
+
+def _fails(args: list[str], tmp_path: Path) -> list[str]:
+    proc = subprocess.run([sys.executable, "-m", "harness.embedded.train", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+
+
+def _with(args: list[str], **changes: str) -> list[str]:
+    out = list(args)
+    for flag, value in changes.items():
+        out[out.index(flag) + 1] = value
+    return out
+
+
+def test_missing_checkpoint_is_one_line(tmp_path):
+    lines = _fails(_with(BASE_ARGS, **{"--hf-checkpoint": str(tmp_path / "nope")}) + ["--colocate"], tmp_path)
+    assert len(lines) == 1 and "--hf-checkpoint" in lines[0] and "nope" in lines[0]
+
+
+def test_missing_prompt_file_is_one_line(tmp_path):
+    lines = _fails(_with(BASE_ARGS, **{"--prompt-data": str(tmp_path / "none.jsonl")}) + ["--colocate"], tmp_path)
+    assert len(lines) == 1 and "--prompt-data" in lines[0] and "no such file" in lines[0]
+
+
+def test_prompt_longer_than_the_context_is_one_line(tmp_path):
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"prompt": [{"role": "user", "content": "1 + 1 = " * 200}], "label": "2"}) + "\n")
+    lines = _fails(_with(BASE_ARGS, **{"--prompt-data": str(data)}) + ["--colocate"], tmp_path)
+    assert len(lines) == 1 and "long.jsonl:1" in lines[0] and "exceeds the context" in lines[0]
