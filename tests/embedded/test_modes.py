@@ -48,6 +48,7 @@ def test_rendered_p0_profile_runs_with_emulated_fp8(trainer, thresholds):
     assert_finished(run)
     record = json.loads((run.out_dir / "embedded_record.json").read_text())
     assert any("EMULATED" in note for note in record["emulation"])
+    assert "embedded fp8: activation emulation active in pid" in run.stderr  # ran inside the engine
     assert {row["flag"] for row in record["not_honoured"]} >= {"vllm-all2all-backend", "recompute-granularity"}
     assert run.mean("step", ABS_DIFF) - thresholds["fp32_floor_max_abs_diff"] >= thresholds["rung_min_abs_delta"]
     assert 0.0 < run.mean("rollout", "rollout/raw_reward") < 1.0
