@@ -65,7 +65,7 @@ class EmbeddedRun:
         self.model_dir = factory.resolve(s.hf_checkpoint, "model")
         if not (self.model_dir / "config.json").is_file():
             raise InputError(f"--hf-checkpoint {self.model_dir}: not an HF checkpoint (no config.json)")
-        prompt_path = factory.resolve(s.prompt_data, "data")
+        self.prompt_path = prompt_path = factory.resolve(s.prompt_data, "data")
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.tok_hash = tokenizer_hash(self.model_dir)
         self.prompts = load_prompts(prompt_path, self.tokenizer, input_key=s.input_key, label_key=s.label_key,

