@@ -34,7 +34,7 @@ def test_record(tmp_path, record_summary_row, rung):
 
 NO_ROW_TEST = '''
 def test_nothing_recorded():
-    assert True
+    pass  # a session that records no summary row must write no summary table
 '''
 
 
