@@ -97,6 +97,14 @@ def _token_stats(dlogp: np.ndarray) -> dict:
     }
 
 
+def _from_either(pair: SamplePair, key: str):
+    """A per-sample field from the train dump, else from the rollout dump."""
+    value = pair.train.get(key)
+    if value is None and pair.rollout is not None:
+        value = pair.rollout.get(key)
+    return value
+
+
 def _sample_arrays(pair: SamplePair, warnings: list[str]):
     """(trainer lp, rollout lp, mask) the trainer compared, or None with a warning saying why."""
     label = f"rollout {pair.rollout_id} sample {pair.position}"
@@ -104,15 +112,11 @@ def _sample_arrays(pair: SamplePair, warnings: list[str]):
     if train is None or not train.has("log_probs"):
         warnings.append(f"{label}: no trainer log-probs (key 'log_probs' of a train dump) (code: missing_train_log_probs)")
         return None
-    rollout_lp = train.get("rollout_log_probs")
-    if rollout_lp is None and pair.rollout is not None:
-        rollout_lp = pair.rollout.get("rollout_log_probs")
+    rollout_lp = _from_either(pair, "rollout_log_probs")
     if rollout_lp is None:
         warnings.append(f"{label}: no rollout log-probs (key 'rollout_log_probs') (code: missing_rollout_log_probs)")
         return None
-    mask = train.get("loss_mask")
-    if mask is None and pair.rollout is not None:
-        mask = pair.rollout.get("loss_mask")
+    mask = _from_either(pair, "loss_mask")
     if mask is None:
         warnings.append(f"{label}: no loss mask (key 'loss_masks') (code: missing_loss_mask)")
         return None

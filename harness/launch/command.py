@@ -18,7 +18,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                             ray_address=args.ray_address, timeout_s=args.timeout, image=args.image)
     run_dir = ensure_run(spec, options)
     state = read_state(run_dir)
-    status = run_dir._read_status_quietly()
+    status = run_dir.read_status()
     if state != "finished":
         failure = status.get("failure") or {}
         print(f"run {spec.run_id} {state}: {failure.get('signature', '?')} at log line {failure.get('line', '?')}: "

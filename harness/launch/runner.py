@@ -59,7 +59,7 @@ def harness_commit() -> dict:
 
 
 def read_state(run_dir: RunDir) -> str | None:
-    status = run_dir._read_status_quietly()
+    status = run_dir.read_status()
     return status.get("state")
 
 

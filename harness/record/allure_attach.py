@@ -77,13 +77,17 @@ def argv_text(argv: list[str]) -> str:
     return "\n".join(lines) + "\n\n# as one command line:\n" + shlex.join(str(a) for a in argv) + "\n"
 
 
-def log_excerpt(log_path: Path, line: int, context: int = EXCERPT_CONTEXT_LINES) -> str | None:
-    """Lines around `line` (1-based) of the run's log, numbered, the failure line marked '>>'."""
+def _log_lines(log_path: Path) -> list[str]:
     try:
         with log_path.open(encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
+            return handle.read().splitlines()
     except OSError:
-        return None
+        return []
+
+
+def log_excerpt(log_path: Path, line: int, context: int = EXCERPT_CONTEXT_LINES, lines: list[str] | None = None) -> str | None:
+    """Lines around `line` (1-based) of the run's log, numbered, the failure line marked '>>'."""
+    lines = _log_lines(log_path) if lines is None else lines
     if not lines:
         return None
     line = min(max(line, 1), len(lines))
@@ -94,14 +98,8 @@ def log_excerpt(log_path: Path, line: int, context: int = EXCERPT_CONTEXT_LINES)
 
 
 def log_tail(log_path: Path, count: int = LOG_TAIL_LINES) -> str | None:
-    try:
-        with log_path.open(encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    if not lines:
-        return None
-    return log_excerpt(log_path, len(lines), context=count)
+    lines = _log_lines(log_path)
+    return log_excerpt(log_path, len(lines), context=count, lines=lines) if lines else None
 
 
 def tracking_links(run) -> dict[str, str]:

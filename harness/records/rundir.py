@@ -134,6 +134,10 @@ class RunDir:
 
         return load_run(self)
 
+    def read_status(self) -> dict:
+        """status.json as a dict; {} when it is missing or unreadable (the loader reports why)."""
+        return self._read_status_quietly()
+
     def _read_status_quietly(self) -> dict:
         try:
             value = json.loads(self.file(self.STATUS).read_text(encoding="utf-8"))
