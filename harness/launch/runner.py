@@ -65,6 +65,7 @@ def read_state(run_dir: RunDir) -> str | None:
 
 def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
     """The finished (or failed) run for `spec`, launching it unless one exists and rerun is off."""
+    trainer_command(spec.backend, options.vime_root)  # a bad --vime-root fails before anything is written
     options.runs_dir.mkdir(parents=True, exist_ok=True)
     run_dir = RunDir(options.runs_dir / spec.run_id)
     with FileLock(str(options.runs_dir / f".{spec.run_id}.lock")):
