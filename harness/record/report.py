@@ -5,10 +5,11 @@
 Allure 3 is the npm package `allure`, pinned in package.json and installed by tools/setup_env.py
 (`npm ci`) into node_modules; it runs on Node >= 20.19 and needs no Java. The report is one
 self-contained index.html (--single-file: attachments inside, opens from file:// without a
-server), grouped as the experiment is (stage > rung or criterion > check). summary.md and
-summary.csv are copied beside it. Generating into a folder that already holds a report leaves the
-old index.html in place, so the output folder is emptied first - but only when it is empty or
-holds a report this command made.
+server; single_file_fix.py mends a start-up race and drops the analytics tag), grouped as the
+experiment is (stage > rung or criterion > check). summary.md and summary.csv are copied beside
+it. Generating into a folder that already holds a report leaves the old index.html in place, so
+the output folder is emptied first - but only when it is empty or holds a report this command
+made.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 from harness import REPO_ROOT
+from harness.record.single_file_fix import fix_single_file_report
 
 MIN_NODE = (20, 19)
 REPORT_NAME = "VIME train-inference mismatch"
@@ -95,6 +97,7 @@ def build_report(results: Path, out: Path, *, summary_dir: Path | None = None, n
     if done.returncode != 0 or not index.exists():
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
         raise ReportError(f"allure awesome exited {done.returncode} without {index}: {tail or 'no output'}")
+    fix_single_file_report(index)
     summary_dir = summary_dir or results.parent
     for name_ in ("summary.md", "summary.csv"):
         if (summary_dir / name_).exists():

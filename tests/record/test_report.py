@@ -10,6 +10,7 @@ from sessions import run_session
 from harness import REPO_ROOT
 from harness.cli import main
 from harness.record.report import MARKER, ReportError, allure_binary, check_results, prepare_output
+from harness.record.single_file_fix import DECLARE_DATA_EARLY
 
 needs_allure = pytest.mark.skipif(
     shutil.which("node") is None or not (REPO_ROOT / "node_modules" / ".bin" / "allure").exists(),
@@ -73,6 +74,10 @@ def test_report_is_built_with_the_summary_beside_it(tmp_path, capsys):
     assert last_line == str(out / "index.html")
     assert (out / "index.html").stat().st_size > 100_000, "a single-file report embeds the app and its data"
     assert "test_one_row" in (out / "test-results.json").read_text()
+    html = (out / "index.html").read_text()
+    # single_file_fix.py: the data object exists before the app's script runs; no analytics tag.
+    assert html.index(DECLARE_DATA_EARLY) < html.index('src="data:text/javascript') < html.index("d(\"widgets/")
+    assert "googletagmanager" not in html and "gtag(" not in html
     assert (out / "summary.md").read_text() == (tmp_path / "reports" / "summary.md").read_text()
     # Built again into the same folder: the new report replaces the old one (facts: report-stack.md).
     assert main(["report", "--results", str(tmp_path / "reports" / "allure-results"), "--out", str(out)]) == 0
