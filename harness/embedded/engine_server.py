@@ -61,6 +61,7 @@ class ServerEngine:
                                      start_new_session=True)
         self._wait_healthy()
         self.version = 0
+        self.fp8_unconfirmed = cfg.fp8
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -90,6 +91,8 @@ class ServerEngine:
                 "logprobs": 0, "return_tokens_as_token_ids": True,
                 "stop_token_ids": spec.stop_token_ids, "skip_special_tokens": False}
         choices = sorted(self._post("/v1/completions", body)["choices"], key=lambda c: c["index"])
+        if self.fp8_unconfirmed:
+            self._confirm_fp8()
         result: list[list[Completion]] = [[] for _ in prompts]
         for c in choices:
             lp = c["logprobs"]
@@ -98,6 +101,15 @@ class ServerEngine:
                                                            [None] * len(ids), c.get("finish_reason") or "",
                                                            self.version))
         return result
+
+    def _confirm_fp8(self) -> None:
+        """The emulation is installed inside the server's engine process by a hook
+        (engine_site/sitecustomize.py); if it never ran, the run would be bf16 labelled fp8."""
+        self.log.flush()
+        if fp8.ANNOUNCEMENT not in self.log_path.read_text(errors="replace"):
+            raise EngineStartError(f"fp8 activation emulation did not reach the vLLM server's engine process "
+                                   f"(no {fp8.ANNOUNCEMENT!r} line in {self.log_path}); the run would not be fp8")
+        self.fp8_unconfirmed = False
 
     def update_weights(self, hf_sd: dict, version: int) -> None:
         path = _save_weights(hf_sd, self.weights_dir / "sync")

@@ -20,6 +20,7 @@ import torch
 E4M3_MAX = 448.0
 BLOCK = 128
 ENV_FLAG = "EMBEDDED_FP8_ACTIVATIONS"
+ANNOUNCEMENT = "embedded fp8: activation emulation active in pid"
 QUANTIZED_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 EMULATION_NOTE = (
@@ -72,7 +73,7 @@ def install_activation_emulation() -> None:
     def apply(self, layer, x, bias=None):
         if not apply._announced:  # once per process: proof the emulation runs where the engine computes
             apply._announced = True
-            print(f"embedded fp8: activation emulation active in pid {os.getpid()}", file=sys.stderr, flush=True)
+            print(f"{ANNOUNCEMENT} {os.getpid()}", file=sys.stderr, flush=True)
         return original(self, layer, quantize_activation_groups(x), bias)
 
     apply._announced = False

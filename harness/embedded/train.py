@@ -103,6 +103,8 @@ def main(argv: list[str]) -> int:
             logger.info("perf %d: %r", rollout_id, report.perf)
     except KeyboardInterrupt:
         return _fail("interrupted; the steps logged so far stand", 130)
+    except EngineStartError as exc:  # e.g. fp8 emulation found missing at the first generation
+        return _fail(f"{str(exc).splitlines()[0]}; the steps logged so far stand", 1)
     finally:
         # 4. Close: the engine (our own server child, by pid) and the TP peers.
         run.close()

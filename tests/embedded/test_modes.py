@@ -41,6 +41,15 @@ def test_non_colocate_server_run_syncs_weights_over_http(trainer, thresholds):
     assert (run.out_dir / "vllm_server.log").stat().st_size > 0
 
 
+def test_moe_non_colocate_server_gets_the_cpu_fix_and_stays_at_the_floor(trainer, thresholds):
+    """The fused-MoE prepack fix must reach the server's engine process (engine_site/sitecustomize.py
+    installs it when vLLM imports the MoE layer). Without it the synced rollouts drift to ~2.4."""
+    run = trainer(*_with(BASE_ARGS, **{"--hf-checkpoint": "embedded://model/qwen3-moe-tiny"}), base=[])
+    assert_finished(run)
+    assert run.lines["rollout"][1]["rollout/weight_version"] == 1.0
+    assert max(run.series("step", ABS_DIFF)) <= thresholds["fp32_floor_max_abs_diff"]
+
+
 def test_rendered_p0_profile_runs_with_emulated_fp8(trainer, thresholds):
     knobs = load_knobs(REPO / "knobs")
     argv = render_argv(resolve(knobs, "p0", "fp8-plus-filters", "colocate", "embedded").flags)
