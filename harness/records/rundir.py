@@ -84,7 +84,7 @@ class RunDir:
         `started`/`ended` override the clock (ingest uses the log's own first and last timestamps)."""
         if state not in RUN_STATES:
             raise ValueError(f"status state {state!r}: expected one of {', '.join(RUN_STATES)}")
-        previous = self._read_status_quietly()
+        previous = self.read_status()
         if isinstance(failure, Failure):
             failure = failure.model_dump()
         status = {
@@ -136,9 +136,6 @@ class RunDir:
 
     def read_status(self) -> dict:
         """status.json as a dict; {} when it is missing or unreadable (the loader reports why)."""
-        return self._read_status_quietly()
-
-    def _read_status_quietly(self) -> dict:
         try:
             value = json.loads(self.file(self.STATUS).read_text(encoding="utf-8"))
             return value if isinstance(value, dict) else {}
