@@ -22,6 +22,7 @@ from harness.embedded import logprobs as lp
 from harness.embedded.data import load_prompts, tokenizer_hash
 from harness.embedded.engine import EngineConfig, SamplingSpec
 from harness.embedded.grpo import LossConfig, policy_loss, sample_mean
+from harness.embedded.megatron_model import num_experts
 from harness.embedded.policy import LogprobSpec, Policy, micro_batches
 from harness.embedded.rollout import collect, prompt_batch
 from harness.embedded.samples import Sample, TrainerView, fingerprint
@@ -71,7 +72,7 @@ class EmbeddedRun:
         self.prompts = load_prompts(prompt_path, self.tokenizer, input_key=s.input_key, label_key=s.label_key,
                                     chat_template=s.apply_chat_template, max_response_len=s.max_response_len)
         self.hf_config = AutoConfig.from_pretrained(self.model_dir)
-        experts = getattr(self.hf_config, "num_experts", None)
+        experts = num_experts(self.hf_config)
         if s.num_experts is not None and s.num_experts != experts:
             raise InputError(f"--num-experts {s.num_experts}: the checkpoint has {experts} experts")
         hf_state = {}

@@ -16,6 +16,11 @@ import torch.nn.functional as F
 from harness.embedded.megatron_cpu import moe_without_te, on_cpu
 
 
+def num_experts(hf) -> int:
+    """Routed experts per MoE layer in an HF config; 0 for a dense model."""
+    return getattr(hf, "num_experts", 0) or 0
+
+
 def transformer_config(hf, *, bf16: bool, tp: int):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -54,7 +59,7 @@ def transformer_config(hf, *, bf16: bool, tp: int):
 def moe_fields(hf) -> dict:
     """Qwen3-MoE routing in Megatron's terms: softmax over the top-k logits equals Qwen3's softmax
     over all experts then top-k renormalised (norm_topk_prob); no aux loss in the miniature."""
-    experts = getattr(hf, "num_experts", 0) or 0
+    experts = num_experts(hf)
     if not experts:
         return {}
     return dict(num_moe_experts=experts, moe_router_topk=hf.num_experts_per_tok,
@@ -70,8 +75,7 @@ def build_gpt(hf, *, bf16: bool, tp: int):
 
     config = transformer_config(hf, bf16=bf16, tp=tp)
     moe_without_te()
-    experts = getattr(hf, "num_experts", 0) or None
-    spec = get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False, qk_layernorm=True,
+    spec = get_gpt_layer_local_spec(num_experts=num_experts(hf) or None, moe_grouped_gemm=False, qk_layernorm=True,
                                     normalization="RMSNorm")
     with on_cpu():
         model = GPTModel(
@@ -116,7 +120,7 @@ def hf_to_megatron(hf_sd: dict, hf, tp: int, rank: int) -> dict:
 
 
 def _mlp_to_megatron(hf_sd: dict, hf, p: str, m: str, tp: int, rank: int) -> dict:
-    experts = getattr(hf, "num_experts", 0) or 0
+    experts = num_experts(hf)
     if not experts:
         gate = _split(hf_sd[p + "mlp.gate_proj.weight"], 0, tp, rank)
         up = _split(hf_sd[p + "mlp.up_proj.weight"], 0, tp, rank)
@@ -133,7 +137,7 @@ def _mlp_to_megatron(hf_sd: dict, hf, p: str, m: str, tp: int, rank: int) -> dic
 
 
 def _mlp_to_hf(shards: list[dict], hf, p: str, m: str) -> dict:
-    experts = getattr(hf, "num_experts", 0) or 0
+    experts = num_experts(hf)
     if not experts:
         gates, ups = zip(*(torch.chunk(s[m + "mlp.linear_fc1.weight"], 2, dim=0) for s in shards))
         return {p + "mlp.gate_proj.weight": torch.cat(gates, 0), p + "mlp.up_proj.weight": torch.cat(ups, 0),

