@@ -15,11 +15,12 @@ const [indexHtml, outDir, testTitle, plotName, ...groups] = process.argv.slice(2
 const found = { screenshots: [] };
 // Each step names itself, so a failure says where it stopped ("step: error").
 let step = "open the report";
+const firstLine = (err) => String(err.message || err).split("\n")[0];
 let browser, page;
 try {
   ({ browser, page } = await openReport(indexHtml));
 } catch (err) {
-  console.log(JSON.stringify({ ...found, error: `${step}: ${String(err.message || err).split("\n")[0]}` }));
+  console.log(JSON.stringify({ ...found, error: `${step}: ${firstLine(err)}` }));
   process.exit(1);
 }
 
@@ -44,8 +45,7 @@ async function openReport(indexHtml) {
   } catch (err) {
     const shown = await page.evaluate(() => document.body?.innerText ?? "").catch(() => "");
     await browser.close();
-    const lines = String(err.message || err).split("\n")[0];
-    throw new Error(`${lines} | page shows: ${JSON.stringify(shown.slice(0, 300))} | ${said.join(" | ")}`);
+    throw new Error(`${firstLine(err)} | page shows: ${JSON.stringify(shown.slice(0, 300))} | ${said.join(" | ")}`);
   }
   return { browser, page };
 }
@@ -111,7 +111,7 @@ try {
 } catch (err) {
   const errorShot = path.join(outDir, "report-error.png");
   await page.screenshot({ path: errorShot }).catch(() => {});
-  console.log(JSON.stringify({ ...found, error: `${step}: ${String(err.message || err).split("\n")[0]}`, errorShot }));
+  console.log(JSON.stringify({ ...found, error: `${step}: ${firstLine(err)}`, errorShot }));
   process.exitCode = 1;
 } finally {
   await browser.close();

@@ -52,6 +52,8 @@ def _cpu_fixes():
     vllm_cpu_fixes.install_moe_repack_on_update()
 
 
+# The flags by name (fp8.ENV_FLAG, vllm_cpu_fixes.ENV_FLAG): importing those modules here would
+# import torch at interpreter start, which is what this file avoids.
 if os.environ.get("EMBEDDED_FP8_ACTIVATIONS") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.linear", _fp8))
 if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
