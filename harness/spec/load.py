@@ -76,7 +76,36 @@ def parse_file(path: Path, model: type[Model]) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise SpecError([_describe(name, e, data) for e in err.errors()]) from None
+        raise SpecError([_describe(name, e, data) for e in _merge_union_branches(err.errors())]) from None
+
+
+# The names pydantic gives the members of a union such as `float | int` in an error's location.
+_UNION_MEMBER = ("float", "int", "str", "bool", "list[", "dict[")
+
+
+def _merge_union_branches(errors: list[dict]) -> list[dict]:
+    """A value that fits no member of a union (`value: float | int`) comes back once per member
+    (`...value.float`, `...value.int`); make it one error for the key, naming every member."""
+    merged: dict[tuple, dict] = {}
+    for error in errors:
+        *head, last = error["loc"]
+        if isinstance(last, str) and last.startswith(_UNION_MEMBER) and head:
+            key = tuple(head)
+            if key in merged:
+                merged[key]["members"].append(last)
+                continue
+            merged[key] = {**error, "loc": tuple(head), "members": [last]}
+        else:
+            merged[(id(error),)] = error
+    out = []
+    for error in merged.values():
+        members = error.pop("members", None)
+        if members and len(members) > 1:
+            error = {**error, "type": "union", "msg": f"one of {' or '.join(members)}"}
+        elif members:  # a lone member tag is an ordinary key path after all
+            error = {**error, "loc": (*error["loc"], members[0])}
+        out.append(error)
+    return out
 
 
 def _describe(file: str, error: dict, data: dict) -> str:

@@ -129,6 +129,16 @@ def test_broken_knob_file_is_named_with_its_key(knobs_copy, name, old, new, frag
     assert any(fragment in line for line in err.value.problems), err.value.problems
 
 
+def test_a_value_that_fits_no_member_of_a_union_is_one_problem(knobs_copy):
+    # Threshold.value is `float | int`: pydantic reports the bad value once per member.
+    break_file(knobs_copy, "thresholds.yaml", "value: 1.0e-4", "value: lots")
+    with pytest.raises(SpecError) as err:
+        load_knobs(knobs_copy)
+    (problem,) = err.value.problems
+    assert problem.endswith("thresholds.yaml: thresholds.rung_min_abs_delta.value: expected one of float or int, "
+                            "got 'lots' (type=str)"), problem
+
+
 def test_cli_reports_a_broken_knob_file_in_one_line_without_traceback(knobs_copy):
     break_file(knobs_copy, "ladder/top-k.yaml", "rollout-top-k: 40", "rollout-top-k: {40")
     result = subprocess.run(
