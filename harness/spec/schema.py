@@ -74,9 +74,18 @@ class StagesFile(Strict):
 
 
 class Expectation(Strict):
-    # Named `class` in the YAML (the seed's word); `drift_class` in code.
-    drift_class: DriftClass = Field(alias="class")
+    # Named `class` in the YAML (the seed's word); `drift_class` in code. One class, or the list
+    # of classes the rung accepts (a rung that only rules some classes out, e.g. temperature:
+    # "no framework or semantic drift", whatever the arithmetic does on this machine).
+    drift_class: DriftClass | list[DriftClass] = Field(alias="class")
     direction: Direction
+
+    @property
+    def accepted_classes(self) -> tuple[str, ...]:
+        return tuple(self.drift_class) if isinstance(self.drift_class, list) else (self.drift_class,)
+
+    def accepts_class(self, drift_class: str) -> bool:
+        return drift_class in self.accepted_classes
 
 
 class Rung(Strict):
