@@ -1,9 +1,10 @@
 """vime-mismatch-lab: the train-inference mismatch experiment for VIME, as a library.
 
 Subpackages, one job each: spec (knobs -> resolved spec -> argv), launch (start a trainer),
-records (logs and dumps -> run directories), embedded (the miniature VIME), analysis (statistics,
-audits, probes, classification), operators (the selected-logprob operator bench), record
-(Allure, summary table, HTML report).
+records (logs and dumps -> run directories), embedded (the miniature VIME), judge (statistics,
+verdicts, acceptance checks, ladder classification, the A/B gate), attribution (the token audit and
+the seven probes), operators (the selected-logprob operator bench), report (Allure, summary table,
+HTML report).
 """
 
 from pathlib import Path

@@ -22,8 +22,8 @@ from harness.spec.render import parse_value
 COMMAND_MODULES = (
     "harness.launch.command",
     "harness.records.command",
-    "harness.analysis.command",
-    "harness.record.command",
+    "harness.attribution.command",
+    "harness.report.command",
 )
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.analysis import ab
+from harness.judge import ab
 
 BASELINE, CANDIDATE, STAGE = "fp8-plus-filters", "candidate-operator", "p3"
 pytestmark = [pytest.mark.ab, pytest.mark.p3]

@@ -6,7 +6,7 @@ session's --mode, on the session's --backend.
 
 import pytest
 
-from harness.analysis.acceptance import CHECKS, JudgeContext
+from harness.judge.acceptance import CHECKS, JudgeContext
 
 
 @pytest.mark.acceptance

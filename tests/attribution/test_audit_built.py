@@ -9,7 +9,7 @@ import pytest
 import torch
 from attribution_builders import build_run, rewrite
 
-from harness.analysis.audit import LOGGED_MATCH_RTOL, audit_run
+from harness.attribution.audit import LOGGED_MATCH_RTOL, audit_run
 from harness.records.rundir import RunDir
 
 pytestmark = pytest.mark.attribution
@@ -148,8 +148,8 @@ def test_mismatched_tokenizer_is_named(tmp_path):
 def test_token_ids_outside_the_runs_tokenizer_are_named(tmp_path):
     from tokenizers import Tokenizer, models
 
-    from harness.analysis.audit import audit_dumps
-    from harness.analysis.dumps import read_run_dumps
+    from harness.attribution.audit import audit_dumps
+    from harness.attribution.run_dumps import read_run_dumps
 
     path = build_run(tmp_path, steps=1)
     tiny = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))  # 3 ids; the dumps use 64

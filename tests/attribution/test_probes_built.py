@@ -15,7 +15,7 @@ import torch
 from attribution_builders import build_run
 
 from harness import REPO_ROOT
-from harness.analysis.probes import framework_checks, run_probes
+from harness.attribution.probes import framework_checks, run_probes
 
 pytestmark = pytest.mark.attribution
 
@@ -90,7 +90,7 @@ def test_cli_text_and_bad_run_dir(tmp_path):
 
 
 def test_probe_bundle_exports_to_the_operator_bench(tmp_path):
-    from harness.analysis.probe_bundle import export_for_bench, read_bundle
+    from harness.attribution.probe_bundle import export_for_bench, read_bundle
     from harness.operators import registry
     from harness.operators.bundles import load_bundle
 

@@ -15,9 +15,9 @@ import json
 
 import pytest
 
-from harness.analysis.audit import LOGGED_MATCH_ATOL, LOGGED_MATCH_RTOL, audit_run
-from harness.analysis.probes import PROBE_NAMES, framework_checks, run_probes
-from harness.record.allure_attach import attach_table, attach_text, label_experiment
+from harness.attribution.audit import LOGGED_MATCH_ATOL, LOGGED_MATCH_RTOL, audit_run
+from harness.attribution.probes import PROBE_NAMES, framework_checks, run_probes
+from harness.report.allure_attach import attach_table, attach_text, label_experiment
 
 pytestmark = pytest.mark.attribution
 

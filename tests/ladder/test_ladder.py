@@ -7,9 +7,9 @@ root rungs meet their absolute bounds (fp32 floor; near-aligned low and stable).
 
 import pytest
 
-from harness.analysis import stats
-from harness.analysis.ladder import judge_rung
-from harness.analysis.verdict import ABS_DIFF, after_warmup
+from harness.judge import stats
+from harness.judge.ladder import judge_rung
+from harness.judge.verdict import ABS_DIFF, after_warmup
 
 
 @pytest.mark.ladder
@@ -73,7 +73,7 @@ def near_aligned_is_low_and_stable(run, knobs) -> list[str]:
 def smoke_check(stage, rung, run, knobs, experiment_record) -> None:
     """A rung whose parent does not run at this stage (P0: smoke and config validation): the spec
     validated (the fixture did that), the run finished, and the primary metric is there."""
-    from harness.analysis.acceptance import JudgeContext, abs_diff_present_every_step
+    from harness.judge.acceptance import JudgeContext, abs_diff_present_every_step
 
     experiment_record.smoke(stage, rung, run)
     state = run.status.state if run.status else "unknown"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from harness import DEFAULT_KNOBS_DIR
-from harness.analysis.acceptance import CHECKS, JudgeContext
-from harness.analysis.ladder import judge_rung
+from harness.judge.acceptance import CHECKS, JudgeContext
+from harness.judge.ladder import judge_rung
 from harness.spec import load_knobs
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
@@ -159,7 +159,7 @@ def decision_line(**fields):
 
 
 def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
-    from harness.analysis.ab import contract_problems
+    from harness.judge.ab import contract_problems
 
     baseline = build_run("baseline")
     candidate = build_run("candidate", extra_lines=[decision_line(
@@ -171,7 +171,7 @@ def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
 
 
 def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
-    from harness.analysis.ab import contract_problems
+    from harness.judge.ab import contract_problems
 
     baseline, candidate = build_run("baseline"), build_run("candidate", extra_lines=[decision_line(
         requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")])
@@ -186,7 +186,7 @@ def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
 
 
 def test_ab_accepts_a_clean_pair(build_run, tmp_path):
-    from harness.analysis.ab import contract_problems
+    from harness.judge.ab import contract_problems
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": [], "label": "1"}')

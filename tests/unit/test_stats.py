@@ -1,4 +1,4 @@
-"""harness.analysis.stats against series built to pass and built to fail.
+"""harness.judge.stats against series built to pass and built to fail.
 
 The coverage tests simulate AR(1) noise around a known mean (the shape of a per-step metric:
 autocorrelated, stationary) and count how often the interval holds the true mean. Their bounds
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis import stats
+from harness.judge import stats
 
 
 def ar1(n: int, rho: float, mean: float, sd: float, rng: np.random.Generator) -> np.ndarray:

@@ -3,7 +3,7 @@ the step-time breakdown. matplotlib's Agg backend only (no display); every figur
 legend and the same colours throughout (this run blue, parent grey, warm-up shaded).
 
 Each function takes loaded `Run`s (harness.records.runload) and returns a Figure; attach it with
-harness.record.allure_attach.attach_plot, which closes it.
+harness.report.allure_attach.attach_plot, which closes it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from harness.analysis.probe_bundle import ProbeBundle
+from harness.attribution.probe_bundle import ProbeBundle
 from harness.layout.vocab_parallel import full_logsumexp, shard_vocab, sharded_logsumexp
 
 FP8_BLOCK = 128

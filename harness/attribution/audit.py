@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from harness.analysis.probe_context import correlations, worst_tokens
-from harness.analysis.consistency import compare_run, tokenizer_checks
-from harness.analysis.dumps import RunDumps, SamplePair, read_run_dumps
+from harness.attribution.probe_context import correlations, worst_tokens
+from harness.attribution.consistency import compare_run, tokenizer_checks
+from harness.attribution.run_dumps import RunDumps, SamplePair, read_run_dumps
 from harness.layout.sample_mean import sample_mean_abs_diff
 
 ABS_DIFF_METRIC = "train/train_rollout_logprob_abs_diff"
@@ -222,7 +222,7 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None, model_voca
 
 def audit_run(run_path: Path) -> Audit:
     """Audit a run directory: its dumps, checked against its logged abs-diff."""
-    from harness.analysis.probe_run import load_tokenizer, model_vocab_size
+    from harness.attribution.probe_run import load_tokenizer, model_vocab_size
     from harness.records.rundir import RunDir
 
     run_path = Path(run_path)

@@ -23,9 +23,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness.analysis.consistency import compare_run
-from harness.analysis.dumps import RunDumps, read_run_dumps
-from harness.analysis.probe_run import RunSettings, run_settings
+from harness.attribution.consistency import compare_run
+from harness.attribution.run_dumps import RunDumps, read_run_dumps
+from harness.attribution.probe_run import RunSettings, run_settings
 
 Status = Literal["pass", "fail", "skipped"]
 DriftClass = Literal["expected-numerical", "semantic", "framework", "candidate-operator", "none"]
@@ -94,7 +94,7 @@ def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdi
 
 
 def group_fields(group: str, field: str) -> bool:
-    from harness.analysis.consistency import group_of
+    from harness.attribution.consistency import group_of
 
     if field == "weight_version":
         return group == "state"
@@ -105,7 +105,7 @@ def group_fields(group: str, field: str) -> bool:
 
 def bundle_identity(bundles: list, dumps: RunDumps, comparison) -> None:
     """The targets the trainer gathered (probe bundle) must be the rollout's response tokens."""
-    from harness.analysis.consistency import FieldMismatch
+    from harness.attribution.consistency import FieldMismatch
 
     for bundle in bundles:
         step = dumps.steps.get(bundle.rollout_id)
@@ -127,7 +127,7 @@ def bundle_identity(bundles: list, dumps: RunDumps, comparison) -> None:
 
 
 def _describe_targets(got, expected) -> str:
-    from harness.analysis.consistency import _describe_arrays
+    from harness.attribution.consistency import _describe_arrays
 
     detail = _describe_arrays(got, expected)
     if got.size == expected.size and got.size > 1 and (got[:-1] == expected[1:]).mean() > 0.5:
@@ -153,7 +153,7 @@ def framework_probes(dumps: RunDumps, bundles: list | None = None, comparison=No
 
 
 def load_bundles(dumps: RunDumps) -> tuple[list, list[str]]:
-    from harness.analysis.probe_bundle import BundleProblem, read_bundle
+    from harness.attribution.probe_bundle import BundleProblem, read_bundle
 
     bundles, problems = [], []
     for _, step in sorted(dumps.steps.items()):
@@ -199,8 +199,8 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
 
 def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, limits: dict,
                   dumps: RunDumps, comparison=None) -> list[ProbeVerdict]:
-    from harness.analysis.probe_contract import flag_membership, probe_contract
-    from harness.analysis.probe_numerics import (BundleNumerics, probe_lse_split, probe_logits, probe_paths,
+    from harness.attribution.probe_contract import flag_membership, probe_contract
+    from harness.attribution.probe_numerics import (BundleNumerics, probe_lse_split, probe_logits, probe_paths,
                                                   probe_vocab_parallel)
 
     per_probe: dict[int, list[dict]] = {n: [] for n in (3, 4, 5, 6, 7)}

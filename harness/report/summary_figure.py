@@ -11,8 +11,8 @@ from __future__ import annotations
 import io
 import textwrap
 
-from harness.record.plots import DPI, plt
-from harness.record.summary import COLUMNS, TITLE, SummaryRow
+from harness.report.plots import DPI, plt
+from harness.report.summary import COLUMNS, TITLE, SummaryRow
 
 # Characters per line before a cell wraps, by column: keeps the 11 columns readable at 1:1 scale.
 WRAP = {"Run": 14, "Hardware": 20, "Mode": 12, "Precision": 16, "Operator Path": 22, "Final Reward": 8,

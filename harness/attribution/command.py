@@ -32,8 +32,8 @@ def _audit_summary(audit) -> dict:
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
-    from harness.analysis.audit import audit_run
-    from harness.analysis.probes import run_probes
+    from harness.attribution.audit import audit_run
+    from harness.attribution.probes import run_probes
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

@@ -13,9 +13,9 @@ RECORDING_TEST = '''
 import pytest
 from runbuilder import CPU_ENVIRONMENT, make_run, noisy, resolved_spec
 from harness.records.models import Failure
-from harness.record.allure_attach import attach_plot, attach_run, attach_table, label_experiment
-from harness.record.plots import abs_diff_figure
-from harness.record.summary import summary_row_from_run
+from harness.report.allure_attach import attach_plot, attach_run, attach_table, label_experiment
+from harness.report.plots import abs_diff_figure
+from harness.report.summary import summary_row_from_run
 
 @pytest.mark.parametrize("rung", ["near-aligned", "top-p"])
 def test_record(tmp_path, record_summary_row, rung):

@@ -27,7 +27,7 @@ import yaml
 from allure_commons import plugin_manager
 
 from harness import REPO_ROOT
-from harness.record.tables import to_csv, to_markdown
+from harness.report.tables import to_csv, to_markdown
 
 EXCERPT_CONTEXT_LINES = 15
 LOG_TAIL_LINES = 40
@@ -173,7 +173,7 @@ MARKDOWN = "text/markdown"  # not in allure's AttachmentType; Allure 3 renders i
 
 
 def attach_table(rows: list[dict], name: str, *, columns: list[str] | None = None, note: str | None = None) -> None:
-    """Rows as a Markdown table (rendered inline at full height; harness/record/tables.py says why
+    """Rows as a Markdown table (rendered inline at full height; harness/report/tables.py says why
     not HTML) and as CSV (full precision, downloadable)."""
     if not allure_active():
         return

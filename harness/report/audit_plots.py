@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from harness.record.plots import DPI, RUN_COLOUR, plt
+from harness.report.plots import DPI, RUN_COLOUR, plt
 
 # Columns shown first when present, in this order (RL-Align's audit names and the obvious
 # spellings of the same facts); any other key follows in the order the audit gave it.

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from runbuilder import PERF_PARTS, make_run, noisy, perf_series, resolved_spec
 
-from harness.record.allure_attach import attach_plot
-from harness.record.audit_plots import dlogp_histogram, worst_token_rows
-from harness.record.plots import (
+from harness.report.allure_attach import attach_plot
+from harness.report.audit_plots import dlogp_histogram, worst_token_rows
+from harness.report.plots import (
     PARENT_COLOUR, RUN_COLOUR, STEP_TIME_PARTS, abs_diff_figure, reward_figure, rung_figures, step_time_figure,
 )
-from harness.record.summary import SummaryRow
-from harness.record.summary_figure import summary_table_figure, summary_table_png
+from harness.report.summary import SummaryRow
+from harness.report.summary_figure import summary_table_figure, summary_table_png
 
 STEPS = 10
 

@@ -10,8 +10,8 @@ import pytest
 from runbuilder import make_run, noisy, perf_series, resolved_spec
 
 from harness import DEFAULT_KNOBS_DIR
-from harness.analysis.stats import block_bootstrap_mean_ci
-from harness.record.summary import (
+from harness.judge.stats import block_bootstrap_mean_ci
+from harness.report.summary import (
     COLUMNS, CSV_COLUMNS, SummaryRow, describe_operator_path, describe_precision, render_csv, render_markdown,
     summary_row_from_run, write_summary,
 )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.analysis.dumps import RunDumps, SamplePair
+from harness.attribution.run_dumps import RunDumps, SamplePair
 
 # Raw fields compared rollout side vs train side: (train field, rollout field).
 IDENTITY_FIELDS = (

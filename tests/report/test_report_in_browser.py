@@ -16,9 +16,9 @@ import pytest
 from sessions import HERE, run_session
 
 from harness import REPO_ROOT
-from harness.record.plots import DPI, FIGSIZE
-from harness.record.report import build_report
-from harness.record.summary import COLUMNS
+from harness.report.plots import DPI, FIGSIZE
+from harness.report.report import build_report
+from harness.report.summary import COLUMNS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOTS = REPO_ROOT / "reports"
@@ -35,10 +35,10 @@ SESSION = '''
 import numpy as np
 import pytest
 from runbuilder import make_run, noisy, perf_series, resolved_spec
-from harness.record.allure_attach import attach_plot, attach_run, attach_table, label_experiment
-from harness.record.audit_plots import dlogp_histogram, worst_token_rows
-from harness.record.plots import rung_figures
-from harness.record.summary import summary_row_from_run
+from harness.report.allure_attach import attach_plot, attach_run, attach_table, label_experiment
+from harness.report.audit_plots import dlogp_histogram, worst_token_rows
+from harness.report.plots import rung_figures
+from harness.report.summary import summary_row_from_run
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from harness import REPO_ROOT
-from harness.record.single_file_fix import fix_single_file_report
+from harness.report.single_file_fix import fix_single_file_report
 
 MIN_NODE = (20, 19)
 REPORT_NAME = "VIME train-inference mismatch"
@@ -78,7 +78,7 @@ def build_report(results: Path, out: Path, *, summary_dir: Path | None = None, n
                  single_file: bool = True) -> Path:
     """Build the report; returns the path of its index.html. summary.md/.csv from `summary_dir`
     (default: the results directory's parent, i.e. reports/) are copied beside it."""
-    from harness.record.envprops import write_environment_properties
+    from harness.report.envprops import write_environment_properties
 
     results, out = results.resolve(), out.resolve()
     check_results(results)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.record.flags import describe_hardware, describe_operator_path, describe_precision, run_flags
-from harness.record.tables import format_cell, to_csv, to_markdown
+from harness.report.flags import describe_hardware, describe_operator_path, describe_precision, run_flags
+from harness.report.tables import format_cell, to_csv, to_markdown
 
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
 RAW_REWARD = "rollout/raw_reward"
@@ -31,7 +31,7 @@ CSV_COLUMNS = ("Run", "Run ID", "Run Directory", "Hardware", "Mode", "Precision"
 LEGEND = """\
 - **logprob_abs_diff Mean**: mean of train/train_rollout_logprob_abs_diff (VIME's per-sample token mean,
   averaged over samples; nats) over the logged steps after the warm-up (knobs/thresholds.yaml: warmup_steps).
-- **abs_diff 95% CI**: circular block bootstrap over steps (harness/analysis/stats.py).
+- **abs_diff 95% CI**: circular block bootstrap over steps (harness/judge/stats.py).
 - **Δ vs parent**: this run's abs-diff mean minus its parent's (the parent rung, or the baseline for a
   candidate), with its 95% interval.
 - **Final Reward**: mean rollout/raw_reward over the last reward_window_steps steps (knobs/thresholds.yaml).
@@ -132,7 +132,7 @@ def summary_row_from_run(run, label: str | None = None, *, parent=None, notes: s
     """One table row from a loaded `Run` (harness.records.runload); `parent` is the run it is
     compared with (its parent rung, or the baseline for a candidate). `knobs` supplies the
     warm-up and reward window (knobs/thresholds.yaml; loaded from the default knobs when None)."""
-    from harness.analysis.stats import block_bootstrap_diff_ci, block_bootstrap_mean_ci
+    from harness.judge.stats import block_bootstrap_diff_ci, block_bootstrap_mean_ci
 
     warmup, reward_window = _thresholds(knobs)
     flags = run_flags(run)

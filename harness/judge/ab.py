@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.analysis import stats
-from harness.analysis.decisions import fallbacks, read_decisions
-from harness.analysis.verdict import ABS_DIFF, RAW_REWARD, after_warmup
+from harness.judge import stats
+from harness.judge.decisions import fallbacks, read_decisions
+from harness.judge.verdict import ABS_DIFF, RAW_REWARD, after_warmup
 from harness.records.runload import Run
 from harness.spec import Knobs
 

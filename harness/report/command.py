@@ -13,7 +13,7 @@ DEFAULT_OUT = REPO_ROOT / "reports" / "allure-report"
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.record.report import ReportError, build_report
+    from harness.report.report import ReportError, build_report
 
     try:
         index = build_report(Path(args.results), Path(args.out), single_file=not args.folder)

@@ -9,15 +9,15 @@ from sessions import run_session
 
 from harness import REPO_ROOT
 from harness.cli import main
-from harness.record.report import MARKER, ReportError, allure_binary, check_results, prepare_output
-from harness.record.single_file_fix import DECLARE_DATA_EARLY
+from harness.report.report import MARKER, ReportError, allure_binary, check_results, prepare_output
+from harness.report.single_file_fix import DECLARE_DATA_EARLY
 
 needs_allure = pytest.mark.skipif(
     shutil.which("node") is None or not (REPO_ROOT / "node_modules" / ".bin" / "allure").exists(),
     reason="node or the npm package allure is not installed (python3 tools/setup_env.py installs both)")
 
 ONE_ROW_TEST = '''
-from harness.record.summary import SummaryRow
+from harness.report.summary import SummaryRow
 
 def test_one_row(record_summary_row):
     record_summary_row(SummaryRow(run="baseline", hardware="CPU", mode="colocate", precision="BF16 train + FP8 rollout",

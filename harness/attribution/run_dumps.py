@@ -4,7 +4,7 @@ Three files per rollout step, under `<run>/dumps/`:
 
     rollout_{id}.pt         {"rollout_id", "samples": [sample dict, ...]}          (rollout side)
     train_{id}_{rank}.pt    {"rollout_id", "rank", "rollout_data": {key: [per sample]}} (trainer side)
-    probe_{id}.pt           a probe bundle (harness.analysis.probe_bundle)
+    probe_{id}.pt           a probe bundle (harness.attribution.probe_bundle)
 
 The embedded trainer writes VIME's keys plus extra ones (facts/vime.md; docs/embedded.md). Real
 VIME dumps are read by the same code: a field that is not there becomes a named warning (the

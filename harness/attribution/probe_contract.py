@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.analysis.probe_bundle import ProbeBundle
+from harness.attribution.probe_bundle import ProbeBundle
 
 
 def _contracts(hidden, weight, targets, temperature: float, top_k: int | None, top_p: float | None) -> dict:

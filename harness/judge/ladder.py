@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.analysis import stats
-from harness.analysis.verdict import ABS_DIFF, after_warmup
+from harness.judge import stats
+from harness.judge.verdict import ABS_DIFF, after_warmup
 from harness.records.runload import Run
 from harness.spec import Knobs
 from harness.spec.schema import Rung
