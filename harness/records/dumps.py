@@ -84,9 +84,34 @@ def load_dump(path: Path, trust: bool = False) -> dict:
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise DumpError(f"{path}: not a readable torch dump ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
     if not isinstance(data, dict) or "rollout_id" not in data:
+        keys = f" with keys {sorted(map(str, data))[:6]}" if isinstance(data, dict) else ""
         raise DumpError(f"{path}: expected a dict with 'rollout_id' and 'samples' or 'rollout_data', "
-                        f"found {type(data).__name__}{' with keys ' + str(sorted(data)[:6]) if isinstance(data, dict) else ''}")
+                        f"found {type(data).__name__}{keys}")
+    rollout_id = dump_rollout_id(data)
+    if rollout_id is None:
+        raise DumpError(f"{path}: rollout_id: expected a whole number >= 0, got {str(data['rollout_id'])[:80]!r} "
+                        f"(type={type(data['rollout_id']).__name__})")
+    data["rollout_id"] = rollout_id
+    samples = data.get("samples")
+    if "samples" in data and (not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples)):
+        bad = samples if not isinstance(samples, list) else next(s for s in samples if not isinstance(s, dict))
+        raise DumpError(f"{path}: samples: expected a list of dicts (one per sample), found a "
+                        f"{'list holding a ' if isinstance(samples, list) else ''}{type(bad).__name__}")
+    if "samples" not in data and not isinstance(data.get("rollout_data", {}), dict):
+        raise DumpError(f"{path}: rollout_data: expected a dict of per-sample lists, found {type(data['rollout_data']).__name__}")
     return data
+
+
+def dump_rollout_id(data: dict) -> int | None:
+    """The dump's rollout id as an int >= 0 (a one-element integer tensor counts), else None."""
+    value = data.get("rollout_id")
+    if hasattr(value, "numel") and hasattr(value, "is_floating_point"):  # a torch tensor
+        if value.numel() != 1 or value.is_floating_point():
+            return None
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def _array(values) -> np.ndarray:
@@ -153,6 +178,11 @@ def train_dump_abs_diffs(data: dict, label: str) -> tuple[Counter, dict[str, flo
         return Counter(), {}, [f"{label}: no {', '.join(missing)}; abs diff not computed"]
     counts: Counter = Counter()
     values: dict[str, float] = {}
+    counts_by_key = {key: len(payload[key]) if isinstance(payload[key], (list, tuple)) else None for key in needed}
+    if None in counts_by_key.values() or len(set(counts_by_key.values())) > 1:
+        shown = ", ".join(f"{n if n is not None else 'not a list'} {key}" for key, n in counts_by_key.items())
+        raise DumpError(f"{label}: unequal sample counts ({shown}): samples would be paired wrongly; "
+                        f"abs diff not computed")
     tokens = payload.get("tokens") or [[] for _ in payload["log_probs"]]
     for index, (train_lp, rollout_lp, mask, toks) in enumerate(
             zip(payload["log_probs"], payload["rollout_log_probs"], payload["loss_masks"], tokens)):
@@ -166,20 +196,31 @@ def train_dump_abs_diffs(data: dict, label: str) -> tuple[Counter, dict[str, flo
     return counts, values, []
 
 
-def dump_records(dumps: Iterable[tuple[Path, dict]]) -> tuple[list[Record], list[str]]:
-    """One `rollout N` record per rollout id, merging its rollout dump and its ranks' train dumps.
+def dump_records(dumps: Iterable[tuple[Path, dict]]) -> tuple[list[Record], list[str], list[str]]:
+    """One `rollout N` record per rollout id, merging its rollout dump and its ranks' train dumps;
+    then warnings, and problems (dumps whose contents contradict themselves, left out).
     `dumps` may be a generator: each dump is summarised and dropped before the next is loaded."""
     by_rollout: dict[int, dict] = {}
     pooled: dict[int, tuple[Counter, dict]] = {}
     warnings: list[str] = []
+    bad: list[str] = []
     for path, data in dumps:
         rollout_id = int(data["rollout_id"])
-        metrics = by_rollout.setdefault(rollout_id, {})
+        try:
+            if "samples" in data:
+                summary, problems = summarize_rollout_dump(data)
+            else:
+                counts, values, problems = train_dump_abs_diffs(data, str(path))
+        except DumpError as err:
+            bad.append(str(err))
+            continue
+        except (TypeError, ValueError, AttributeError) as err:  # a field of the wrong type inside a sample
+            bad.append(f"{path}: not in VIME's dump shape ({type(err).__name__}: {' '.join(str(err).split())[:160]}); left out")
+            continue
         if "samples" in data:
-            summary, problems = summarize_rollout_dump(data)
-            metrics.update(summary)
+            by_rollout.setdefault(rollout_id, {}).update(summary)
         else:
-            counts, values, problems = train_dump_abs_diffs(data, str(path))
+            metrics = by_rollout.setdefault(rollout_id, {})
             total, known = pooled.setdefault(rollout_id, (Counter(), {}))
             for key, count in counts.items():
                 total[key] = max(total[key], count)  # a peer rank's copy of a sample is not a new sample
@@ -193,4 +234,4 @@ def dump_records(dumps: Iterable[tuple[Path, dict]]) -> tuple[list[Record], list
             by_rollout[rollout_id]["dump/train_rollout_logprob_abs_diff"] = float((weights * diffs).sum() / weights.sum())
             by_rollout[rollout_id]["dump/train_samples"] = int(weights.sum())
     records = [Record(kind="rollout", n=n, metrics=m) for n, m in sorted(by_rollout.items())]
-    return records, warnings
+    return records, warnings, bad

@@ -17,9 +17,10 @@ import socket
 import subprocess
 from pathlib import Path
 
+from harness.records.redact import REDACTED
+
 ENV_PREFIXES = ("NCCL_", "CUDA_", "VLLM_", "NVTE_", "TORCH_", "PYTORCH_", "NVSHMEM_")
 SECRET_KEY_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-REDACTED = "<redacted>"
 
 # Distributions to report, by role; the first installed name of each group wins.
 LIBRARIES = {

@@ -23,7 +23,9 @@ from harness.records.failures import primary_failure
 from harness.records.logparse import LogFileError, parse_log_file
 from harness.records.merge import merge_records
 from harness.records.models import Failure, Record
-from harness.records.rundir import RunDir, utc_now
+from harness.records.redact import redact_text
+from harness.records.rundir import RunDir, utc_now, written_by_harness
+from harness.spec.errors import SpecError
 from harness.records.tbevents import is_event_file, read_event_file
 
 
@@ -35,6 +37,9 @@ class IngestResult(BaseModel):
     problems: list[str] = Field(default_factory=list)  # bad input: `harness ingest` exits 2
     inputs: dict[str, list[str]] = Field(default_factory=lambda: {"logs": [], "events": [], "dumps": []})
     stopped_at: int | None = None
+    ended: bool = False  # a log shows the trainer's own end line
+    recorded_state: str | None = None  # the state a re-read run directory recorded
+    note: str | None = None  # why the run is unfinished, in words (status.json "note")
     run_dir: Path | None = None
     logged_span: tuple[str | None, str | None] = (None, None)  # first and last log timestamps
 
@@ -43,9 +48,14 @@ class IngestResult(BaseModel):
         return not self.problems
 
     def state(self) -> str:
+        """Finished only on evidence: the trainer's end line, or a run directory that says so."""
         if self.failures:
             return "failed"
-        return "interrupted" if self.stopped_at is not None else "finished"
+        if self.recorded_state is not None:
+            return self.recorded_state
+        if self.stopped_at is not None:
+            return "interrupted"
+        return "finished" if self.ended else "unfinished"
 
 
 def is_run_directory(path: Path) -> bool:
@@ -75,6 +85,11 @@ def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False, la
         _read_run_directory(path, result)
     else:
         _read_inputs(path, result, trust_dumps)
+    if result.ended:
+        result.problems = [p for p in result.problems if "recorded as unfinished" not in p]  # another log has the end
+        result.note = None
+    elif not result.inputs["logs"] and result.recorded_state is None and result.records:
+        result.warnings.append(f"{path}: no log, so nothing shows the run ended; recorded as unfinished")
     if not result.records and not result.failures and not result.problems:
         result.problems.append(f"{path}: no step/rollout/perf/eval records and no failure signatures: "
                                f"expected VIME log text, TensorBoard events or --save-debug-* dumps")
@@ -89,6 +104,16 @@ def _read_run_directory(path: Path, result: IngestResult) -> None:
     result.problems.extend(f"{path}/{problem}" for problem in run.problems)
     if run.status and run.status.failure:
         result.failures.append(run.status.failure)
+    if run.status is None or run.status.state == "running":
+        # No readable status, or a launcher that died before writing its last one: nothing shows
+        # the run ended, so the copy is unfinished (never finished by default).
+        result.recorded_state = "unfinished"
+        result.note = f"{path}/{RunDir.STATUS} does not show the run ended"
+        result.problems.append(f"{path}/{RunDir.STATUS}: {'unreadable' if run.status is None else 'still says running'}; "
+                               f"the run is recorded as unfinished")
+    else:
+        result.recorded_state = run.status.state
+        result.note = getattr(run.status, "note", None)
 
 
 def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
@@ -119,6 +144,14 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
             result.problems.extend(f"{file}: {w}" for w in parsed.bad_input)
             if parsed.stopped_at is not None:
                 result.stopped_at = parsed.stopped_at
+            if parsed.end_line is not None:
+                result.ended = True
+            elif parsed.records and not parsed.failures:
+                last = parsed.last_step()
+                result.note = (f"{file}: the log stops at line {parsed.lines_read} without the trainer's end line "
+                               f"('training finished')" + (f"; last step {last.n} at line {last.line}" if last else ""))
+                if not parsed.bad_input:  # a log already named as damaged needs no second line
+                    result.problems.append(f"{result.note}: the run is recorded as unfinished")
             result.logged_span = _widen(result.logged_span, parsed.first_timestamp, parsed.last_timestamp)
             result.inputs["logs"].append(str(file))
         else:
@@ -143,8 +176,9 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
             result.inputs["dumps"].append(str(file))
             yield file, data
 
-    dump_derived, dump_warnings = dump_records(loaded_dumps())
+    dump_derived, dump_warnings, dump_problems = dump_records(loaded_dumps())
     result.warnings.extend(dump_warnings)
+    result.problems.extend(dump_problems)
     result.records = log_records + event_records + dump_derived
 
 
@@ -166,6 +200,9 @@ def content_hash(path: Path) -> str:
 
 def write_run_directory(result: IngestResult, out: Path, labels: dict | None = None) -> Path:
     out = out.resolve()
+    if out.exists() and not (out.is_dir() and (written_by_harness(out) or not any(out.iterdir()))):
+        raise SpecError(f"{out}: exists and is not a run directory written by this tool; refusing to replace it "
+                        f"(its files would be deleted): choose a new or empty directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     os.chmod(building, DIR_MODE)
@@ -186,7 +223,8 @@ def write_run_directory(result: IngestResult, out: Path, labels: dict | None = N
         })
         failure = primary_failure(result.failures)
         # The run's own span when the log shows it (logging's local time, as printed); else ingest time.
-        run_dir.set_status(result.state(), failure=failure, started=result.logged_span[0], ended=result.logged_span[1])
+        run_dir.set_status(result.state(), failure=failure, started=result.logged_span[0], ended=result.logged_span[1],
+                           note=result.note if result.state() in ("unfinished", "interrupted") else None)
         _swap_into_place(building, out)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
@@ -195,14 +233,18 @@ def write_run_directory(result: IngestResult, out: Path, labels: dict | None = N
 
 
 def _write_log(result: IngestResult, run_dir: RunDir) -> None:
+    """The logs, one after the other in name order as ingest read them, byte for byte except for
+    secret values (redact.py), which are written `<redacted>`."""
     logs = [Path(p) for p in result.inputs["logs"]]
-    if len(logs) == 1:
-        shutil.copyfile(logs[0], run_dir.file(run_dir.LOG))
-    elif logs:
-        with run_dir.file(run_dir.LOG).open("wb") as combined:
-            for log in logs:  # one after the other, in name order, as ingest read them
-                with log.open("rb") as handle:
-                    shutil.copyfileobj(handle, combined)
+    if not logs:
+        return
+    with run_dir.file(run_dir.LOG).open("wb") as combined:
+        for log in logs:
+            with log.open("rb") as handle:
+                for raw in handle:
+                    text = raw.decode("utf-8", errors="surrogateescape")
+                    clean = redact_text(text)
+                    combined.write(raw if clean == text else clean.encode("utf-8", errors="surrogateescape"))
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

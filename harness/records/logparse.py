@@ -29,9 +29,16 @@ from harness.records.lineclean import CleanLine, actor_class, clean_line
 from harness.records.models import Failure, ParseResult, Record
 from harness.records.pyliteral import LiteralSyntaxError, parse_dict
 
+# What the trainer prints when it ends on its own: VIME's train.py logs "training finished" as its
+# last line. A log without it is a run that was killed (or is still running), never a finished one.
+END_MARKERS = re.compile(r"^training finished\b")
 _RECORD = re.compile(r"^(?P<kind>step|rollout|perf|eval) (?P<n>-?\d+): (?P<payload>\{.*)$")
 _DIGITS = re.compile(r"\d+")
 _BINARY_PROBE_BYTES = 8192
+
+
+def _same_value(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)  # nan == nan here
 
 
 class LogFileError(ValueError):
@@ -48,6 +55,7 @@ class LogParser:
         self._seen_failures: set[tuple[str, str]] = set()
         self._last_n: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._mixed_reported = False
+        self._first_records: dict[tuple, Record] = {}
 
     def feed(self, raw: str) -> list[Record | Failure]:
         """Parse the next raw line; returns the records and failures it produced."""
@@ -65,6 +73,8 @@ class LogParser:
         match = _RECORD.match(line.message)
         if match:
             return self._record(match, line)
+        if END_MARKERS.match(line.message):
+            self.result.end_line = self.line_no
         return self._failure(line)
 
     def finish(self) -> ParseResult:
@@ -87,8 +97,26 @@ class LogParser:
         record = Record(kind=kind, n=n, metrics=metrics, line=self.line_no, source=line.source)
         if line.repeated is None:
             self._check_order(record)
+            self._check_repeat(record)
         self.result.records.append(record)
         return [record]
+
+    def _check_repeat(self, record: Record) -> None:
+        """The same actor logging `step N` twice with a different value for one key: two runs (or a
+        restart) in one log. Merged views keep the first value, so the second must not pass unsaid."""
+        key = (record.kind, record.n, record.source)
+        first = self._first_records.get(key)
+        if self._mixed_reported:
+            return  # a log already found to mix two runs: its repeats are that same story
+        if first is None:
+            self._first_records[key] = record
+            return
+        for name, value in record.metrics.items():
+            if name in first.metrics and not _same_value(first.metrics[name], value):
+                self._bad(f"line {record.line}: {record.kind} {record.n} logged again (first at line {first.line}) "
+                          f"with {name} = {value!r}, not {first.metrics[name]!r}: duplicate {record.kind} with different "
+                          f"values; the first is kept")
+                return
 
     def _flatten(self, raw: dict, prefix: str = "") -> dict:
         metrics: dict = {}

@@ -74,6 +74,13 @@ class ParseResult(BaseModel):
     # Python logging's timestamps of the first and last prefixed line (the run's span, as logged).
     first_timestamp: str | None = None
     last_timestamp: str | None = None
+    # The line where the trainer said it ended (VIME's train.py logs "training finished"); None
+    # when the log stops without it: a killed or still running trainer, not a finished run.
+    end_line: int | None = None
 
     def steps(self) -> list[int]:
         return sorted({r.n for r in self.records if r.kind == "step"})
+
+    def last_step(self) -> Record | None:
+        steps = [r for r in self.records if r.kind == "step"]
+        return steps[-1] if steps else None

@@ -50,7 +50,14 @@ def _value(node: ast.AST):
     if isinstance(node, ast.Dict):
         if any(key is None for key in node.keys):
             raise LiteralSyntaxError("dict unpacking (**) is not a literal")
-        return {_value(k): _value(v) for k, v in zip(node.keys, node.values)}
+        out = {}
+        for key_node, value_node in zip(node.keys, node.values):
+            key = _value(key_node)
+            if not isinstance(key, (str, int, float)) or isinstance(key, bool):
+                raise LiteralSyntaxError(f"dict key at column {key_node.col_offset} is a {type(key_node).__name__.lower()}, "
+                                         f"expected a metric name (a string)")
+            out[key] = _value(value_node)
+        return out
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return [_value(element) for element in node.elts]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):

@@ -25,8 +25,21 @@ import yaml
 
 from harness.records.atomic import atomic_write_json, atomic_write_text, to_json
 from harness.records.models import Failure, Record
+from harness.records.redact import REDACTED, redact_argv, redact_flags, redact_text, secret_values
 
-RUN_STATES = ("running", "finished", "failed", "interrupted")
+# unfinished: the record stops without the trainer's own end (an ingested log of a killed run);
+# interrupted: the harness stopped the trainer (a signal, Ctrl-C or its time limit).
+RUN_STATES = ("running", "finished", "failed", "interrupted", "unfinished")
+
+
+def written_by_harness(path: Path) -> bool:
+    """Whether `path` is a run directory this tool wrote: its status.json names a run state.
+    Writers replace only such directories; anything else may hold a user's files."""
+    try:
+        status = json.loads((Path(path) / RunDir.STATUS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(status, dict) and status.get("state") in RUN_STATES
 
 
 def utc_now() -> str:
@@ -48,6 +61,7 @@ class RunDir:
         self.path = Path(path)
         self._log = None
         self._metrics = None
+        self._secrets: set[str] = set()
 
     @property
     def id(self) -> str:
@@ -65,11 +79,20 @@ class RunDir:
         return self
 
     # --- whole files, replaced atomically
+    # Every writer redacts secrets (redact.py); the values seen here are also hidden in log.txt.
     def write_spec(self, spec: dict) -> None:
+        spec = dict(spec)
+        for section in ("flags", "overrides"):
+            if isinstance(spec.get(section), dict):
+                self._secrets |= secret_values(spec[section])
+                spec[section] = redact_flags(spec[section])
         atomic_write_text(self.file(self.SPEC), yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
 
     def write_argv(self, argv: list[str]) -> None:
-        atomic_write_json(self.file(self.ARGV), [str(arg) for arg in argv])
+        argv = [str(arg) for arg in argv]
+        redacted = redact_argv(argv)
+        self._secrets |= {value for value, shown in zip(argv, redacted) if shown == REDACTED}
+        atomic_write_json(self.file(self.ARGV), redacted)
 
     def write_environment(self, environment: dict) -> None:
         atomic_write_json(self.file(self.ENVIRONMENT), environment)
@@ -78,10 +101,12 @@ class RunDir:
         atomic_write_json(self.file(self.INGEST), info)
 
     def set_status(self, state: str, *, failure: Failure | dict | None = None, exit_code: int | None = None,
-                   steps_logged: int | None = None, started: str | None = None, ended: str | None = None) -> dict:
+                   steps_logged: int | None = None, started: str | None = None, ended: str | None = None,
+                   note: str | None = None) -> dict:
         """Replace status.json. `started` is kept from the previous status (or set now); `ended` is
         set for every state but running; `steps_logged` defaults to the step records on disk.
-        `started`/`ended` override the clock (ingest uses the log's own first and last timestamps)."""
+        `started`/`ended` override the clock (ingest uses the log's own first and last timestamps);
+        `note` says in words why a run is unfinished or interrupted."""
         if state not in RUN_STATES:
             raise ValueError(f"status state {state!r}: expected one of {', '.join(RUN_STATES)}")
         previous = self.read_status()
@@ -95,6 +120,8 @@ class RunDir:
             "steps_logged": steps_logged if steps_logged is not None else self._count_steps_on_disk(),
             "exit_code": exit_code,
         }
+        if note:
+            status["note"] = note
         atomic_write_json(self.file(self.STATUS), status)
         return status
 
@@ -103,6 +130,7 @@ class RunDir:
         if self._log is None:
             self.path.mkdir(parents=True, exist_ok=True)
             self._log = self.file(self.LOG).open("a", encoding="utf-8")
+        line = redact_text(line, self._secrets)
         self._log.write(line if line.endswith("\n") else line + "\n")
         self._log.flush()
 

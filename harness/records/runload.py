@@ -22,7 +22,7 @@ from harness.records.models import Failure, Record
 class RunStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    state: Literal["running", "finished", "failed", "interrupted"]
+    state: Literal["running", "finished", "failed", "interrupted", "unfinished"]
     failure: Failure | None = None
     started: str | None = None
     ended: str | None = None

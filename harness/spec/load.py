@@ -13,8 +13,10 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.spec.errors import KnobError, SpecError
-from harness.spec.schema import ABFile, AcceptanceFile, ClassificationFile, BaseConfig, Rung, Stage, StagesFile, Threshold, ThresholdsFile
+from harness.spec.errors import KnobError, SpecError, shown
+from harness.spec.schema import (ABFile, AcceptanceFile, BaseConfig, ClassificationFile, FlagLayer, Rung, Stage, StagesFile,
+                                 Threshold, ThresholdsFile)
+from harness.spec.values import flag_value_problems
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -54,15 +56,109 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
+# A knob file is a page of YAML; anything this large is not one (and would be read whole).
+MAX_KNOB_FILE_BYTES = 4 << 20
+# Aliases may share a block (stages.yaml shares its embedded profile), but the expanded document
+# stays small: a 1 KB "billion laughs" file expands to millions of nodes and an 8 MB error line.
+MAX_EXPANDED_NODES = 100_000
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a key given twice in one mapping is an error: PyYAML keeps
+    the last one without a word, so a rung that sets a flag twice would run with whichever came last."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` then an explicit key is YAML's override, not a repeat
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen_at = first_line.get(key)
+                except TypeError:
+                    continue  # unhashable key: SafeLoader itself reports it
+                line = key_node.start_mark.line + 1
+                if seen_at is not None:
+                    raise _DuplicateKey(problem=f"key {key!r} given twice (lines {seen_at} and {line}); "
+                                                f"PyYAML would keep only the last", problem_mark=key_node.start_mark)
+                first_line[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node, sizes: dict, open_nodes: set) -> int:
+    """Nodes the document has once every alias is expanded (memoised per node: linear time)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise yaml.YAMLError("an alias refers to the mapping or list that contains it (recursive alias)")
+    open_nodes.add(key)
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    else:
+        children = []
+    total = 1
+    for child in children:
+        total += _expanded_size(child, sizes, open_nodes)
+        if total > MAX_EXPANDED_NODES:
+            raise yaml.YAMLError(f"aliases expand this document past {MAX_EXPANDED_NODES} nodes "
+                                 f"(an alias bomb?); write the values out or share fewer")
+    open_nodes.discard(key)
+    sizes[key] = total
+    return total
+
+
+def _read_text(path: Path, name: str) -> str:
+    if path.is_dir():
+        raise KnobError(name, "", "a YAML file, got a directory", has_got=False)
+    try:
+        size = path.stat().st_size
+        if size > MAX_KNOB_FILE_BYTES:
+            raise KnobError(name, "", f"a knob file under {MAX_KNOB_FILE_BYTES >> 20} MiB, got {size} bytes", has_got=False)
+        data = path.read_bytes()
+    except OSError as err:
+        raise KnobError(name, "", f"a readable file ({err.strerror or type(err).__name__})", has_got=False) from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise KnobError(name, "", f"YAML text, got binary data (NUL byte at offset {nul})", has_got=False)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise KnobError(name, "", f"UTF-8 YAML text, got byte 0x{data[err.start]:02x} at offset {err.start}", has_got=False) from None
+
+
+def load_yaml_text(text: str) -> object:
+    """Parse YAML with StrictLoader and a bound on alias expansion; raises yaml.YAMLError."""
+    loader = StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, {}, set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: Path) -> object:
     name = _relative(path)
     if not path.exists():
         raise KnobError(name, "", "this file to exist", has_got=False)
+    text = _read_text(path, name)
     try:
-        return yaml.safe_load(path.read_text())
+        return load_yaml_text(text)
+    except RecursionError:
+        raise KnobError(name, "", "YAML nested less deeply (Python's recursion limit was reached)", has_got=False) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise KnobError(name, where, f"valid YAML ({problem})", has_got=False) from None
 
@@ -80,7 +176,7 @@ def parse_file(path: Path, model: type[Model]) -> Model:
 
 
 # The names pydantic gives the members of a union such as `float | int` in an error's location.
-_UNION_MEMBER = ("float", "int", "str", "bool", "list[", "dict[")
+_UNION_MEMBER = ("float", "int", "str", "bool", "list[", "dict[", "literal[")
 
 
 def _merge_union_branches(errors: list[dict]) -> list[dict]:
@@ -116,8 +212,8 @@ def _describe(file: str, error: dict, data: dict) -> str:
     if kind == "missing":
         return f"{file}: {key}: required key is missing"
     got = error.get("input")
-    shown = f", got {got!r} (type={type(got).__name__})" if not isinstance(got, dict) else ""
-    return f"{file}: {key}: expected {error['msg'].removeprefix('Input should be ').removeprefix('Value error, ')}{shown}"
+    found = f", got {shown(got)} (type={type(got).__name__})" if not isinstance(got, dict) else ""
+    return f"{file}: {key}: expected {error['msg'].removeprefix('Input should be ').removeprefix('Value error, ')}{found}"
 
 
 def load_knobs(root: Path) -> Knobs:
@@ -132,6 +228,7 @@ def load_knobs(root: Path) -> Knobs:
     rungs = _load_rungs(root / "ladder")
     ab = parse_file(root / "ab.yaml", ABFile)
     knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification, ab)
+    _check_flag_values(knobs)
     _check_links(knobs)
     return knobs
 
@@ -153,6 +250,25 @@ def _load_rungs(ladder_dir: Path) -> dict[str, Rung]:
     if not rungs:
         raise SpecError(f"{_relative(ladder_dir)}: expected at least one rung file (*.yaml)")
     return rungs
+
+
+def _layer_problems(where: str, prefix: str, layer: FlagLayer) -> list[str]:
+    return [problem for section in ("flags", "vime", "embedded")
+            for problem in flag_value_problems(where, f"{prefix}{section}.", getattr(layer, section))]
+
+
+def _check_flag_values(knobs: Knobs) -> None:
+    """Every flag value in every file against its rule (values.py), before anything merges them."""
+    base = _relative(knobs.root / "base.yaml")
+    problems = _layer_problems(base, "", knobs.base)
+    for mode, layer in knobs.base.modes.items():
+        problems += _layer_problems(base, f"modes.{mode}.", layer)
+    for name, stage in knobs.stages.items():
+        problems += _layer_problems(_relative(knobs.root / "stages.yaml"), f"stages.{name}.", stage)
+    for rung in knobs.rungs.values():
+        problems += _layer_problems(_relative(knobs.root / "ladder" / f"{rung.id}.yaml"), "changes.", rung.changes)
+    if problems:
+        raise SpecError(problems)
 
 
 def _check_links(knobs: Knobs) -> None:

@@ -14,6 +14,7 @@ from harness.spec.code_version import embedded_code_version
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
 from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
+from harness.spec.values import value_problem
 
 
 @dataclass(frozen=True)
@@ -98,5 +99,9 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
         check_flag_names(overrides)
     except ValueError as err:
         raise SpecError(f"--set: {err}") from None
+    bad_values = [f"--set {name}={value}: {problem}" for name, value in overrides.items()
+                  if (problem := value_problem(name, value))]
+    if bad_values:
+        raise SpecError(bad_values)
     _apply(flags, provenance, overrides, "--set")
     return RunSpec(stage, rung, mode, backend, flags, provenance, overrides)

@@ -58,7 +58,11 @@ def test_cli_writes_a_run_dir_whose_records_match_the_parse(vime_logs, tmp_path)
 
 def test_cli_json_prints_the_metrics_jsonl_shape(vime_logs, harness_cli):
     code, out, err = harness_cli("ingest", vime_logs / "single_process_no_ray.log", "--json")
-    assert code == 0 and err == ""
+    # This log ends after its eval line, without VIME's "training finished": every record is
+    # printed, and one line says the run did not end (exit 2, as for any incomplete input).
+    assert code == 2 and err.splitlines() == [
+        f"error: {vime_logs / 'single_process_no_ray.log'}: the log stops at line 7 without the trainer's end line "
+        f"('training finished'); last step 0 at line 5: the run is recorded as unfinished"]
     lines = [json.loads(line) for line in out.splitlines()]
     assert [set(line) for line in lines] == [{"kind", "n", "metrics"}] * 5
     assert lines[2]["kind"] == "step" and lines[2]["metrics"]["train/grad_norm"] == math.inf

@@ -59,9 +59,10 @@ NOISE = [
 ]
 
 
-def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: int = 3) -> tuple[list[str], list[tuple]]:
+def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: int = 3,
+                  finished: bool = True) -> tuple[list[str], list[tuple]]:
     """Lines of a run with `steps` rollouts (one train step each) and the records they hold, as
-    (kind, n, metrics, source) in line order."""
+    (kind, n, metrics, source) in line order; a finished run ends with VIME's "training finished"."""
     rng = random.Random(seed)
     lines, expected = [], []
     for n in range(steps):
@@ -74,4 +75,6 @@ def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: in
             lines.append(render(kind, n, metrics, source=source, second=n))
             expected.append((kind, n, metrics, source))
             lines.extend(rng.choice(NOISE) for _ in range(noise_lines))
+    if finished:
+        lines.append(f"[2026-11-20 10:{(steps // 60) % 60:02d}:{steps % 60:02d}] train.py:98 - training finished")
     return lines, expected

@@ -1,0 +1,93 @@
+"""Secrets never reach a record: flag and variable values whose names say they are secrets.
+
+VIME's launch scripts pass `--wandb-key ${WANDB_KEY}`; run records (spec.yaml, argv.json,
+environment.json, log.txt) are shared with the report, so such values are written `<redacted>`.
+The argv handed to the trainer keeps the value: only what is written down is redacted.
+
+A name is secret when one of its words (split at `-`, `_`, `.`) is or ends in `key` / `token`,
+or contains `secret`, `password`, `passwd` or `credential`. VIME's flags that name a dataset
+column (`--input-key prompt`) are not secrets and are listed in NOT_SECRETS.
+"""
+
+from __future__ import annotations
+
+import re
+
+REDACTED = "<redacted>"
+NOT_SECRETS = frozenset({"input-key", "label-key", "metadata-key", "tool-key", "multimodal-keys", "rm-key"})
+_WORD_SPLIT = re.compile(r"[-_.]")
+_CONTAINED = ("secret", "password", "passwd", "credential")
+
+
+def is_secret_name(name: str) -> bool:
+    name = name.lstrip("-").lower()
+    if name.replace("_", "-") in NOT_SECRETS:
+        return False
+    for word in _WORD_SPLIT.split(name):
+        if word.endswith(("key", "token")) or any(part in word for part in _CONTAINED):
+            return True
+    return False
+
+
+def redact_flags(flags: dict) -> dict:
+    return {name: REDACTED if is_secret_name(str(name)) and value not in (None, False, True) else value
+            for name, value in flags.items()}
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """`--wandb-key abc` -> `--wandb-key <redacted>`; `--wandb-key=abc` -> `--wandb-key=<redacted>`."""
+    out: list[str] = []
+    hide_next = False
+    for token in argv:
+        token = str(token)
+        if hide_next and not token.startswith("--"):
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        if token.startswith("--"):
+            name, sep, _ = token.partition("=")
+            if is_secret_name(name):
+                if sep:
+                    out.append(f"{name}={REDACTED}")
+                    continue
+                hide_next = True
+        out.append(token)
+    return out
+
+
+def secret_values(flags: dict) -> set[str]:
+    """The literal secret values in a flag dict, to be hidden wherever they appear in text."""
+    return {str(value) for name, value in flags.items()
+            if is_secret_name(str(name)) and isinstance(value, (str, int, float)) and not isinstance(value, bool)
+            and len(str(value)) >= 4}
+
+
+# A secret as it shows up in a log line: `--wandb-key VALUE`, `--wandb-key=VALUE`,
+# `'wandb_key': 'VALUE'` (a logged args dict) or `WANDB_API_KEY=VALUE` (an environment dump).
+_FLAG_IN_TEXT = re.compile(r"(?P<name>--[A-Za-z0-9][\w.-]*)(?P<sep>[ =])(?P<value>[^\s-][^\s]*)")
+_DICT_ITEM = re.compile(r"(?P<name>['\"][\w.-]+['\"])(?P<sep>\s*:\s*)(?P<value>'[^']*'|\"[^\"]*\")")
+_ASSIGNMENT = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>=)(?P<value>[^\s,;]+)")
+
+
+_MENTIONS_SECRET = re.compile(r"key|token|secret|passw|credential", re.IGNORECASE)
+
+
+def redact_text(line: str, known: set[str] | frozenset[str] = frozenset()) -> str:
+    """A line of log text with secret-named values and any `known` secret value replaced."""
+    for value in known:
+        if value in line:
+            line = line.replace(value, REDACTED)
+    if not _MENTIONS_SECRET.search(line):
+        return line  # the common case, one scan: a 50 MB log is copied at disk speed
+
+    def hide(match: re.Match) -> str:
+        name = match.group("name").strip("'\"")
+        if not is_secret_name(name) or REDACTED in match.group("value"):
+            return match.group(0)
+        quote = match.group("value")[0] if match.group("value")[0] in "'\"" else ""
+        return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
+
+    for pattern in (_FLAG_IN_TEXT, _DICT_ITEM, _ASSIGNMENT):
+        line = pattern.sub(hide, line)
+    return line
