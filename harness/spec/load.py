@@ -6,7 +6,7 @@ never dropped: it is a SpecError naming the file and the key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.spec.errors import KnobError, SpecError, shown
-from harness.spec.schema import (ABFile, AcceptanceFile, BaseConfig, ClassificationFile, FlagLayer, Rung, Stage, StagesFile,
+from harness.spec.schema import (ABFile, AcceptanceFile, BaseConfig, ClassificationFile, FlagLayer, Hardware, Rung, Stage, StagesFile,
                                  Threshold, ThresholdsFile)
 from harness.spec.values import flag_value_problems
 
@@ -33,6 +33,8 @@ class Knobs:
     acceptance: AcceptanceFile
     classification: ClassificationFile
     ab: ABFile
+    # Node types named by the stages (stages.yaml `hardware:`): GPUs per node for VIME's placement.
+    hardware: dict[str, Hardware] = field(default_factory=dict)
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
@@ -221,13 +223,14 @@ def load_knobs(root: Path) -> Knobs:
     if not root.is_dir():
         raise SpecError(f"{root}: expected a knobs directory (base.yaml, stages.yaml, ladder/, thresholds.yaml, acceptance.yaml)")
     base = parse_file(root / "base.yaml", BaseConfig)
-    stages = parse_file(root / "stages.yaml", StagesFile).stages
+    stages_file = parse_file(root / "stages.yaml", StagesFile)
+    stages = stages_file.stages
     thresholds = parse_file(root / "thresholds.yaml", ThresholdsFile).thresholds
     acceptance = parse_file(root / "acceptance.yaml", AcceptanceFile)
     classification = parse_file(root / "classification.yaml", ClassificationFile)
     rungs = _load_rungs(root / "ladder")
     ab = parse_file(root / "ab.yaml", ABFile)
-    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification, ab)
+    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification, ab, hardware=stages_file.hardware)
     _check_flag_values(knobs)
     _check_links(knobs)
     return knobs

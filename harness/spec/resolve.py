@@ -1,7 +1,8 @@
 """Merge the layers into one resolved spec and give it a stable id.
 
-Order (design.md): base <- stage <- mode <- rung chain (root first) <- --set overrides. Within a
-layer, the flags for every backend apply first, then the backend's own section. `null` deletes.
+Order (design.md): base <- model <- stage <- hardware <- mode <- rung chain (root first) <- --set
+overrides; `model` (knobs/models/) and `hardware` (stages.yaml: GPUs per node) only where they
+are rendered. Within a layer, the flags for every backend apply first, then the backend's own section. `null` deletes.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from harness.spec.cluster import CLUSTER_BACKENDS, equivalence_note, skip_reason, stage_hardware
 from harness.spec.code_version import embedded_code_version
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
+from harness.spec.models import model_flags
 from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
 from harness.spec.values import value_problem
 
@@ -28,6 +31,8 @@ class RunSpec:
     flags: dict[str, FlagValue]
     provenance: dict[str, str] = field(compare=False)
     overrides: dict[str, FlagValue] = field(default_factory=dict)
+    # What the run stands for when it is not literally the rung (a rung's nearest VIME equivalent).
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def spec_hash(self) -> str:
@@ -51,7 +56,7 @@ class RunSpec:
             "run_id": self.run_id, "stage": self.stage, "rung": self.rung, "mode": self.mode,
             "backend": self.backend, "spec_hash": self.spec_hash, "flags": dict(self.flags),
             "code_version": embedded_code_version() if self.backend == "embedded" else None,
-            "overrides": dict(self.overrides), "provenance": dict(self.provenance),
+            "overrides": dict(self.overrides), "provenance": dict(self.provenance), "notes": list(self.notes),
         }
 
 
@@ -86,10 +91,24 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
         raise SpecError(f"--rung {rung}: runs at stages {', '.join(rung_cfg.stages)}, not {stage} (ladder/{rung}.yaml: stages)")
     if backend not in rung_cfg.backends:
         raise SpecError(f"--rung {rung}: needs backend {' or '.join(rung_cfg.backends)}, not {backend} (ladder/{rung}.yaml: backends)")
+    skipped = skip_reason(knobs, rung_cfg, backend)
+    if skipped:
+        raise SpecError(skipped)
 
     flags: dict[str, FlagValue] = {}
     provenance: dict[str, str] = {}
-    layers = [("base", knobs.base), (f"stage:{stage}", stage_cfg), (f"mode:{mode}", knobs.base.modes[mode])]
+    # base <- model <- stage <- hardware <- mode <- rung chain <- --set. The model's architecture
+    # flags sit right above base so that a stage or rung could still override one of them.
+    model_origin, model_layer = model_flags(knobs, backend)
+    for section in knobs.base.for_backend(backend):
+        _apply(flags, provenance, section, "base")
+    _apply(flags, provenance, model_layer, model_origin)
+    for section in stage_cfg.for_backend(backend):
+        _apply(flags, provenance, section, f"stage:{stage}")
+    if backend in CLUSTER_BACKENDS and knobs.hardware:
+        hardware, per_node = stage_hardware(knobs, stage)
+        _apply(flags, provenance, {"num-gpus-per-node": per_node}, f"hardware:{hardware}")
+    layers = [(f"mode:{mode}", knobs.base.modes[mode])]
     layers += [(f"rung:{r.id}", r.changes) for r in knobs.chain(rung)]
     for origin, layer in layers:
         for section in layer.for_backend(backend):
@@ -104,4 +123,5 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
     if bad_values:
         raise SpecError(bad_values)
     _apply(flags, provenance, overrides, "--set")
-    return RunSpec(stage, rung, mode, backend, flags, provenance, overrides)
+    note = equivalence_note(knobs, rung_cfg, backend)
+    return RunSpec(stage, rung, mode, backend, flags, provenance, overrides, notes=(note,) if note else ())

@@ -55,8 +55,23 @@ class FlagLayer(Strict):
         return [self.flags, section]
 
 
+VimeLine = Literal["rl-align", "upstream"]
+VIME_LINES: tuple[str, ...] = ("rl-align", "upstream")
+
+
+class ModelChoice(Strict):
+    """Which knobs/models/<id>.yaml each backend runs: the cluster model and the miniature."""
+
+    vime: str
+    embedded: str
+
+
 class BaseConfig(FlagLayer):
     description: str = ""
+    # The VIME line the cluster runs: picks the flag table (knobs/vime/flags-<line>.yaml) and the
+    # line's own validations (RL-Align adds sampling checks upstream does not have).
+    vime_line: VimeLine = Field("rl-align", alias="vime-line")
+    model: ModelChoice | None = None
     modes: dict[Mode, FlagLayer]
 
 
@@ -69,7 +84,15 @@ class Stage(FlagLayer):
     purpose: str
 
 
+class Hardware(Strict):
+    """A node type: how many GPUs one node holds (VIME's --num-gpus-per-node)."""
+
+    gpus_per_node: int = Field(alias="gpus-per-node", ge=1)
+    why: str = Field(min_length=10)
+
+
 class StagesFile(Strict):
+    hardware: dict[str, Hardware] = Field(default_factory=dict)
     stages: dict[str, Stage]
 
 
@@ -88,6 +111,16 @@ class Expectation(Strict):
         return drift_class in self.accepted_classes
 
 
+class VimeCaveat(Strict):
+    """`skip`: not run on VIME (the reason says why and where it is measured instead);
+    `equivalent`: run as its nearest honest equivalent, which `changes.vime` renders and the
+    reason describes. `lines` limits the caveat to some VIME lines (default: every line)."""
+
+    action: Literal["skip", "equivalent"]
+    reason: str = Field(min_length=20)
+    lines: list[VimeLine] = Field(default_factory=lambda: list(VIME_LINES))
+
+
 class Rung(Strict):
     id: str
     title: str
@@ -97,6 +130,8 @@ class Rung(Strict):
     why: str
     expect: Expectation
     changes: FlagLayer = Field(default_factory=FlagLayer)
+    # What this rung becomes on a real VIME cluster when VIME cannot express it as written.
+    on_vime: VimeCaveat | None = Field(None, alias="on-vime")
 
 
 class Threshold(Strict):

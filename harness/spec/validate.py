@@ -1,27 +1,57 @@
 """Reject, before anything is launched, what VIME or Megatron would reject at start-up.
 
 Each rule mirrors a check VIME or Megatron makes (../shared/facts/vime.md) and explains itself in
-their terms, with the numbers that broke it.
+their terms, with the numbers that broke it. A rule blames one flag; the error line names the
+knob file and key that set that flag (from the spec's provenance) and the rule's name, so each
+problem is one line a person can act on. Rules that only hold on a real VIME cluster live in
+harness/spec/vime_rules.py and register here with `backends=CLUSTER`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from harness.spec.errors import SpecError
-from harness.spec.load import Knobs
+from harness.spec.load import Knobs, _relative
 from harness.spec.resolve import RunSpec
 
-Rule = Callable[[dict, RunSpec, Knobs], "str | None"]
-RULES: list[Rule] = []
+ALL_BACKENDS = frozenset({"embedded", "vime", "records"})
+CLUSTER = frozenset({"vime", "records"})  # a records run is a VIME run that already happened
 
 
-def rule(fn: Rule) -> Rule:
-    RULES.append(fn)
-    return fn
+@dataclass(frozen=True)
+class Finding:
+    """A broken rule: the flag to change (None: the spec as a whole) and why, in VIME's terms."""
+
+    flag: str | None
+    message: str
 
 
-def _int(flags: dict, name: str, default: int) -> int:
+Rule = Callable[[dict, RunSpec, Knobs], "Finding | str | None"]
+
+
+@dataclass(frozen=True)
+class RegisteredRule:
+    check: Rule
+    backends: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return self.check.__name__.replace("_", "-")
+
+
+RULES: list[RegisteredRule] = []
+
+
+def rule(fn: Rule | None = None, *, backends: frozenset[str] = ALL_BACKENDS):
+    def register(check: Rule) -> Rule:
+        RULES.append(RegisteredRule(check, frozenset(backends)))
+        return check
+    return register(fn) if fn is not None else register
+
+
+def whole(flags: dict, name: str, default: int) -> int:
     value = flags.get(name, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise SpecError(f"--{name}: expected a whole number, got {value!r}")
@@ -29,112 +59,168 @@ def _int(flags: dict, name: str, default: int) -> int:
 
 
 def actor_gpus(flags: dict) -> int:
-    return _int(flags, "actor-num-nodes", 1) * _int(flags, "actor-num-gpus-per-node", 1)
+    return whole(flags, "actor-num-nodes", 1) * whole(flags, "actor-num-gpus-per-node", 1)
 
+
+def where(knobs: Knobs, spec: RunSpec, flag: str | None) -> str:
+    """`file: key` of the knob that set `flag` in this spec (the last layer that set it wins)."""
+    if flag is None or flag not in spec.provenance:
+        return f"{_relative(knobs.root)} ({spec.stage}/{spec.rung}/{spec.mode})" + (f": --{flag} (not set)" if flag else "")
+    origin = spec.provenance[flag]
+    kind, _, name = origin.partition(":")
+    section = "embedded" if spec.backend == "embedded" else "vime"
+
+    def key_in(layer, prefix: str) -> str:
+        return f"{prefix}{section if flag in getattr(layer, section) else 'flags'}.{flag}"
+
+    root = knobs.root
+    if kind == "base":
+        return f"{_relative(root / 'base.yaml')}: {key_in(knobs.base, '')}"
+    if kind == "mode":
+        return f"{_relative(root / 'base.yaml')}: {key_in(knobs.base.modes[name], f'modes.{name}.')}"
+    if kind == "stage":
+        return f"{_relative(root / 'stages.yaml')}: {key_in(knobs.stages[name], f'stages.{name}.')}"
+    if kind == "rung":
+        return f"{_relative(root / 'ladder' / f'{name}.yaml')}: {key_in(knobs.rungs[name].changes, 'changes.')}"
+    if kind == "model":
+        return f"{_relative(root / 'models' / f'{name}.yaml')}: flags.{flag}"
+    if kind == "hardware":
+        return f"{_relative(root / 'stages.yaml')}: hardware.{name}.gpus-per-node (rendered as --{flag})"
+    return f"{origin} {flag}"
+
+
+def problems_of(spec: RunSpec, knobs: Knobs) -> list[str]:
+    """One line per broken rule: `file: key: message [rule NAME; stage/rung/mode on backend]`."""
+    from harness.spec import vime_rules  # noqa: F401  (registers the cluster rules)
+
+    context = f"{spec.stage}/{spec.rung}/{spec.mode} on {spec.backend}"
+    problems = []
+    for registered in RULES:
+        if spec.backend not in registered.backends:
+            continue
+        try:
+            found = registered.check(spec.flags, spec, knobs)
+        except SpecError as err:
+            found = Finding(None, "; ".join(err.problems))
+        for finding in found if isinstance(found, list) else [found]:
+            if not finding:
+                continue
+            if isinstance(finding, str):
+                finding = Finding(None, finding)
+            problems.append(f"{where(knobs, spec, finding.flag)}: {finding.message} [rule {registered.name}; {context}]")
+    return problems
+
+
+def validate(spec: RunSpec, knobs: Knobs) -> RunSpec:
+    """Raise SpecError listing every rule the resolved spec breaks; return the spec otherwise."""
+    problems = problems_of(spec, knobs)
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+# --------------------------------------------------------------- rules that hold on every backend
 
 @rule
 def rollout_count_given(flags, spec, knobs):
     if "num-rollout" not in flags and "num-epoch" not in flags:
-        return "VIME requires --num-rollout or --num-epoch; neither is set"
+        return Finding("num-rollout", "VIME requires --num-rollout or --num-epoch; neither is set")
 
 
 @rule
 def model_parallel_divides_world(flags, spec, knobs):
-    tp, pp, cp = (_int(flags, f, 1) for f in ("tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size"))
+    tp, pp, cp = (whole(flags, f, 1) for f in ("tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size"))
     world = actor_gpus(flags)
     if world % (tp * pp * cp):
-        return (f"Megatron needs TP x PP x CP to divide the trainer's GPUs: {tp} x {pp} x {cp} = {tp * pp * cp} "
-                f"does not divide actor-num-nodes x actor-num-gpus-per-node = {world}")
+        return Finding("tensor-model-parallel-size",
+                       f"Megatron needs TP x PP x CP to divide the trainer's GPUs (world size = actor-num-nodes x "
+                       f"actor-num-gpus-per-node = {world}): {tp} x {pp} x {cp} = {tp * pp * cp} does not divide {world}")
 
 
 @rule
 def experts_divisible_by_ep(flags, spec, knobs):
-    ep = _int(flags, "expert-model-parallel-size", 1)
-    if "num-experts" in flags and _int(flags, "num-experts", 1) % ep:
-        return f"Megatron needs --num-experts ({flags['num-experts']}) divisible by --expert-model-parallel-size ({ep})"
-    etp, pp = _int(flags, "expert-tensor-parallel-size", 1), _int(flags, "pipeline-model-parallel-size", 1)
+    ep = whole(flags, "expert-model-parallel-size", 1)
+    if "num-experts" in flags and whole(flags, "num-experts", 1) % ep:
+        return Finding("expert-model-parallel-size",
+                       f"Megatron needs --num-experts ({flags['num-experts']}) divisible by --expert-model-parallel-size ({ep})")
+    etp, pp = whole(flags, "expert-tensor-parallel-size", 1), whole(flags, "pipeline-model-parallel-size", 1)
     if actor_gpus(flags) % (ep * etp * pp):
-        return (f"Megatron needs EP x ETP x PP to divide the trainer's GPUs: {ep} x {etp} x {pp} = {ep * etp * pp} "
-                f"does not divide {actor_gpus(flags)}")
+        return Finding("expert-model-parallel-size",
+                       f"Megatron needs EP x ETP x PP to divide the trainer's GPUs: {ep} x {etp} x {pp} = {ep * etp * pp} "
+                       f"does not divide {actor_gpus(flags)}")
 
 
 @rule
 def colocate_rollout_gpus(flags, spec, knobs):
-    if flags.get("colocate") and "rollout-num-gpus" in flags and _int(flags, "rollout-num-gpus", 0) != actor_gpus(flags):
-        return (f"with --colocate VIME forces the rollout onto the trainer's {actor_gpus(flags)} GPUs, "
-                f"but --rollout-num-gpus is {flags['rollout-num-gpus']}: set them equal")
+    if flags.get("colocate") and "rollout-num-gpus" in flags and whole(flags, "rollout-num-gpus", 0) != actor_gpus(flags):
+        return Finding("rollout-num-gpus",
+                       f"with --colocate VIME forces the rollout onto the trainer's {actor_gpus(flags)} GPUs, "
+                       f"but --rollout-num-gpus is {flags['rollout-num-gpus']}: set them equal")
 
 
 @rule
 def rollout_gpus_divisible_by_engine(flags, spec, knobs):
-    total, per_engine = _int(flags, "rollout-num-gpus", 1), _int(flags, "rollout-num-gpus-per-engine", 1)
+    total, per_engine = whole(flags, "rollout-num-gpus", 1), whole(flags, "rollout-num-gpus-per-engine", 1)
     if per_engine < 1 or total % per_engine:
-        return f"--rollout-num-gpus ({total}) must be a multiple of --rollout-num-gpus-per-engine ({per_engine})"
+        return Finding("rollout-num-gpus-per-engine",
+                       f"--rollout-num-gpus ({total}) must be a multiple of --rollout-num-gpus-per-engine ({per_engine})")
 
 
 @rule
 def dynamic_batch_needs_token_budget(flags, spec, knobs):
     if flags.get("use-dynamic-batch-size") and "max-tokens-per-gpu" not in flags:
-        return "VIME: --use-dynamic-batch-size requires --max-tokens-per-gpu"
+        return Finding("use-dynamic-batch-size", "VIME: --use-dynamic-batch-size requires --max-tokens-per-gpu")
 
 
 @rule
 def global_batch_divides_rollout(flags, spec, knobs):
-    samples = _int(flags, "rollout-batch-size", 1) * _int(flags, "n-samples-per-prompt", 1)
+    samples = whole(flags, "rollout-batch-size", 1) * whole(flags, "n-samples-per-prompt", 1)
     if "num-steps-per-rollout" in flags:
-        steps = _int(flags, "num-steps-per-rollout", 1)
+        steps = whole(flags, "num-steps-per-rollout", 1)
         if samples % steps:
-            return f"--num-steps-per-rollout ({steps}) must divide rollout-batch-size x n-samples-per-prompt ({samples})"
+            return Finding("num-steps-per-rollout",
+                           f"--num-steps-per-rollout ({steps}) must divide rollout-batch-size x n-samples-per-prompt ({samples})")
+        if "global-batch-size" in flags and whole(flags, "global-batch-size", 0) != samples // steps:
+            return Finding("global-batch-size",
+                           f"VIME asserts --global-batch-size ({flags['global-batch-size']}) == rollout-batch-size x "
+                           f"n-samples-per-prompt // num-steps-per-rollout ({samples} // {steps} = {samples // steps})")
         return None
-    gbs = _int(flags, "global-batch-size", samples)
+    gbs = whole(flags, "global-batch-size", samples)
     if gbs < 1 or samples % gbs:
-        return (f"VIME drops the remainder of a rollout, so --global-batch-size ({gbs}) must divide "
-                f"rollout-batch-size x n-samples-per-prompt ({samples})")
-    dp = actor_gpus(flags) // max(1, _int(flags, "tensor-model-parallel-size", 1) * _int(flags, "pipeline-model-parallel-size", 1) * _int(flags, "context-parallel-size", 1))
+        return Finding("global-batch-size",
+                       f"VIME drops the remainder of a rollout, so --global-batch-size ({gbs}) must divide "
+                       f"rollout-batch-size x n-samples-per-prompt ({samples})")
+    dp = actor_gpus(flags) // max(1, whole(flags, "tensor-model-parallel-size", 1) * whole(flags, "pipeline-model-parallel-size", 1)
+                                  * whole(flags, "context-parallel-size", 1))
     if gbs < dp:
-        return f"each training step needs at least one sample per data-parallel rank: --global-batch-size {gbs} < DP size {dp}"
+        return Finding("global-batch-size",
+                       f"each training step needs at least one sample per data-parallel rank: --global-batch-size {gbs} < DP size {dp}")
 
 
 @rule
 def tis_excludes_rollout_logprobs(flags, spec, knobs):
     if flags.get("use-tis") and flags.get("use-rollout-logprobs"):
-        return "VIME: --use-tis cannot be combined with --use-rollout-logprobs"
+        return Finding("use-rollout-logprobs", "VIME: --use-tis cannot be combined with --use-rollout-logprobs")
 
 
 @rule
 def sampling_parameters_in_range(flags, spec, knobs):
     top_p = flags.get("rollout-top-p", 1.0)
     if not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0 < top_p <= 1:
-        return f"--rollout-top-p must be in (0, 1], got {top_p!r}"
+        return Finding("rollout-top-p", f"--rollout-top-p must be in (0, 1], got {top_p!r}")
     temperature = flags.get("rollout-temperature", 1.0)
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature <= 0:
-        return f"--rollout-temperature must be > 0, got {temperature!r}"
-    if _int(flags, "rollout-top-k", -1) < -1:
-        return f"--rollout-top-k must be -1 (off) or a positive count, got {flags['rollout-top-k']!r}"
+        return Finding("rollout-temperature", f"--rollout-temperature must be > 0, got {temperature!r}")
+    if whole(flags, "rollout-top-k", -1) < -1:
+        return Finding("rollout-top-k", f"--rollout-top-k must be -1 (off) or a positive count, got {flags['rollout-top-k']!r}")
 
 
-@rule
+@rule(backends=CLUSTER)
 def stage_has_the_gpus(flags, spec, knobs):
-    if spec.backend == "embedded":
-        return None
     stage = knobs.stages[spec.stage]
-    rollout = 0 if flags.get("colocate") else _int(flags, "rollout-num-gpus", 0)
+    rollout = 0 if flags.get("colocate") else whole(flags, "rollout-num-gpus", 0)
     needed = actor_gpus(flags) + rollout
     if needed > stage.gpus:
-        return (f"stage {spec.stage} has {stage.gpus} GPUs on {stage.nodes} node(s), but this run needs "
-                f"{actor_gpus(flags)} trainer + {rollout} rollout = {needed}")
-
-
-def validate(spec: RunSpec, knobs: Knobs) -> RunSpec:
-    """Raise SpecError listing every rule the resolved spec breaks; return the spec otherwise."""
-    problems = []
-    for check in RULES:
-        try:
-            message = check(spec.flags, spec, knobs)
-        except SpecError as err:
-            message = "; ".join(err.problems)
-        if message:
-            problems.append(f"{spec.run_id}: {message}")
-    if problems:
-        raise SpecError(problems)
-    return spec
+        return Finding("actor-num-nodes",
+                       f"stage {spec.stage} has {stage.gpus} GPUs on {stage.nodes} node(s), but this run needs "
+                       f"{actor_gpus(flags)} trainer + {rollout} rollout = {needed}")

@@ -11,6 +11,7 @@ import pytest
 
 from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
 from harness.spec import SpecError, load_knobs, parse_argv, render_argv, resolve, validate
+from harness.spec.cluster import skip_reason
 
 SEED_CONFIG = Path(__file__).parent.parent / "data" / "seed_suggested_config.txt"
 
@@ -32,10 +33,15 @@ def seed_flags() -> dict:
     return parse_argv(" ".join(SEED_CONFIG.read_text().split()).split(" "))
 
 
+# Seed flags VIME knows under another name: the seed's spelling would be dropped without a word
+# (knobs/base.yaml, `vime:` section, says where VIME defines the real one).
+SEED_FLAGS_VIME_NAMES_OTHERWISE = {"vllm-router-policy": "router-policy"}
+
+
 def test_recommended_baseline_renders_every_seed_flag_with_the_seed_value(knobs):
     spec = validate(resolve(knobs, "p1", "fp8-plus-filters", "colocate", "vime"), knobs)
     rendered = parse_argv(render_argv(spec.flags))
-    expected = seed_flags()
+    expected = {SEED_FLAGS_VIME_NAMES_OTHERWISE.get(k, k): v for k, v in seed_flags().items()}
     missing = {k: v for k, v in expected.items() if rendered.get(k) != v}
     assert not missing, f"seed flags missing or changed in the rendered argv: {missing}"
 
@@ -52,6 +58,8 @@ def test_every_rung_resolves_and_validates_at_every_stage_it_runs(knobs):
         for stage in rung.stages:
             for mode in knobs.stages[stage].modes:
                 for backend in rung.backends:
+                    if skip_reason(knobs, rung, backend):
+                        continue  # says so instead (tests/unit/test_vime_matrix.py)
                     validate(resolve(knobs, stage, rung.id, mode, backend), knobs)
                     resolved += 1
     assert resolved >= 20
@@ -63,7 +71,7 @@ def test_rungs_change_only_what_they_declare(knobs):
         if rung.parent is None:
             continue
         for backend in ("embedded", "vime"):
-            if backend not in rung.backends:
+            if backend not in rung.backends or skip_reason(knobs, rung, backend) or skip_reason(knobs, knobs.rungs[rung.parent], backend):
                 continue
             stage = rung.stages[0]
             mode = knobs.stages[stage].modes[0]

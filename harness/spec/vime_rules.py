@@ -1,0 +1,146 @@
+"""The checks VIME's parse_args() and Megatron's validate_args() make at start-up, before a job
+is submitted: the flag table (every rendered flag exists, switches take no value, values fit their
+type and choices) and the cross-flag rules that touch this experiment.
+
+Each rule names where VIME or Megatron makes the check (repository, file, commit as read; the
+commits are the ones in knobs/vime/flags-rl-align.yaml's `sources`). Rules that only one VIME line
+has say which. They run for the cluster backends (vime, records); the embedded trainer checks
+its own argv (harness/embedded/flags.py).
+"""
+
+from __future__ import annotations
+
+from harness.spec.cluster import vime_line
+from harness.spec.validate import CLUSTER, Finding, rule, whole
+from harness.spec.vime_flags import flag_problem, load_flag_table
+
+VIME_ARGS = "RL-Align/vime vime/utils/arguments.py@0ea526a"
+VLLM_ARGS = "RL-Align/vime vime/backends/vllm_utils/arguments.py@abf0226"
+MEGATRON_ARGS_VIME = "RL-Align/vime vime/backends/megatron_utils/arguments.py@82904ec"
+MEGATRON_ARGS = "NVIDIA/Megatron-LM megatron/training/arguments.py@1dcf0da"
+MEGATRON_CONFIG = "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py@1dcf0da"
+
+
+@rule(backends=CLUSTER)
+def vime_flag_table(flags, spec, knobs):
+    """Every flag against the line's table: one finding per flag."""
+    table = load_flag_table(knobs.root, vime_line(knobs))
+    return [Finding(name, problem) for name, value in flags.items() if (problem := flag_problem(name, value, table))]
+
+
+@rule(backends=CLUSTER)
+def model_architecture_given(flags, spec, knobs):
+    if "num-layers" not in flags:
+        return Finding("num-layers", f"Megatron stops with 'either num-layers or encoder-num-layers should be specified' "
+                                     f"({MEGATRON_ARGS} validate_args): name the model in base.yaml `model.vime` "
+                                     f"(knobs/models/) so its architecture flags are rendered")
+
+
+@rule(backends=CLUSTER)
+def rollout_batch_size_given(flags, spec, knobs):
+    if "rollout-batch-size" not in flags:
+        return Finding("rollout-batch-size", f"VIME's parser declares --rollout-batch-size required=True ({VIME_ARGS})")
+
+
+@rule(backends=CLUSTER)
+def trainer_precision_is_bf16(flags, spec, knobs):
+    if not flags.get("bf16") and not flags.get("fp16"):
+        return Finding("bf16", f"VIME trains in bf16 whatever the flags: it sets args.bf16 = not args.fp16 "
+                               f"({MEGATRON_ARGS_VIME}), so a spec without --bf16 would claim an fp32 trainer it does not get")
+
+
+@rule(backends=CLUSTER)
+def top_p_replay_needs_top_k(flags, spec, knobs):
+    """RL-Align only: its vLLM side refuses top-p sampling without a top-k cut (the replay needs it)."""
+    if vime_line(knobs) != "rl-align":
+        return None
+    top_p, top_k = flags.get("rollout-top-p", 1.0), flags.get("rollout-top-k", -1)
+    if top_p != 1.0 and isinstance(top_k, int) and top_k <= 0:
+        return Finding("rollout-top-p", f"RL-Align's vLLM side raises 'vLLM top-p sampling replay requires --rollout-top-k > 0' "
+                                        f"({VLLM_ARGS} validate_args): --rollout-top-p {top_p} with --rollout-top-k {top_k}")
+
+
+@rule(backends=CLUSTER)
+def experts_needed_for_expert_parallelism(flags, spec, knobs):
+    if whole(flags, "expert-model-parallel-size", 1) > 1 and "num-experts" not in flags:
+        return Finding("expert-model-parallel-size", f"Megatron: 'num_experts must be non None to use expert model "
+                                                     f"parallelism' ({MEGATRON_ARGS} validate_args)")
+
+
+@rule(backends=CLUSTER)
+def attention_heads_divisible_by_tp(flags, spec, knobs):
+    tp = whole(flags, "tensor-model-parallel-size", 1)
+    for name in ("num-attention-heads", "num-query-groups"):
+        if name in flags and whole(flags, name, 1) % tp:
+            return Finding("tensor-model-parallel-size",
+                           f"Megatron needs --{name} ({flags[name]}) divisible by --tensor-model-parallel-size ({tp}) "
+                           f"({MEGATRON_CONFIG} TransformerConfig.__post_init__)")
+
+
+@rule(backends=CLUSTER)
+def trainer_fits_a_node(flags, spec, knobs):
+    per_node = whole(flags, "num-gpus-per-node", 8)
+    if whole(flags, "actor-num-gpus-per-node", 8) > per_node:
+        return Finding("actor-num-gpus-per-node",
+                       f"--actor-num-gpus-per-node ({flags.get('actor-num-gpus-per-node')}) exceeds the GPUs of one node "
+                       f"(--num-gpus-per-node {per_node}): Ray cannot place the trainer's per-node bundle")
+
+
+@rule(backends=CLUSTER)
+def colocate_node_size_matches_trainer(flags, spec, knobs):
+    """With --colocate VIME overrides num_gpus_per_node with actor_num_gpus_per_node (a log line only)."""
+    if flags.get("colocate") and whole(flags, "num-gpus-per-node", 8) != whole(flags, "actor-num-gpus-per-node", 8):
+        return Finding("actor-num-gpus-per-node",
+                       f"with --colocate VIME replaces --num-gpus-per-node ({flags.get('num-gpus-per-node', 8)}) by "
+                       f"--actor-num-gpus-per-node ({flags.get('actor-num-gpus-per-node', 8)}) ({VIME_ARGS} vime_validate_args): "
+                       f"a colocated trainer must fill whole nodes")
+
+
+@rule(backends=CLUSTER)
+def split_rollout_gpus_given(flags, spec, knobs):
+    if not flags.get("colocate") and not whole(flags, "rollout-num-gpus", 0):
+        return Finding("rollout-num-gpus", "without --colocate VIME needs --rollout-num-gpus (its default, None, "
+                                           "leaves the rollout engines no GPUs)")
+
+
+@rule(backends=CLUSTER)
+def engine_gpus_divide_into_vllm_parallelism(flags, spec, knobs):
+    """VIME sizes vLLM's TP as rollout-num-gpus-per-engine // (PP x PCP x DP): a remainder is lost."""
+    per_engine = whole(flags, "rollout-num-gpus-per-engine", 1)
+    other = 1
+    for name in ("vllm-pipeline-parallel-size", "vllm-prefill-context-parallel-size", "vllm-data-parallel-size"):
+        other *= whole(flags, name, 1)
+    if per_engine % other or per_engine // other < 1:
+        return Finding("rollout-num-gpus-per-engine",
+                       f"VIME sets vLLM's tensor-parallel size to --rollout-num-gpus-per-engine ({per_engine}) // "
+                       f"(vLLM PP x PCP x DP = {other}) ({VLLM_ARGS} vllm_parse_args): it must divide exactly and be >= 1")
+
+
+@rule(backends=CLUSTER)
+def over_sampling_covers_the_batch(flags, spec, knobs):
+    if "over-sampling-batch-size" in flags and whole(flags, "over-sampling-batch-size", 1) < whole(flags, "rollout-batch-size", 1):
+        return Finding("over-sampling-batch-size", f"VIME asserts over_sampling_batch_size >= rollout_batch_size ({VIME_ARGS})")
+
+
+@rule(backends=CLUSTER)
+def kl_settings_are_consistent(flags, spec, knobs):
+    kl_coef, kl_loss_coef = flags.get("kl-coef", 0.0), flags.get("kl-loss-coef", 0.0)
+    if (kl_coef or flags.get("use-kl-loss")) and "ref-load" not in flags:
+        return Finding("use-kl-loss" if flags.get("use-kl-loss") else "kl-coef",
+                       f"VIME opens --ref-load when a KL term is on ({VIME_ARGS} vime_validate_args); none is set")
+    if kl_coef and kl_loss_coef:
+        return Finding("kl-coef", f"VIME asserts 'Only one of kl_coef and kl_loss_coef can be set' ({VIME_ARGS})")
+
+
+@rule(backends=CLUSTER)
+def balance_by_flops_needs_dynamic_batch(flags, spec, knobs):
+    if flags.get("balance-by-flops") and not flags.get("use-dynamic-batch-size"):
+        return Finding("balance-by-flops", f"VIME asserts '--balance-by-flops requires --use-dynamic-batch-size' ({VIME_ARGS})")
+
+
+@rule(backends=CLUSTER)
+def mismatch_metrics_need_tis_function(flags, spec, knobs):
+    if flags.get("get-mismatch-metrics") and "custom-tis-function-path" not in flags:
+        return Finding("get-mismatch-metrics", f"VIME asserts custom_tis_function_path must be set when "
+                                               f"get_mismatch_metrics is set ({VIME_ARGS})")
+

@@ -1,0 +1,320 @@
+"""Build knobs/vime/flags-<line>.yaml: every flag the target VIME line's `parse_args()` accepts.
+
+VIME parses its argv three times with `parse_known_args` (facts/vime.md): a pre-parser, the vLLM
+side (vLLM's engine and frontend flags re-prefixed `--vllm-`, VIME's own `--vllm-*` flags and
+vllm-router's flags with the `--router-` prefix) and Megatron-LM's parser extended with VIME's
+groups. A flag none of them knows is dropped without a word, so the harness needs the union as
+data to reject a typo before a cluster job starts. This script writes that union.
+
+Where each part comes from (the commits are written into the table):
+- VIME's groups and pre-parser: `add_argument`/`reset_arg` calls read with `ast` from a copy of
+  `vime/utils/arguments.py` (no git snapshot of VIME could be fetched; the copies given with
+  --vime-args/--vllm-side-args are transcriptions of the files read through the code index,
+  help texts left out).
+- VIME's vLLM side: `ast` over `vime/backends/vllm_utils/arguments.py` for VIME's own flags and
+  its list of engine arguments it sets itself (not re-exposed); the engine/frontend flags by
+  building vLLM's own parser (the installed vllm) and applying VIME's renaming rule.
+- vllm-router: `RouterArgs.add_cli_args(parser, use_router_prefix=True, exclude_host_port=True)`
+  from an unpacked vllm-router wheel (--router-root).
+- Megatron-LM: `add_megatron_arguments` from a tree of Megatron-LM at the commit VIME's
+  Dockerfile pins (--megatron-root, e.g. `git archive <commit> megatron | tar -x`).
+
+Usage:
+    .venv/bin/python tools/build_vime_flag_table.py --vime-args A.py --vllm-side-args B.py \
+        --megatron-root DIR --router-root DIR [--out knobs/vime/flags-rl-align.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import enum
+import importlib
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The line this table describes and where each part was read (repository, path, commit).
+LINE = "rl-align"
+SOURCES = {
+    "vime": {"repo": "RL-Align/vime", "path": "vime/utils/arguments.py",
+             "commit": "0ea526a382ec6026b5c97b228655c09fe69397bb"},
+    "vllm-side": {"repo": "RL-Align/vime", "path": "vime/backends/vllm_utils/arguments.py",
+                  "commit": "abf0226a8125e3fc0f3f7724138b091847b26369"},
+    "megatron-validation": {"repo": "RL-Align/vime", "path": "vime/backends/megatron_utils/arguments.py",
+                            "commit": "82904ec54d62fdcb74056f4ba25c4886cc468727"},
+    "megatron": {"repo": "NVIDIA/Megatron-LM", "path": "megatron/training/arguments.py",
+                 "commit": "1dcf0dafa884ad52ffb243625717a3471643e087"},
+    "megatron-pin": {"repo": "vllm-project/vime", "path": "docker/Dockerfile",
+                     "commit": "071e2bcff1eaa1b06ff07c44a60252e8a17a4793",
+                     "note": "ARG MEGATRON_COMMIT=1dcf0da...; base image vllm/vllm-openai:v0.21.0. RL-Align/vime's own "
+                             "Dockerfile is not in the code index; the fork is assumed to keep upstream's pin."},
+}
+PARSER_ORDER = ("pre", "vime", "vllm", "router", "megatron")
+
+
+# ----------------------------------------------------------------------------- VIME's files (ast)
+
+def _literal(node: ast.AST):
+    """A keyword's value as data: literals as is, `int`/`json.loads` by name, arithmetic evaluated."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        pass
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Pow, ast.Add)):
+        left, right = _literal(node.left), _literal(node.right)
+        return {ast.Mult: lambda: left * right, ast.Pow: lambda: left ** right, ast.Add: lambda: left + right}[type(node.op)]()
+    return ast.unparse(node)
+
+
+def _own_nodes(func: ast.FunctionDef):
+    """The nodes of a function's body, not descending into functions defined inside it."""
+    stack = [n for n in func.body if not isinstance(n, ast.FunctionDef)]
+    while stack:
+        node = stack.pop(0)
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.FunctionDef))
+
+
+def _calls(tree: ast.AST):
+    """(enclosing function, call) for every add_argument(...) and reset_arg(parser, ...) call."""
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        for node in _own_nodes(func):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name == "add_argument":
+                yield func.name, node.args, node
+            elif name == "reset_arg":
+                yield func.name, node.args[1:], node
+
+
+def vime_arguments(path: Path, parser_of) -> dict[str, dict]:
+    """Flags defined in one of VIME's files; `parser_of(function name)` says which parser owns them."""
+    tree = ast.parse(path.read_text())
+    found: dict[str, dict] = {}
+    for function, args, call in _calls(tree):
+        names = [a.value for a in args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+        kwargs = {k.arg: _literal(k.value) for k in call.keywords if k.arg}
+        is_reset = getattr(call.func, "id", "") == "reset_arg"
+        entry = _entry_from_kwargs(kwargs)
+        entry["group"] = function
+        if is_reset:
+            entry["reset"] = True
+        for name in names:
+            found.setdefault(name[2:], {**entry, "parser": parser_of(function)})
+            if kwargs.get("action") == "argparse.BooleanOptionalAction":
+                found.setdefault("no-" + name[2:], {**entry, "parser": parser_of(function), "note": f"negation of --{name[2:]}"})
+    return found
+
+
+def _entry_from_kwargs(kwargs: dict) -> dict:
+    action = kwargs.get("action")
+    switch = action in ("store_true", "store_false", "store_const", "argparse.BooleanOptionalAction", "count")
+    kind = "switch" if switch else ("list" if kwargs.get("nargs") in ("+", "*") else "valued")
+    typ = kwargs.get("type")
+    typ = {"int": "int", "float": "float", "str": "str", "json.loads": "json"}.get(typ, typ)
+    if not switch and typ is None:
+        typ = "str"
+    entry = {"kind": kind}
+    if not switch:
+        entry["type"] = typ if typ in ("int", "float", "str", "json") else "other"
+    if kwargs.get("choices") is not None:
+        entry["choices"] = list(kwargs["choices"])
+    if switch:
+        entry["default"] = action == "store_false" if "default" not in kwargs else kwargs["default"]
+    else:
+        entry["default"] = kwargs.get("default")
+    if kwargs.get("required"):
+        entry["required"] = True
+    return entry
+
+
+def vllm_skipped_arguments(path: Path) -> list[str]:
+    """The engine arguments VIME sets itself and does not re-expose (its `skipped_args` list)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "skipped_args" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise SystemExit(f"{path}: no skipped_args list found")
+
+
+# ------------------------------------------------------------------- parsers built by their owners
+
+def _entry_from_action(action: argparse.Action) -> dict:
+    switch = action.nargs == 0
+    kind = "switch" if switch else ("list" if action.nargs in ("+", "*") or isinstance(action.nargs, int) and action.nargs > 1 else "valued")
+    entry = {"kind": kind}
+    if not switch:
+        typ = getattr(action.type, "__name__", None) if action.type is not None else "str"
+        entry["type"] = {"int": "int", "float": "float", "str": "str", "loads": "json"}.get(typ, "other")
+    if action.choices is not None:
+        try:
+            entry["choices"] = [_plain(c) for c in action.choices]
+        except TypeError:
+            pass
+    entry["default"] = _plain(action.default)
+    if action.required:
+        entry["required"] = True
+    return entry
+
+
+def _plain(value):
+    """A default or choice as YAML-safe data (enums and callables by name)."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return repr(value) if not callable(value) else getattr(value, "__name__", repr(value))
+
+
+def _actions(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        yield action
+
+
+def megatron_arguments(root: Path) -> dict[str, dict]:
+    sys.path.insert(0, str(root))
+    arguments = importlib.import_module("megatron.training.arguments")
+    parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    found = {}
+    for action in _actions(parser):
+        for option in action.option_strings:
+            if option.startswith("--"):
+                found.setdefault(option[2:], {**_entry_from_action(action), "parser": "megatron"})
+    return found
+
+
+def vllm_engine_arguments(skipped: list[str]) -> tuple[dict[str, dict], str]:
+    """vLLM's engine and frontend flags as VIME exposes them: `--vllm-<name>`, minus `skipped`."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import FrontendArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(add_help=False)
+    AsyncEngineArgs.add_cli_args(parser)
+    FrontendArgs.add_cli_args(parser)
+    found = {}
+    for action in _actions(parser):
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if not longs:
+            continue
+        # VIME's rule: the canonical name is the explicit dest, else the first long flag's name.
+        canonical = longs[0][2:].replace("-", "_")
+        if canonical in skipped or action.dest in skipped:
+            continue
+        for option in action.option_strings:
+            found.setdefault("vllm-" + option.lstrip("-"), {**_entry_from_action(action), "parser": "vllm"})
+    import vllm
+
+    return found, vllm.__version__
+
+
+def router_arguments(root: Path) -> tuple[dict[str, dict], str]:
+    sys.path.insert(0, str(root))
+    router_args = importlib.import_module("vllm_router.router_args")
+    parser = argparse.ArgumentParser(add_help=False)
+    router_args.RouterArgs.add_cli_args(parser, use_router_prefix=True, exclude_host_port=True)
+    # VIME's set_defaults on the vLLM side parser.
+    parser.set_defaults(router_balance_abs_threshold=10, router_balance_rel_threshold=1.2)
+    found = {}
+    for action in _actions(parser):
+        for option in action.option_strings:
+            if option.startswith("--"):
+                entry = {**_entry_from_action(action), "parser": "router"}
+                entry["default"] = _plain(parser.get_default(action.dest))
+                found.setdefault(option[2:], entry)
+    version = importlib.import_module("vllm_router.version")
+    return found, getattr(version, "__version__", "?")
+
+
+# ------------------------------------------------------------------------------------- merge
+
+def merge(parts: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """One entry per flag; `parsers` lists every parser that consumes it (each one parses the
+    whole argv), the first of PARSER_ORDER gives the kind/type/default that wins."""
+    table: dict[str, dict] = {}
+    for part in PARSER_ORDER:
+        for name, entry in sorted(parts.get(part, {}).items()):
+            if name in table:
+                table[name]["parsers"].append(part)
+                continue
+            entry = dict(entry)
+            entry.pop("parser", None)
+            group = entry.pop("group", None)
+            reset = entry.pop("reset", False)
+            table[name] = {"parsers": [part], **entry}
+            if reset:
+                table[name]["note"] = f"Megatron's flag; VIME's reset_arg in {group} sets this default"
+    for name, entry in table.items():
+        megatron = parts.get("megatron", {}).get(name)
+        if entry.get("note", "").startswith("Megatron's flag") and megatron:
+            # reset_arg keeps Megatron's action; only the default is VIME's.
+            for key in ("kind", "type", "choices"):
+                if key in megatron:
+                    entry[key] = megatron[key]
+    return dict(sorted(table.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--vime-args", type=Path, required=True, help="copy of vime/utils/arguments.py")
+    cli.add_argument("--vllm-side-args", type=Path, required=True, help="copy of vime/backends/vllm_utils/arguments.py")
+    cli.add_argument("--megatron-root", type=Path, required=True, help="Megatron-LM tree at the pinned commit")
+    cli.add_argument("--router-root", type=Path, required=True, help="unpacked vllm-router wheel")
+    cli.add_argument("--out", type=Path, default=REPO_ROOT / "knobs" / "vime" / f"flags-{LINE}.yaml")
+    args = cli.parse_args(argv)
+
+    parts = {}
+    vime = vime_arguments(args.vime_args, lambda fn: "pre" if fn == "_pre_parse_mode" else "vime")
+    parts["pre"] = {k: v for k, v in vime.items() if v["parser"] == "pre"}
+    parts["vime"] = {k: v for k, v in vime.items() if v["parser"] == "vime"}
+    vllm_side = vime_arguments(args.vllm_side_args, lambda fn: "vllm")
+    vllm_side.pop("rollout-num-gpus-per-engine", None)  # VIME's own flag, read again to size engine TP
+    engine, vllm_version = vllm_engine_arguments(vllm_skipped_arguments(args.vllm_side_args))
+    parts["vllm"] = {**vllm_side, **engine}
+    parts["router"], router_version = router_arguments(args.router_root)
+    parts["megatron"] = megatron_arguments(args.megatron_root)
+
+    sources = dict(SOURCES)
+    sources["vllm-engine"] = {"package": "vllm", "version": vllm_version,
+                              "note": "the installed vLLM's AsyncEngineArgs + FrontendArgs; VIME's image pins "
+                                      "vllm-openai v0.21.0, so a flag added or removed between the two versions "
+                                      "is wrong here"}
+    sources["router"] = {"package": "vllm-router", "version": router_version,
+                         "note": "RouterArgs from the PyPI wheel; VIME's pin of vllm-router was not read"}
+    table = merge(parts)
+    document = {
+        "line": LINE,
+        "generated-by": "tools/build_vime_flag_table.py",
+        "sources": sources,
+        "counts": {part: sum(1 for e in table.values() if e["parsers"][0] == part) for part in PARSER_ORDER},
+        "flags": table,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    header = ("# Generated by tools/build_vime_flag_table.py - do not edit by hand; re-run the tool.\n"
+              "# Every flag VIME's parse_args() consumes on this line; `parsers` lists the parsers that\n"
+              "# read it (pre: VIME's pre-parser; vime: VIME's groups on Megatron's parser; vllm: the vLLM\n"
+              "# side with --vllm- names; router: vllm-router with --router- names; megatron: Megatron-LM).\n")
+    flags = document.pop("flags")
+    # One line per flag: the table is long, and a diff after re-running the tool should show
+    # exactly the flags that changed.
+    lines = [f"  {name}: {yaml.safe_dump(entry, default_flow_style=True, sort_keys=False, width=10**6).strip()}"
+             for name, entry in flags.items()]
+    text = header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=160) + "flags:\n" + "\n".join(lines) + "\n"
+    args.out.write_text(text)
+    print(f"{args.out}: {len(table)} flags ({', '.join(f'{k} {v}' for k, v in document['counts'].items())})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
