@@ -15,7 +15,7 @@ import sys
 
 from harness import DEFAULT_KNOBS_DIR
 from harness.spec import SpecError, load_knobs, render_argv, resolve, validate
-from harness.spec.render import parse_value
+from harness.spec.render import argv_lines, parse_value
 
 # Modules that add subcommands; a module whose optional dependencies are missing is skipped with
 # a note in --help rather than breaking the commands that do work.
@@ -61,15 +61,8 @@ def cmd_argv(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(argv))
         return 0
-    # One flag per line, as a launch script would read: easy to diff between rungs.
-    i = 0
-    while i < len(argv):
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            print(f"{argv[i]} {argv[i + 1]}")
-            i += 2
-        else:
-            print(argv[i])
-            i += 1
+    for line in argv_lines(argv):  # one flag per line: easy to diff between rungs
+        print(line)
     return 0
 
 

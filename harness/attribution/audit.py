@@ -13,8 +13,6 @@ one (missing_rollout_log_probs, zero_active_tokens, non_finite_dlogp, shape_mism
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 from pydantic import BaseModel, Field
 
@@ -220,17 +218,14 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None, model_voca
     return audit
 
 
-def audit_run(run_path: Path) -> Audit:
-    """Audit a run directory: its dumps, checked against its logged abs-diff."""
+def audit_run(run) -> Audit:
+    """Audit a loaded run: its dumps, checked against its logged abs-diff."""
     from harness.attribution.probe_run import load_tokenizer, model_vocab_size
-    from harness.records.rundir import RunDir
 
-    run_path = Path(run_path)
-    run = RunDir(run_path).load()
     tokenizer, problem = load_tokenizer(run)
-    steps_per_rollout = int(((run.spec or {}).get("flags") or {}).get("num-steps-per-rollout") or 1)
+    steps_per_rollout = int(run.spec.flag("num-steps-per-rollout", 1))
     compare_with = run if steps_per_rollout == 1 else None
-    audit = audit_dumps(run.id, read_run_dumps(run_path / "dumps"), compare_with, tokenizer, model_vocab_size(run))
+    audit = audit_dumps(run.id, read_run_dumps(run.path / "dumps"), compare_with, tokenizer, model_vocab_size(run))
     if steps_per_rollout > 1:
         audit.warnings.append(f"{run.id}: --num-steps-per-rollout {steps_per_rollout}: each logged step covers part of a "
                               "rollout, so the per-rollout sample-mean is not compared with it (code: steps_per_rollout)")

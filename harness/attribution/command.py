@@ -13,6 +13,10 @@ import json
 import sys
 from pathlib import Path
 
+from harness import DEFAULT_KNOBS_DIR
+from harness.records.rundir import RunDir
+from harness.spec import SpecError, load_knobs
+
 STATUS_STYLE = {"pass": "green", "fail": "red", "skipped": "yellow"}
 
 
@@ -20,6 +24,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("attribute", help="run the seven attribution probes and the dlogp audit on a run directory")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (reports/runs/<id>/)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory whose thresholds.yaml the probes judge by")
     parser.set_defaults(func=cmd_attribute)
 
 
@@ -43,8 +48,14 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         print(f"error: {run_dir}/dumps: missing; the probes need the run's token dumps "
               "(VIME: --save-debug-rollout-data and --save-debug-train-data)", file=sys.stderr)
         return 2
-    report = run_probes(run_dir)
-    audit = audit_run(run_dir)
+    try:
+        knobs = load_knobs(Path(args.knobs))
+    except SpecError as err:
+        print("error: " + "\n  ".join(err.problems), file=sys.stderr)
+        return 2
+    run = RunDir(run_dir).load()  # loaded once; the probes and the audit share it
+    report = run_probes(run, knobs)
+    audit = audit_run(run)
     if args.json:
         data = report.to_json()
         data["audit"] = _audit_summary(audit)

@@ -1,7 +1,7 @@
 """What a run declared: its sampling contract, precision policy and TP size, and its tokenizer.
 
-Read from the run's resolved spec (spec.yaml `flags`), else from its argv (an ingested VIME run),
-so the probes can compare the run's *declared* policy with what its tensors show.
+Read from the run's typed spec (`run.spec.flags`: spec.yaml's flags, else its argv's, see
+harness/records/recorded_spec.py), so the probes can compare the run's *declared* policy with what its tensors show.
 """
 
 from __future__ import annotations
@@ -31,19 +31,7 @@ class RunSettings:
 
 
 def _flags(run) -> dict:
-    if run is None:
-        return {}
-    spec = run.spec or {}
-    if isinstance(spec.get("flags"), dict):
-        return spec["flags"]
-    if run.argv:
-        from harness.spec.render import parse_argv
-
-        try:
-            return parse_argv(run.argv)
-        except Exception:  # an argv we cannot read is the same as no argv: defaults, said below
-            return {}
-    return {}
+    return run.spec.flags if run is not None else {}
 
 
 def settings_from_flags(flags: dict) -> RunSettings:

@@ -18,7 +18,6 @@ passed and the boundary is not explained by a declared policy. No failure: `none
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -26,6 +25,8 @@ from pydantic import BaseModel, Field
 from harness.attribution.consistency import compare_run
 from harness.attribution.run_dumps import RunDumps, read_run_dumps
 from harness.attribution.probe_run import RunSettings, run_settings
+from harness.records.runload import Run
+from harness.spec.load import Knobs
 
 Status = Literal["pass", "fail", "skipped"]
 DriftClass = Literal["expected-numerical", "semantic", "framework", "candidate-operator", "none"]
@@ -64,14 +65,10 @@ class ProbeReport(BaseModel):
         return data
 
 
-def thresholds(knobs_dir: Path | None = None) -> dict[str, float]:
-    from harness import DEFAULT_KNOBS_DIR
-    from harness.spec.load import parse_file
-    from harness.spec.schema import ThresholdsFile
-
-    table = parse_file(Path(knobs_dir or DEFAULT_KNOBS_DIR) / "thresholds.yaml", ThresholdsFile).thresholds
-    return {"floor": float(table["fp32_floor_max_abs_diff"].value),
-            "min_removed": float(table["semantic_replay_min_removed_fraction"].value)}
+def thresholds(knobs) -> dict[str, float]:
+    """The two limits the probes judge by, from the loaded knobs (thresholds.yaml)."""
+    return {"floor": knobs.threshold("fp32_floor_max_abs_diff"),
+            "min_removed": knobs.threshold("semantic_replay_min_removed_fraction")}
 
 
 def _verdict(number: int, status: Status, text: str, evidence: dict | None = None, boundary: str | None = None) -> ProbeVerdict:
@@ -169,9 +166,9 @@ def load_bundles(dumps: RunDumps) -> tuple[list, list[str]]:
     return bundles, problems
 
 
-def framework_checks(run_path: Path) -> list[ProbeVerdict]:
+def framework_checks(run: Run) -> list[ProbeVerdict]:
     """Probes 1 and 2 only: cheap (dumps and the probe bundles' target ids), for the ladder classifier."""
-    dumps = read_run_dumps(Path(run_path) / "dumps")
+    dumps = read_run_dumps(run.path / "dumps")
     return framework_probes(dumps, load_bundles(dumps)[0])
 
 
@@ -264,14 +261,11 @@ def decide(verdicts: list[ProbeVerdict], settings: RunSettings) -> tuple[DriftCl
     return "none", None, None
 
 
-def run_probes(run_path: Path) -> ProbeReport:
-    from harness.records.rundir import RunDir
-
-    run_path = Path(run_path)
-    run = RunDir(run_path).load()
+def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
+    """The seven probes on a loaded run, judged by the loaded knobs' thresholds."""
     settings = run_settings(run)
-    dumps = read_run_dumps(run_path / "dumps")
-    limits = thresholds()
+    dumps = read_run_dumps(run.path / "dumps")
+    limits = thresholds(knobs)
     bundles, problems = load_bundles(dumps)
     comparison = compare_sides(dumps, bundles)
     verdicts = framework_probes(dumps, bundles, comparison)
@@ -280,6 +274,6 @@ def run_probes(run_path: Path) -> ProbeReport:
     drift_class, decided_by, boundary = decide(verdicts, settings)
     warnings = list(dumps.warnings) + problems + [f"run: {p}" for p in run.problems]
     if not bundles and not problems:
-        warnings.append(f"{run_path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 skipped (code: probe_bundle_missing)")
+        warnings.append(f"{run.path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 skipped (code: probe_bundle_missing)")
     return ProbeReport(run=run.id, probes=verdicts, drift_class=drift_class, decided_by=decided_by,
                        boundary=boundary, complete=all(v.status != "skipped" for v in verdicts), warnings=warnings)

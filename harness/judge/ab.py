@@ -30,10 +30,6 @@ class Answer:
     evidence: dict = field(default_factory=dict)
 
 
-def _flags(run: Run) -> dict:
-    return dict((run.spec or {}).get("flags", {}))
-
-
 def prompts_fingerprint(prompt_data: str | None) -> str | None:
     """sha256 of the prompt file the flag points at (embedded:// recipes resolved through the factory)."""
     if not prompt_data:
@@ -58,10 +54,9 @@ def prompts_fingerprint(prompt_data: str | None) -> str | None:
 def _environment_identity(run: Run) -> dict:
     env = run.environment or {}
     hardware = env.get("hardware") or {}
-    spec = run.spec or {}
     # The embedded trainer is this repository's code: its source version is the "commit" that
     # matters (judging code may change between the two runs without changing either run).
-    code = spec.get("code_version") if spec.get("backend") == "embedded" else None
+    code = run.spec.code_version if run.spec.backend == "embedded" else None
     return {
         "commit": code or (env.get("vime") or {}).get("commit") or (env.get("harness") or {}).get("commit"),
         "image": (env.get("container") or {}).get("image"),
@@ -72,7 +67,7 @@ def _environment_identity(run: Run) -> dict:
 def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     """Why this pair is not a same-workload A/B (empty when it is)."""
     problems = []
-    a, b = _flags(baseline), _flags(candidate)
+    a, b = dict(baseline.spec.flags), dict(candidate.spec.flags)
     operator_flags = set(knobs.ab.operator_path_flags.flags)
     # Prompts are compared by content below: the same file at another path is the same workload.
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"}
@@ -92,7 +87,7 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     for key in ia:
         if ia[key] != ib[key]:
             problems.append(f"{key} differs: baseline {ia[key]!r}, candidate {ib[key]!r}")
-    decisions, warnings = read_decisions(candidate.path / "log.txt")
+    decisions, warnings = read_decisions(candidate)
     problems += warnings
     if not decisions:
         problems.append("the candidate logged no rl_kernel.execution_decision records: nothing proves its path ran")

@@ -127,9 +127,9 @@ def stable_under_aa(ctx: JudgeContext) -> Verdict:
     warmup = int(ctx.threshold("warmup_steps"))
     rel_tol = ctx.threshold("aa_max_rel_diff")
     _, a = after_warmup(ctx.run.series(ABS_DIFF), warmup)
-    seed = ctx.run.spec.get("flags", {}).get("seed") if ctx.run.spec else None
+    seed, rung = ctx.run.spec.seed, ctx.run.spec.rung
     try:
-        other = ctx.fetch(ctx.run.spec["rung"], seed=(seed or 0) + 1) if isinstance(seed, int) else None
+        other = ctx.fetch(rung, seed=seed + 1) if seed is not None and rung else None
     except LookupError:
         other = None
     if other is not None:
@@ -152,16 +152,15 @@ def stable_under_aa(ctx: JudgeContext) -> Verdict:
 def record_is_complete(ctx: JudgeContext) -> Verdict:
     run = ctx.run
     env = run.environment or {}
-    spec = run.spec or {}
     commit = (env.get("vime") or {}).get("commit") or (env.get("harness") or {}).get("commit")
     container = env.get("container") or {}
     hardware = env.get("hardware") or {}
     fields = {
         "commit": commit,
         # The miniature runs in no container by design; a cluster run must name its image.
-        "image": container.get("image") or ("none (embedded backend, no container)" if spec.get("backend") == "embedded" else None),
+        "image": container.get("image") or ("none (embedded backend, no container)" if run.spec.backend == "embedded" else None),
         "hardware": (hardware.get("gpus") or {}).get("models") or hardware.get("cpu"),
-        "mode": spec.get("mode"),
+        "mode": run.spec.mode,
         "exact config": run.argv,
         "log": (run.path / "log.txt").exists() and str(run.path / "log.txt"),
     }

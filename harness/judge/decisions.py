@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 _DECISION = re.compile(r"rl_kernel\.execution_decision\s+(\{.*\})\s*$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def read_decisions(log_path: Path) -> tuple[list[dict], list[str]]:
-    """All decision records of a log, and one warning per line that looked like one but did not parse."""
+def read_decisions(run) -> tuple[list[dict], list[str]]:
+    """All decision records of a loaded run's log, and one warning per line that looked like one but
+    did not parse."""
+    log_path = run.path / "log.txt"
     decisions, warnings = [], []
     if not log_path.exists():
         return [], [f"{log_path}: no log to read execution decisions from"]

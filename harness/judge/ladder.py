@@ -58,7 +58,7 @@ def replay_is_identity(flags: dict) -> bool:
 
 
 def changed_flags(child: Run, parent: Run) -> set[str]:
-    a, b = (child.spec or {}).get("flags", {}), (parent.spec or {}).get("flags", {})
+    a, b = child.spec.flags, parent.spec.flags
     return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
 
 
@@ -104,14 +104,14 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
     drifting_rung = rung.id if diff.diff > 0 else rung.parent
 
     replay_flag = knobs.classification.semantic_replay.flag
-    drifting_flags = (drifting.spec or {}).get("flags", {})
+    drifting_flags = drifting.spec.flags
     if drifting_flags.get(replay_flag):
         removed = None
         judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
     elif replay_is_identity(drifting_flags):
         removed = 0.0
         judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
-    elif (drifting.spec or {}).get("backend") == "embedded":
+    elif drifting.spec.backend == "embedded":
         replayed = fetch(drifting_rung, **{replay_flag: True})
         replayed_values = _series(replayed, warmup)
         remaining = float(np.mean(replayed_values)) - float(np.mean(_series(steadier, warmup)))

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.records.merge import merge_records, metric_names, metric_series
 from harness.records.models import Failure, Record
+from harness.records.recorded_spec import RecordedSpec, recorded_spec
 
 
 class RunStatus(BaseModel):
@@ -33,7 +34,7 @@ class RunStatus(BaseModel):
 class Run(BaseModel):
     id: str
     path: Path
-    spec: dict | None = None
+    spec: RecordedSpec = Field(default_factory=RecordedSpec)  # typed once here; never read as a dict
     argv: list[str] | None = None
     environment: dict | None = None
     status: RunStatus | None = None
@@ -165,5 +166,7 @@ def load_run(run_dir) -> Run:
         embedded = keep(read_json(run_dir.file(run_dir.EMBEDDED), dict))
     dumps = sorted(str(p.relative_to(run_dir.dumps_dir)) for p in run_dir.dumps_dir.rglob("*") if p.is_file()) \
         if run_dir.dumps_dir.is_dir() else []
+    spec, spec_problems = recorded_spec(spec, argv)
+    problems.extend(spec_problems)
     return Run(id=path.name, path=path, spec=spec, argv=argv, environment=environment, status=status,
                records=records, embedded_record=embedded, ingest=ingest, dumps=dumps, problems=problems)

@@ -23,11 +23,11 @@ import subprocess
 from pathlib import Path
 
 import allure
-import yaml
 from allure_commons import plugin_manager
 
 from harness import REPO_ROOT
 from harness.report.tables import to_csv, to_markdown
+from harness.spec.render import argv_lines
 
 EXCERPT_CONTEXT_LINES = 15
 LOG_TAIL_LINES = 40
@@ -66,14 +66,7 @@ def attach_text(text: str, name: str, kind=allure.attachment_type.TEXT) -> None:
 
 def argv_text(argv: list[str]) -> str:
     """One flag per line (easy to diff between rungs), then the copy-pasteable command line."""
-    lines, i = [], 0
-    while i < len(argv):
-        if i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
-            lines.append(f"{argv[i]} {argv[i + 1]}")
-            i += 2
-        else:
-            lines.append(str(argv[i]))
-            i += 1
+    lines = argv_lines(argv)
     return "\n".join(lines) + "\n\n# as one command line:\n" + shlex.join(str(a) for a in argv) + "\n"
 
 
@@ -110,7 +103,7 @@ def tracking_links(run) -> dict[str, str]:
     wandb = environment.get("wandb")
     if isinstance(wandb, dict) and wandb.get("url"):
         links.setdefault("W&B", str(wandb["url"]))
-    flags = (run.spec or {}).get("flags") or {}
+    flags = run.spec.flags
     for flag in ("tensorboard-dir", "tb-dir", "tensorboard-log-dir"):
         if flags.get(flag):
             path = Path(str(flags[flag]))
@@ -122,9 +115,8 @@ def attach_run(run) -> None:
     """The run's record: what was launched, where, on what, and where it failed."""
     if not allure_active():
         return
-    flags = (run.spec or {}).get("flags") or {}
-    if flags.get("seed") is not None:
-        allure.dynamic.parameter("seed", flags["seed"], excluded=True)
+    if run.spec.flag("seed") is not None:
+        allure.dynamic.parameter("seed", run.spec.flag("seed"), excluded=True)
     run_path = Path(run.path).resolve()
     allure.dynamic.link(run_path.as_uri(), name=f"run directory {run.id}")
     for name, url in tracking_links(run).items():
@@ -135,8 +127,8 @@ def attach_run(run) -> None:
         lines.append(f"status: {run.status.state}, {run.status.steps_logged} steps logged, exit code {run.status.exit_code}")
     lines += [f"record problem: {problem}" for problem in run.problems]
     attach_text("\n".join(lines) + "\n", "run record")
-    if run.spec is not None:
-        attach_text(yaml.safe_dump(run.spec, sort_keys=False, allow_unicode=True), "resolved spec (spec.yaml)",
+    if run.spec.recorded:
+        attach_text(run.spec.as_yaml(), "resolved spec (spec.yaml)",
                     allure.attachment_type.YAML)
     if run.argv is not None:
         attach_text(argv_text(run.argv), "argv")

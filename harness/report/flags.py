@@ -1,7 +1,7 @@
 """What a run was, in the summary table's words: precision, operator path, hardware.
 
-Everything is derived from the run's own record (resolved flags, execution decision records,
-environment record), never from what a test believes it launched.
+Everything is derived from the run's own record (its typed spec's flags, execution decision
+records, environment record), never from what a test believes it launched.
 """
 
 from __future__ import annotations
@@ -16,29 +16,6 @@ _DTYPE_WORDS = {"bfloat16": "BF16", "bf16": "BF16", "float16": "FP16", "half": "
 # embedded operator flag share these words; the processed-logprob replay is named on its own.
 _OPERATOR_FLAG_WORDS = ("operator", "linear-logp", "rl-kernel", "logprob-backend")
 PROCESSED_REPLAY_FLAG = "embedded-replay-processed-logprobs"
-
-
-def flags_from_argv(argv: list[str]) -> dict:
-    """`--name value` / bare `--switch` pairs, for runs whose spec.yaml has no flags (ingested)."""
-    flags: dict = {}
-    i = 0
-    while i < len(argv):
-        arg = str(argv[i])
-        if arg.startswith("--"):
-            if i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
-                flags[arg[2:]] = argv[i + 1]
-                i += 2
-                continue
-            flags[arg[2:]] = True
-        i += 1
-    return flags
-
-
-def run_flags(run) -> dict:
-    spec_flags = (run.spec or {}).get("flags")
-    if isinstance(spec_flags, dict):
-        return spec_flags
-    return flags_from_argv(run.argv or [])
 
 
 def _on(value) -> bool:

@@ -34,9 +34,8 @@ DPI = 110
 
 
 def run_label(run) -> str:
-    spec = run.spec or {}
-    if spec.get("rung"):
-        return f"{spec['rung']} ({spec.get('mode', '?')})"
+    if run.spec.rung:
+        return f"{run.spec.rung} ({run.spec.mode or '?'})"
     return run.id
 
 

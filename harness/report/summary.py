@@ -15,12 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.report.flags import describe_hardware, describe_operator_path, describe_precision, run_flags
+from harness.judge.verdict import ABS_DIFF, RAW_REWARD, STEP_TIME, after_warmup, finite_values
+from harness.report.flags import describe_hardware, describe_operator_path, describe_precision
 from harness.report.tables import format_cell, to_csv, to_markdown
-
-ABS_DIFF = "train/train_rollout_logprob_abs_diff"
-RAW_REWARD = "rollout/raw_reward"
-STEP_TIME = "perf/step_time"
 
 COLUMNS = ("Run", "Hardware", "Mode", "Precision", "Operator Path", "Final Reward", "logprob_abs_diff Mean",
            "abs_diff 95% CI", "Δ vs parent", "Step Time Mean", "Notes")
@@ -111,33 +108,26 @@ def _figure(value: float | None, spec: str) -> str:
 
 
 def _values_after(run, name: str, warmup: int) -> tuple[np.ndarray, int]:
-    """Finite values of a metric after `warmup` entries, and how many non-finite ones were left out."""
-    values = np.asarray([value for _, value in run.series(name)][warmup:], dtype=float)
-    finite = np.isfinite(values)
-    return values[finite], int((~finite).sum())
+    """Finite values of a metric after the judge's warm-up rule (harness.judge.verdict.after_warmup),
+    and how many non-finite ones after the warm-up were left out."""
+    series = run.series(name)
+    _, values = after_warmup(series, warmup)
+    finite_steps, _, bad = finite_values(series)
+    first = min(finite_steps) + warmup if finite_steps else None
+    return np.asarray(values, dtype=float), sum(1 for step in bad if first is None or step >= first)
 
 
-def _thresholds(knobs) -> tuple[int, int]:
-    if knobs is None:
-        from harness import DEFAULT_KNOBS_DIR
-        from harness.spec import load_knobs
-
-        knobs = load_knobs(DEFAULT_KNOBS_DIR)
-    return int(knobs.threshold("warmup_steps")), int(knobs.threshold("reward_window_steps"))
-
-
-def summary_row_from_run(run, label: str | None = None, *, parent=None, notes: str = "",
-                         execution_decisions: list[dict] | None = None, knobs=None,
-                         confidence: float = 0.95) -> SummaryRow:
+def summary_row_from_run(run, label: str | None = None, *, knobs, parent=None, notes: str = "",
+                         execution_decisions: list[dict] | None = None) -> SummaryRow:
     """One table row from a loaded `Run` (harness.records.runload); `parent` is the run it is
-    compared with (its parent rung, or the baseline for a candidate). `knobs` supplies the
-    warm-up and reward window (knobs/thresholds.yaml; loaded from the default knobs when None)."""
+    compared with (its parent rung, or the baseline for a candidate). The loaded `knobs` supply the
+    warm-up, the reward window and the confidence level (knobs/thresholds.yaml), as they do the judge's."""
     from harness.judge.stats import block_bootstrap_diff_ci, block_bootstrap_mean_ci
 
-    warmup, reward_window = _thresholds(knobs)
-    flags = run_flags(run)
-    spec = run.spec or {}
-    mode = spec.get("mode") or ("colocate" if flags.get("colocate") else "non-colocate")
+    warmup, reward_window = int(knobs.threshold("warmup_steps")), int(knobs.threshold("reward_window_steps"))
+    confidence = knobs.threshold("bootstrap_confidence")
+    flags = run.spec.flags
+    mode = run.spec.mode or ("colocate" if flags.get("colocate") else "non-colocate")
     remarks = [notes] if notes else []
 
     abs_diff, dropped = _values_after(run, ABS_DIFF, warmup)
@@ -153,7 +143,7 @@ def summary_row_from_run(run, label: str | None = None, *, parent=None, notes: s
         if len(parent_values) >= 2 and len(abs_diff) >= 2:
             diff = block_bootstrap_diff_ci(parent_values, abs_diff, confidence=confidence)
             delta, delta_ci = diff.diff, (diff.low, diff.high)
-        remarks.append(f"vs {(parent.spec or {}).get('rung') or parent.id}")
+        remarks.append(f"vs {parent.spec.rung or parent.id}")
 
     rewards, _ = _values_after(run, RAW_REWARD, 0)
     step_times, _ = _values_after(run, STEP_TIME, warmup)

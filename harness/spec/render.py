@@ -46,19 +46,35 @@ def parse_value(text: str) -> FlagValue:
     return text
 
 
-def parse_argv(argv: Sequence[str]) -> dict[str, FlagValue]:
-    """Inverse of render_argv: a `--flag` not followed by a value is a switch."""
-    flags: dict[str, FlagValue] = {}
+def argv_items(argv: Sequence[str]) -> list[tuple[int, str, str | None]]:
+    """The one argv walker: (index, token, value) per `--name value` pair or bare `--switch`
+    (value None). A token that is not a flag and follows no flag (a stray) is its own item."""
+    items: list[tuple[int, str, str | None]] = []
     i = 0
     while i < len(argv):
-        token = argv[i]
-        if not token.startswith("--"):
-            raise ValueError(f"argv[{i}]={token!r}: expected a flag starting with '--'")
-        name = token[2:]
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            flags[name] = parse_value(argv[i + 1])
+        token = str(argv[i])
+        if token.startswith("--") and i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
+            items.append((i, token, str(argv[i + 1])))
             i += 2
         else:
-            flags[name] = True
+            items.append((i, token, None))
             i += 1
+    return items
+
+
+def argv_lines(argv: Sequence[str]) -> list[str]:
+    """One flag per line, as a launch script reads: easy to diff between rungs."""
+    return [token if value is None else f"{token} {value}" for _, token, value in argv_items(argv)]
+
+
+def parse_argv(argv: Sequence[str], *, skip_strays: bool = False) -> dict[str, FlagValue]:
+    """Inverse of render_argv: a `--flag` not followed by a value is a switch. A token that is not
+    a flag is an error, or skipped with `skip_strays` (a logged command line may hold a script name)."""
+    flags: dict[str, FlagValue] = {}
+    for i, token, value in argv_items(argv):
+        if not token.startswith("--"):
+            if skip_strays:
+                continue
+            raise ValueError(f"argv[{i}]={token!r}: expected a flag starting with '--'")
+        flags[token[2:]] = True if value is None else parse_value(value)
     return flags

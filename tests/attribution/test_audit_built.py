@@ -43,7 +43,7 @@ def test_token_view_uses_rl_align_names_and_values(tmp_path):
     # Active dlogp values [0.0, 1.0, 0.5, 0.0] (RL-Align's own worked example); the masked 20.0 must not count.
     path = hand_run(tmp_path, train_lp=[[-1.0, -1.0, -21.0], [-0.5, -1.0, -2.0]],
                     rollout_lp=[[-1.0, -2.0, -1.0], [-1.0, -1.0, -2.0]], mask=[[1, 1, 0], [1, 1, 0]])
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert audit.rlk_audit_active_token_count == 4
     assert audit.rlk_audit_dlogp_abs_mean == pytest.approx(0.375)
     assert audit.rlk_audit_dlogp_abs_max == pytest.approx(1.0)
@@ -67,14 +67,14 @@ def test_sample_mean_differs_from_token_mean_when_lengths_differ(tmp_path):
     # Sample 0: one active token |d| = 1; sample 1: three tokens |d| = 0. Sample mean 0.5, token mean 0.25.
     path = hand_run(tmp_path, train_lp=[[-2.0], [-1.0, -1.0, -1.0]], rollout_lp=[[-1.0], [-1.0, -1.0, -1.0]],
                     mask=[[1], [1, 1, 1]], logged=0.5)
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert audit.per_step[0].sample_mean_abs_diff == pytest.approx(0.5)
     assert audit.rlk_audit_dlogp_abs_mean == pytest.approx(0.25)
     assert audit.per_step[0].matches_logged is True
 
 
 def test_sample_mean_reproduces_the_logged_metric_of_a_built_run(tmp_path):
-    audit = audit_run(build_run(tmp_path, steps=3, rollout_dtype=torch.bfloat16))
+    audit = audit_run(RunDir(build_run(tmp_path, steps=3, rollout_dtype=torch.bfloat16)).load())
     assert [s.matches_logged for s in audit.per_step] == [True, True, True]
     for step in audit.per_step:
         assert step.sample_mean_abs_diff == pytest.approx(step.logged_abs_diff, rel=LOGGED_MATCH_RTOL)
@@ -83,7 +83,7 @@ def test_sample_mean_reproduces_the_logged_metric_of_a_built_run(tmp_path):
 
 def test_a_wrong_logged_value_is_named(tmp_path):
     path = hand_run(tmp_path, train_lp=[[-2.0]], rollout_lp=[[-1.0]], mask=[[1]], logged=0.7)
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert audit.per_step[0].matches_logged is False
     assert "logged_metric_mismatch" in codes(audit)
 
@@ -91,7 +91,7 @@ def test_a_wrong_logged_value_is_named(tmp_path):
 def test_missing_rollout_log_probs_is_named_not_zero(tmp_path):
     path = hand_run(tmp_path, train_lp=[[-1.0, -1.0]], rollout_lp=[[-1.0, -1.0]], mask=[[1, 1]],
                     rollout_key="something_else")
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert "missing_rollout_log_probs" in codes(audit)
     assert audit.per_step[0].sample_mean_abs_diff is None and audit.rlk_audit_dlogp_abs_mean is None
 
@@ -99,7 +99,7 @@ def test_missing_rollout_log_probs_is_named_not_zero(tmp_path):
 def test_non_finite_values_are_named_and_propagate_in_the_sample_mean(tmp_path):
     path = hand_run(tmp_path, train_lp=[[float("nan"), -1.0], [-1.0]], rollout_lp=[[-1.0, -1.5], [-1.0]],
                     mask=[[1, 1], [1]])
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert "non_finite_dlogp" in codes(audit)
     assert math.isnan(audit.per_step[0].sample_mean_abs_diff)  # as VIME would log it: NaN, not a hidden 0
     assert audit.rlk_audit_dlogp_abs_mean == pytest.approx(0.25)  # token view over the finite tokens only
@@ -107,7 +107,7 @@ def test_non_finite_values_are_named_and_propagate_in_the_sample_mean(tmp_path):
 
 def test_zero_active_tokens_is_named_and_leaves_no_figures(tmp_path):
     path = hand_run(tmp_path, train_lp=[[-1.0, -2.0]], rollout_lp=[[-1.0, -1.0]], mask=[[0, 0]])
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert "zero_active_tokens" in codes(audit)
     assert audit.rlk_audit_active_token_count == 0
     assert audit.rlk_audit_dlogp_abs_mean is None and audit.per_step[0].rlk_audit_dlogp_abs_p99 is None
@@ -117,7 +117,7 @@ def test_dump_from_another_run_is_named(tmp_path):
     path = build_run(tmp_path, steps=2)
     # A rollout dump of another run's step 7 copied in under this run's step-1 name.
     rewrite(path / "dumps" / "rollout_1.pt", lambda data: data.update(rollout_id=7))
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert "rollout_id_mismatch" in codes(audit)
 
 
@@ -125,7 +125,7 @@ def test_train_dump_not_matching_the_rollout_dump_is_named(tmp_path):
     path = build_run(tmp_path, steps=1, seed=1)
     other = build_run(tmp_path, steps=1, seed=2)
     (path / "dumps" / "rollout_0.pt").write_bytes((other / "dumps" / "rollout_0.pt").read_bytes())
-    audit = audit_run(path)
+    audit = audit_run(RunDir(path).load())
     assert "sample_identity_mismatch" in codes(audit)
 
 
@@ -142,7 +142,7 @@ def test_mismatched_tokenizer_is_named(tmp_path):
         data["rollout_data"]["consistency_metadata"] = [{"tokenizer": "tok-A"} for _ in data["rollout_data"]["tokens"]]
 
     rewrite(path / "dumps" / "train_0_0.pt", trainer_metadata)
-    assert "tokenizer_mismatch" in codes(audit_run(path))
+    assert "tokenizer_mismatch" in codes(audit_run(RunDir(path).load()))
 
 
 def test_token_ids_outside_the_runs_tokenizer_are_named(tmp_path):
@@ -165,5 +165,5 @@ def test_unreadable_and_cp_sliced_dumps_are_named(tmp_path):
         data["rollout_data"]["log_probs"] = [lp[: len(lp) // 2] for lp in data["rollout_data"]["log_probs"]]
 
     rewrite(path / "dumps" / "train_0_0.pt", slice_like_cp)
-    found = codes(audit_run(path))
+    found = codes(audit_run(RunDir(path).load()))
     assert {"unreadable_dump", "shape_mismatch"} <= found

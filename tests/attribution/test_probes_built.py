@@ -16,6 +16,7 @@ from attribution_builders import build_run
 
 from harness import REPO_ROOT
 from harness.attribution.probes import framework_checks, run_probes
+from harness.records.rundir import RunDir
 
 pytestmark = pytest.mark.attribution
 
@@ -35,9 +36,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_built_fault_decides_its_class(tmp_path, case):
+def test_built_fault_decides_its_class(tmp_path, case, knobs):
     kwargs, expected_class, expected_probe = CASES[case]
-    report = run_probes(build_run(tmp_path, **kwargs))
+    report = run_probes(RunDir(build_run(tmp_path, **kwargs)).load(), knobs)
     statuses = {p.number: p.status for p in report.probes}
     assert (report.drift_class, report.decided_by) == (expected_class, expected_probe), (statuses, report.boundary)
     if expected_probe is None:
@@ -47,20 +48,20 @@ def test_built_fault_decides_its_class(tmp_path, case):
         assert report.probes[expected_probe - 1].evidence  # the deciding verdict carries its evidence
 
 
-def test_bf16_boundary_is_the_rollouts_lm_head(tmp_path):
-    report = run_probes(build_run(tmp_path, rollout_dtype=torch.bfloat16))
+def test_bf16_boundary_is_the_rollouts_lm_head(tmp_path, knobs):
+    report = run_probes(RunDir(build_run(tmp_path, rollout_dtype=torch.bfloat16)).load(), knobs)
     assert report.boundary == "LM-head GEMM / bf16 logits of the rollout path"
     assert all(report.probes[n - 1].status == "pass" for n in (1, 2, 6))
 
 
 def test_framework_checks_are_probes_one_and_two(tmp_path):
-    checks = framework_checks(build_run(tmp_path, fault="token-shift"))
+    checks = framework_checks(RunDir(build_run(tmp_path, fault="token-shift")).load())
     assert [c.number for c in checks] == [1, 2]
     assert checks[0].status == "fail" and "tokens" in checks[0].verdict
 
 
-def test_vime_dumps_without_bundles_skip_what_they_cannot_show(tmp_path):
-    report = run_probes(build_run(tmp_path, vime_format=True))
+def test_vime_dumps_without_bundles_skip_what_they_cannot_show(tmp_path, knobs):
+    report = run_probes(RunDir(build_run(tmp_path, vime_format=True)).load(), knobs)
     statuses = {p.number: p.status for p in report.probes}
     assert statuses[1] == "pass"  # tokens, masks and rollout log-probs are in VIME's own dumps
     assert all(statuses[n] == "skipped" for n in (2, 3, 4, 5, 6, 7))
@@ -103,10 +104,10 @@ def test_probe_bundle_exports_to_the_operator_bench(tmp_path):
     assert torch.allclose(recomputed.double(), bundle.trainer_log_probs[active], atol=1e-5)
 
 
-def test_malformed_probe_bundle_is_named_and_skips_only_bundle_probes(tmp_path):
+def test_malformed_probe_bundle_is_named_and_skips_only_bundle_probes(tmp_path, knobs):
     path = build_run(tmp_path, steps=1, fault="token-shift")
     torch.save({"rollout_id": 0, "samples": [{"index": 0}]}, path / "dumps" / "probe_0.pt")
-    report = run_probes(path)
+    report = run_probes(RunDir(path).load(), knobs)
     assert any("probe_0.pt" in w and "malformed_probe_bundle" in w for w in report.warnings)
     assert (report.drift_class, report.decided_by) == ("framework", 1)  # the dumps still show the shift
     assert {p.number: p.status for p in report.probes}[3] == "skipped"
@@ -121,15 +122,15 @@ def _train_metadata(path, steps, make):
         rewrite(path / "dumps" / f"train_{step}_0.pt", change)
 
 
-def test_recorded_sampling_parameters_that_differ_are_semantic(tmp_path):
+def test_recorded_sampling_parameters_that_differ_are_semantic(tmp_path, knobs):
     path = build_run(tmp_path, steps=1, temperature=0.7)
     _train_metadata(path, 1, lambda i, step: {"tokenizer": "tok-A", "sampling": {"temperature": 1.0}})
-    report = run_probes(path)
+    report = run_probes(RunDir(path).load(), knobs)
     assert (report.drift_class, report.decided_by) == ("semantic", 6)
     assert "consistency_metadata.sampling.temperature" in report.probes[5].verdict
 
 
-def test_side_specific_metadata_is_reported_not_compared(tmp_path):
+def test_side_specific_metadata_is_reported_not_compared(tmp_path, knobs):
     # RL-Align-style records: quantisation, provenance and batch layout legitimately differ per side.
     path = build_run(tmp_path, steps=1)
 
@@ -144,15 +145,15 @@ def test_side_specific_metadata_is_reported_not_compared(tmp_path):
     _train_metadata(path, 1, lambda i, step: {"tokenizer": "tok-A", "sampling": {"temperature": 1.0},
                                               "quantization": {"fingerprint": "bf16"}, "fingerprint": "t",
                                               "batch_layout": {"fingerprint": f"mb0-{i}"}})
-    report = run_probes(path)
+    report = run_probes(RunDir(path).load(), knobs)
     assert (report.drift_class, report.decided_by) == ("none", None), [p.verdict for p in report.probes]
     assert report.probes[0].evidence["batch_layout_examples"]
 
 
-def test_bundle_that_does_not_reproduce_its_trainer_is_not_used_to_localise(tmp_path):
+def test_bundle_that_does_not_reproduce_its_trainer_is_not_used_to_localise(tmp_path, knobs):
     # An upstream divergence that a faithful bundle would localise, but the bundle's weight is one
     # AdamW step (1e-4 per element) away from the weight that produced its trainer log-probs.
-    report = run_probes(build_run(tmp_path, hidden_noise=1e-2, bundle_weight_step=1e-4))
+    report = run_probes(RunDir(build_run(tmp_path, hidden_noise=1e-2, bundle_weight_step=1e-4)).load(), knobs)
     assert {p.number: p.status for p in report.probes}[3] == "skipped"
     assert any("bundle_inconsistent" in w for w in report.warnings)
     assert report.drift_class != "candidate-operator"

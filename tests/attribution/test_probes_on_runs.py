@@ -10,7 +10,6 @@ test attaches the probe report (verdicts and evidence) to Allure.
 
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
@@ -35,14 +34,14 @@ FAULTS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
-def _report(path: str):
-    return run_probes(path)
+_REPORTS: dict = {}  # run id -> its probe report: several tests judge one run
 
 
-def probes_of(run, rung: str, check: str):
+def probes_of(run, rung: str, check: str, knobs):
     """The run's probe report, labelled and attached to the test's Allure record."""
-    report = _report(str(run.path))
+    if run.id not in _REPORTS:
+        _REPORTS[run.id] = run_probes(run, knobs)
+    report = _REPORTS[run.id]
     label_experiment("p1", rung, check, "colocate", "embedded", run.id)
     attach_table([{"#": p.number, "probe": p.name, "status": p.status, "verdict": p.verdict} for p in report.probes],
                  "probe verdicts")
@@ -55,50 +54,50 @@ def _explain(report) -> str:
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_injected_fault_is_decided_by_its_probe(get_run, fault):
+def test_injected_fault_is_decided_by_its_probe(get_run, fault, knobs):
     overrides, expected_class, expected_probe = FAULTS[fault]
     run = get_run("p1", "near-aligned", "colocate", **SHORT, **overrides)
-    report = probes_of(run, "near-aligned", f"inject {fault}")
+    report = probes_of(run, "near-aligned", f"inject {fault}", knobs)
     assert (report.drift_class, report.decided_by) == (expected_class, expected_probe), _explain(report)
     if expected_probe in (1, 2):  # the ladder's cheap check sees the same
-        checks = {c.number: c.status for c in framework_checks(run.path)}
+        checks = {c.number: c.status for c in framework_checks(run)}
         assert checks[expected_probe] == "fail"
 
 
-def test_top_p_rung_is_semantic(get_run):
-    report = probes_of(get_run("p1", "top-p", "colocate", **LADDER), "top-p", "probe 6 decides")
+def test_top_p_rung_is_semantic(get_run, knobs):
+    report = probes_of(get_run("p1", "top-p", "colocate", **LADDER), "top-p", "probe 6 decides", knobs)
     assert (report.drift_class, report.decided_by) == ("semantic", 6), _explain(report)
     statuses = {p.number: p.status for p in report.probes}
     assert statuses[1] == "pass" and statuses[2] == "pass"
 
 
 @pytest.mark.parametrize("number", [1, 2, 6])
-def test_fp8_rung_passes_identity_state_and_contract(get_run, number):
-    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **LADDER), "fp8-rollout", PROBE_NAMES[number])
+def test_fp8_rung_passes_identity_state_and_contract(get_run, number, knobs):
+    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **LADDER), "fp8-rollout", PROBE_NAMES[number], knobs)
     assert report.probes[number - 1].status == "pass", _explain(report)
 
 
-def test_fp8_rung_names_the_fp8_boundary(get_run):
-    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **LADDER), "fp8-rollout", "boundary")
+def test_fp8_rung_names_the_fp8_boundary(get_run, knobs):
+    report = probes_of(get_run("p1", "fp8-rollout", "colocate", **LADDER), "fp8-rollout", "boundary", knobs)
     assert report.drift_class == "expected-numerical", _explain(report)
     assert report.boundary and "FP8" in report.boundary and "LM-head" in report.boundary, report.boundary
 
 
 @pytest.mark.parametrize("number", list(PROBE_NAMES))
-def test_fp32_floor_passes_probe(get_run, number):
-    report = probes_of(get_run("p1", "fp32-floor", "colocate", **LADDER), "fp32-floor", PROBE_NAMES[number])
+def test_fp32_floor_passes_probe(get_run, number, knobs):
+    report = probes_of(get_run("p1", "fp32-floor", "colocate", **LADDER), "fp32-floor", PROBE_NAMES[number], knobs)
     assert report.probes[number - 1].status == "pass", _explain(report)
 
 
-def test_fp32_floor_class_is_none(get_run):
-    report = probes_of(get_run("p1", "fp32-floor", "colocate", **LADDER), "fp32-floor", "class")
+def test_fp32_floor_class_is_none(get_run, knobs):
+    report = probes_of(get_run("p1", "fp32-floor", "colocate", **LADDER), "fp32-floor", "class", knobs)
     assert (report.drift_class, report.decided_by) == ("none", None), _explain(report)
 
 
 @pytest.mark.parametrize("rung", ["fp32-floor", "near-aligned", "top-p"])
 def test_audit_sample_mean_equals_logged_abs_diff(get_run, rung):
     run = get_run("p1", rung, "colocate", **LADDER)
-    audit = audit_run(run.path)
+    audit = audit_run(run)
     label_experiment("p1", rung, "audit sample-mean = logged abs-diff", "colocate", "embedded", run.id)
     attach_table(audit.table(), "dlogp audit per step")
     logged = dict(run.series("train/train_rollout_logprob_abs_diff"))

@@ -19,5 +19,5 @@ def test_a_labelled_ingest_is_found_by_rung_and_mode(tmp_path):
     assert out.returncode in (0, 2), out.stderr
     found = find_recorded_run(tmp_path, "no-such-id", "p1", "fp8-plus-filters", "colocate")
     assert found == tmp_path / "gb200-baseline"
-    assert RunDir(found).load().spec["rung"] == "fp8-plus-filters"
+    assert RunDir(found).load().spec.rung == "fp8-plus-filters"
     assert find_recorded_run(tmp_path, "no-such-id", "p1", "top-p", "colocate") is None

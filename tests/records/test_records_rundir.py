@@ -37,7 +37,8 @@ def _full_run(path):
 def test_round_trip(tmp_path):
     run = _full_run(tmp_path / "run-a").load()
     assert run.problems == []
-    assert run.id == "run-a" and run.spec == SPEC and run.argv[-1] == "3"
+    assert run.id == "run-a" and run.argv[-1] == "3"
+    assert (run.spec.stage, run.spec.rung, run.spec.flags, run.spec.flags_from) == ("p0", "near-aligned", SPEC["flags"], "spec.yaml")
     assert run.status.state == "finished" and run.status.exit_code == 0 and run.status.steps_logged == 3
     assert run.status.started <= run.status.ended
     assert run.steps() == [0, 1, 2]

@@ -25,6 +25,6 @@ def run_session(workdir: Path, test_source: str, *args: str, timeout: float = 30
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTEST_ADDOPTS", None)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fixtures.options",
-               "-p", "fixtures.record", "--rootdir", str(workdir), "--summary-dir", str(workdir / "reports"),
+               "-p", "fixtures.record", "-p", "fixtures.knobs", "--rootdir", str(workdir), "--summary-dir", str(workdir / "reports"),
                str(workdir / "test_inner.py"), *args]
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)

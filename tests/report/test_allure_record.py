@@ -18,7 +18,7 @@ from harness.report.plots import abs_diff_figure
 from harness.report.summary import summary_row_from_run
 
 @pytest.mark.parametrize("rung", ["near-aligned", "top-p"])
-def test_record(tmp_path, record_summary_row, rung):
+def test_record(tmp_path, record_summary_row, rung, knobs):
     failure = Failure(signature="nccl-error", line=30, text="NCCL error: unhandled system error")
     lines = [f"[2026-11-29 10:00:{i % 60:02d}] train.py:1 - line {i}" for i in range(1, 61)]
     lines[29] = "(MegatronTrainRayActor pid=7) NCCL error: unhandled system error"
@@ -29,7 +29,7 @@ def test_record(tmp_path, record_summary_row, rung):
     attach_run(run)
     attach_plot(abs_diff_figure(run), "abs-diff per step")
     attach_table([{"a": 1, "b": "x|y"}], "a table")
-    record_summary_row(summary_row_from_run(run, rung))
+    record_summary_row(summary_row_from_run(run, rung, knobs=knobs))
 '''
 
 NO_ROW_TEST = '''

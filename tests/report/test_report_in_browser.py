@@ -50,7 +50,7 @@ def runs(tmp_path_factory):
     return {"near-aligned": (parent, None), "fp8-rollout": (child, parent)}
 
 @pytest.mark.parametrize("rung", ["near-aligned", "fp8-rollout"])
-def test_rung(runs, rung, record_summary_row):
+def test_rung(runs, rung, record_summary_row, knobs):
     run, parent = runs[rung]
     label_experiment("p1", rung, "against parent", "colocate", "embedded", run.id, seed=1234)
     attach_run(run)
@@ -59,7 +59,7 @@ def test_rung(runs, rung, record_summary_row):
     dlogp = np.random.default_rng(0).standard_t(3, 2000) * 0.01
     attach_plot(dlogp_histogram(dlogp), "dlogp histogram")
     attach_table(worst_token_rows([{"dlogp": float(v), "position": i} for i, v in enumerate(dlogp[:50])]), "worst tokens")
-    record_summary_row(summary_row_from_run(run, rung, parent=parent))
+    record_summary_row(summary_row_from_run(run, rung, parent=parent, knobs=knobs))
 '''
 
 

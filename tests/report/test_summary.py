@@ -9,21 +9,14 @@ import numpy as np
 import pytest
 from runbuilder import make_run, noisy, perf_series, resolved_spec
 
-from harness import DEFAULT_KNOBS_DIR
 from harness.judge.stats import block_bootstrap_mean_ci
 from harness.report.summary import (
     COLUMNS, CSV_COLUMNS, SummaryRow, describe_operator_path, describe_precision, render_csv, render_markdown,
     summary_row_from_run, write_summary,
 )
 from harness.records.models import Failure
-from harness.spec import load_knobs
 
 STEPS = 12
-
-
-@pytest.fixture(scope="module")
-def knobs():
-    return load_knobs(DEFAULT_KNOBS_DIR)
 
 
 @pytest.mark.parametrize("stage, rung, expected", [

@@ -113,7 +113,7 @@ def fetcher(runs):
 
 
 def with_flags(run, **flags):
-    run.spec["flags"].update(flags)
+    run.spec.flags.update(flags)
     return run
 
 
@@ -165,7 +165,7 @@ def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
     candidate = build_run("candidate", extra_lines=[decision_line(
         requested_backend="processed-replay", actual_backend="native", decision="fallback-native",
         fallback_reason="top-k replay unsupported")])
-    candidate.spec["flags"]["embedded-replay-processed-logprobs"] = True
+    candidate.spec.flags["embedded-replay-processed-logprobs"] = True
     problems = contract_problems(baseline, candidate, KNOBS)
     assert any("fell back" in p and "top-k replay unsupported" in p for p in problems), problems
 
@@ -178,8 +178,8 @@ def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
     for run, text in ((baseline, "a"), (candidate, "b")):
         path = tmp_path / f"prompts-{run.id}.jsonl"
         path.write_text(text)
-        run.spec["flags"]["prompt-data"] = str(path)
-    candidate.spec["flags"].update({"embedded-replay-processed-logprobs": True, "rollout-top-p": 0.9})
+        run.spec.flags["prompt-data"] = str(path)
+    candidate.spec.flags.update({"embedded-replay-processed-logprobs": True, "rollout-top-p": 0.9})
     problems = contract_problems(baseline, candidate, KNOBS)
     assert any("prompt files differ in content" in p for p in problems), problems
     assert any("sampled-token contract: rollout-top-p" in p for p in problems), problems
@@ -193,7 +193,7 @@ def test_ab_accepts_a_clean_pair(build_run, tmp_path):
     baseline = build_run("baseline")
     candidate = build_run("candidate", extra_lines=[decision_line(
         requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")])
-    candidate.spec["flags"]["embedded-replay-processed-logprobs"] = True
+    candidate.spec.flags["embedded-replay-processed-logprobs"] = True
     for run in (baseline, candidate):
-        run.spec["flags"]["prompt-data"] = str(prompts)
+        run.spec.flags["prompt-data"] = str(prompts)
     assert contract_problems(baseline, candidate, KNOBS) == []
