@@ -14,6 +14,7 @@ import os
 import sys
 
 from harness import DEFAULT_KNOBS_DIR
+from harness.arguments import existing_dir
 from harness.spec import SpecError, load_knobs, render_argv, resolve, validate
 from harness.spec.render import argv_lines, parse_value
 
@@ -38,6 +39,14 @@ def parse_sets(pairs: list[str]) -> dict:
     return overrides
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, except that a bad argument is one `error:` line (exit 2) rather than the usage
+    block followed by the error: the line names the command, the argument and what was expected."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments that pick one resolved spec; shared by argv, run and others."""
     parser.add_argument("--stage", required=True, help="p0..p3 (knobs/stages.yaml)")
@@ -50,7 +59,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace):
-    knobs = load_knobs(args.knobs)
+    knobs = load_knobs(existing_dir(args.knobs, "--knobs", "a knobs directory (base.yaml, stages.yaml, ladder/, ...)"))
     spec = resolve(knobs, args.stage, args.rung, args.mode, args.backend, parse_sets(args.set))
     return knobs, validate(spec, knobs)
 
@@ -67,7 +76,7 @@ def cmd_argv(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description="vime-mismatch-lab: the train-inference mismatch experiment for VIME")
+    parser = OneLineParser(prog="python -m harness", description="vime-mismatch-lab: the train-inference mismatch experiment for VIME")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     argv_parser = commands.add_parser("argv", help="print the VIME argv of one resolved spec")
     add_spec_arguments(argv_parser)
@@ -85,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.launch.runner import Terminated
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
@@ -95,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated as stop:
+        # A scheduler's SIGTERM: the launcher has stopped its trainer and recorded the run.
+        print(f"terminated by {stop}", file=sys.stderr)
+        return 128 + stop.signum
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error of ours.
         sys.stdout = open(os.devnull, "w")

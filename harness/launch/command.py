@@ -7,13 +7,35 @@ import sys
 from pathlib import Path
 
 from harness import DEFAULT_RUNS_DIR
+from harness.arguments import existing_dir, positive_seconds, writable_dir
+from harness.spec import SpecError
+
+
+def check_embedded_flags(spec) -> None:
+    """The embedded trainer's own flag table, asked before launch: a flag it does not know (a typo
+    in a rung or in --set) is one line now, not "trainer exited with code 2" after the start-up."""
+    from harness.embedded import flags as flag_table
+    from harness.spec import render_argv
+
+    try:
+        flag_table.parse(render_argv(spec.flags))
+    except flag_table.FlagError as err:
+        origin = {name: spec.provenance.get(name, "?") for name in spec.flags}
+        names = [name for name in spec.flags if f"--{name}" in str(err).split(";")[0].split()]
+        where = f" (set by {origin[names[0]]})" if names else ""
+        raise SpecError(f"--backend embedded: {err}{where}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.cli import spec_from_args
     from harness.launch.runner import LaunchOptions, ensure_run, read_state
 
+    writable_dir(args.runs_dir, "--runs-dir")
+    if args.vime_root is not None:
+        existing_dir(args.vime_root, "--vime-root", "a VIME checkout with train.py")
     _, spec = spec_from_args(args)
+    if spec.backend == "embedded":
+        check_embedded_flags(spec)
     options = LaunchOptions(runs_dir=Path(args.runs_dir), rerun=args.rerun, vime_root=args.vime_root,
                             ray_address=args.ray_address, timeout_s=args.timeout, image=args.image)
     run_dir = ensure_run(spec, options)
@@ -36,6 +58,7 @@ def register(commands) -> None:
     parser.add_argument("--rerun", action="store_true", help="launch even if a finished run with this spec exists")
     parser.add_argument("--vime-root", default=None, help="VIME checkout with train.py (--backend vime)")
     parser.add_argument("--ray-address", default=None, help="submit as a Ray job to this address instead of a local process")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before the harness stops the run")
+    parser.add_argument("--timeout", type=positive_seconds, default=3600.0,
+                        help="seconds before the harness stops the run (> 0)")
     parser.add_argument("--image", default=None, help="container image to record in the environment record")
     parser.set_defaults(func=cmd_run)

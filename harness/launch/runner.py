@@ -7,25 +7,33 @@ of starting two.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 
 from harness.launch.progress import RunProgress
-from harness.launch.sources import LocalProcess, RayJob
+from harness.launch.sources import LocalProcess, RayJob, trainer_still_running
+from harness.records.atomic import atomic_write_json
 from harness.launch.trainer import output_flags, trainer_command
 from harness.records.environment import collect_environment
 from harness.records.failures import primary_failure
 from harness.records.logparse import LogParser
 from harness.records.models import Failure, Record
-from harness.records.rundir import RunDir
-from harness.spec import RunSpec, render_argv
+from harness.records.rundir import RunDir, written_by_harness
+from harness.spec import RunSpec, SpecError, render_argv
 
 POLL_SECONDS = 0.5
+# In the run directory: the trainer's pid and start time (or Ray job id), so that a later launch
+# of the same spec can tell whether it still runs before deleting the directory it writes to.
+TRAINER_FILE = "trainer.json"
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,59 @@ def read_state(run_dir: RunDir) -> str | None:
     return status.get("state")
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the harness is (as Python raises KeyboardInterrupt for
+    SIGINT), so the launch stops its trainer and records the run before the process ends."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_raise():
+    """While a trainer runs: SIGTERM/SIGHUP raise Terminated, and the first signal of any kind
+    makes later ones wait, so the cleanup that stops the trainer is not cut short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a worker thread's caller handles signals
+        return
+    handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous = {signum: signal.getsignal(signum) for signum in handled}
+
+    def on_signal(signum, frame):
+        for other in handled:
+            signal.signal(other, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    for signum in handled:
+        signal.signal(signum, on_signal)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _refuse_to_replace(run_dir: RunDir) -> None:
+    """A run directory is deleted and launched again only when it is ours and nothing writes to it."""
+    path = run_dir.path
+    if not path.exists():
+        return
+    if not path.is_dir() or (any(path.iterdir()) and not written_by_harness(path)):
+        raise SpecError(f"{path}: exists and is not a run directory written by this tool; refusing to replace it "
+                        f"(its files would be deleted): move it away or choose another --runs-dir")
+    try:
+        identity = json.loads(run_dir.file(TRAINER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    alive = trainer_still_running(identity) if isinstance(identity, dict) else None
+    if alive:
+        raise SpecError(f"{path}: an earlier launch of this spec is not over, {alive}; "
+                        f"refusing to delete the directory it still writes to")
+
+
 def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
     """The finished (or failed) run for `spec`, launching it unless one exists and rerun is off."""
     trainer_command(spec.backend, options.vime_root)  # a bad --vime-root fails before anything is written
@@ -73,6 +134,7 @@ def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
             fresh = run_dir.file(RunDir.STATUS).stat().st_mtime >= options.session_started
             if not options.rerun or fresh:
                 return run_dir
+        _refuse_to_replace(run_dir)
         if run_dir.path.exists():
             shutil.rmtree(run_dir.path)
         launch(spec, run_dir.create(), options)
@@ -80,30 +142,50 @@ def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
 
 
 def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
-    """Start the trainer, stream its output into the run directory, return the final state."""
+    """Start the trainer, stream its output into the run directory, return the final state.
+    A signal (SIGTERM, SIGHUP, Ctrl-C) stops the trainer this call started and marks the run
+    interrupted with every step it logged; the exception then goes on to the caller."""
     command, cwd = trainer_command(spec.backend, options.vime_root)
     if options.trainer:
         command = list(options.trainer)
     argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend)
-    run_dir.write_spec(spec.to_dict())
-    run_dir.write_argv(command + argv)
-    environment = collect_environment(Path(options.vime_root) if options.vime_root else None, options.image)
-    environment["harness"] = harness_commit()
-    run_dir.write_environment(environment)
-    run_dir.set_status("running")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    try:
-        if options.ray_address:
-            source = RayJob(command + argv, cwd, env, options.ray_address)
-        else:
-            source = LocalProcess(command + argv, cwd, env)
-    except Exception:
-        run_dir.set_status("failed", failure={"signature": "launch-error", "line": 0, "text": "the trainer could not be started"})
-        raise
-    run_dir.append_log(f"# launched as {source.description}")
-    state = _follow(source, run_dir, spec, options)
-    run_dir.close()
-    return state
+    source = None
+    with _signals_raise():
+        try:
+            run_dir.write_spec(spec.to_dict())
+            run_dir.write_argv(command + argv)  # written redacted; the trainer gets the values
+            environment = collect_environment(Path(options.vime_root) if options.vime_root else None, options.image)
+            environment["harness"] = harness_commit()
+            run_dir.write_environment(environment)
+            run_dir.set_status("running")
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            try:
+                if options.ray_address:
+                    source = RayJob(command + argv, cwd, env, options.ray_address)
+                else:
+                    source = LocalProcess(command + argv, cwd, env)
+            except Exception:
+                run_dir.set_status("failed", failure={"signature": "launch-error", "line": 0,
+                                                      "text": "the trainer could not be started"})
+                raise
+            atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())
+            run_dir.append_log(f"# launched as {source.description}")
+            return _follow(source, run_dir, spec, options)
+        except (KeyboardInterrupt, Terminated) as stop:
+            _record_interrupt(run_dir, source, "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else str(stop))
+            raise
+        finally:
+            run_dir.close()
+
+
+def _record_interrupt(run_dir: RunDir, source, why: str) -> None:
+    if source is not None:
+        source.stop()
+    steps = run_dir.set_status("interrupted")["steps_logged"]  # counts the steps on disk first
+    note = (f"{why}: the harness stopped the trainer it started; {steps} steps logged are kept"
+            if source is not None else f"{why} before the trainer started")
+    run_dir.append_log(f"# interrupted ({note})")
+    run_dir.set_status("interrupted", note=note)
 
 
 def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> str:
@@ -112,30 +194,24 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
     deadline = time.monotonic() + options.timeout_s
     total = spec.flags.get("num-rollout") if isinstance(spec.flags.get("num-rollout"), int) else None
     with RunProgress(spec.run_id, total, options.progress) as progress:
-        try:
-            while True:
-                for line in source.poll(POLL_SECONDS):
-                    run_dir.append_log(line.rstrip("\n"))
-                    for item in parser.feed(line.rstrip("\n")):
-                        if isinstance(item, Record):
-                            run_dir.append_record(item)
-                            progress.update(item.kind, item.n, item.metrics)
-                        else:
-                            failures.append(item)
-                code = source.exit_code()
-                if code is not None:
-                    break
-                if time.monotonic() > deadline:
-                    source.stop()
-                    run_dir.append_log(f"# stopped by the harness after its {options.timeout_s:.0f} s time limit")
-                    run_dir.set_status("interrupted", failure={"signature": "timeout", "line": parser.line_no,
-                                                               "text": f"run exceeded --run-timeout {options.timeout_s:.0f}s"})
-                    return "interrupted"
-        except KeyboardInterrupt:
-            source.stop()
-            run_dir.append_log("# interrupted (Ctrl-C); the harness stopped the trainer it started")
-            run_dir.set_status("interrupted", exit_code=None)
-            raise
+        while True:
+            for line in source.poll(POLL_SECONDS):
+                run_dir.append_log(line.rstrip("\n"))
+                for item in parser.feed(line.rstrip("\n")):
+                    if isinstance(item, Record):
+                        run_dir.append_record(item)
+                        progress.update(item.kind, item.n, item.metrics)
+                    else:
+                        failures.append(item)
+            code = source.exit_code()
+            if code is not None:
+                break
+            if time.monotonic() > deadline:
+                source.stop()
+                run_dir.append_log(f"# stopped by the harness after its {options.timeout_s:.0f} s time limit")
+                run_dir.set_status("interrupted", failure={"signature": "timeout", "line": parser.line_no,
+                                                           "text": f"run exceeded the harness's time limit of {options.timeout_s:.0f} s"})
+                return "interrupted"
     parser.finish()
     if code == 0:
         run_dir.set_status("finished", exit_code=0)

@@ -32,6 +32,11 @@ class LocalProcess:
         threading.Thread(target=self._pump, daemon=True).start()
         self._eof = False
 
+    def identity(self) -> dict:
+        """What a later launch needs to tell whether this trainer still runs (trainer.json)."""
+        return {"pid": self._proc.pid, "pgid": self._proc.pid, "start_ticks": _process_start_ticks(self._proc.pid),
+                "host": os.uname().nodename}
+
     def _pump(self) -> None:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
@@ -71,6 +76,43 @@ class LocalProcess:
             self._proc.wait()
 
 
+def _process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid,
+    it names one process, so a pid the kernel has since reused is not mistaken for our trainer."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def trainer_still_running(identity: dict) -> str | None:
+    """For a trainer recorded by `identity()`: a sentence saying it still runs, or None if it ended."""
+    if identity.get("pid"):
+        pid = int(identity["pid"])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, owned by someone else
+        ticks = _process_start_ticks(pid)
+        if ticks is not None and identity.get("start_ticks") is not None and ticks != identity["start_ticks"]:
+            return None  # the pid now belongs to another process
+        return f"its trainer (process group {identity.get('pgid', pid)}) is still running: stop it with kill -- -{identity.get('pgid', pid)}"
+    if identity.get("ray_job"):
+        job, address = identity["ray_job"], identity.get("address")
+        try:
+            from ray.job_submission import JobSubmissionClient
+
+            status = str(JobSubmissionClient(address).get_job_status(job)).split(".")[-1]
+        except Exception as err:  # unreachable cluster: we cannot tell, so we must not delete
+            return f"its Ray job {job} at {address} may still run (cannot ask: {str(err).splitlines()[0][:120]})"
+        if status not in RayJob.TERMINAL:
+            return f"its Ray job {job} at {address} is {status}: stop it with `ray job stop {job} --address {address}`"
+    return None
+
+
 class RayJob:
     """The trainer as a Ray job, submitted to the Jobs API at `address` (as VIME is launched)."""
 
@@ -92,6 +134,10 @@ class RayJob:
         self.description = f"Ray job {self.job_id} at {address}"
         self._seen_chars = 0
         self._done: int | None = None
+        self._address = address
+
+    def identity(self) -> dict:
+        return {"ray_job": self.job_id, "address": self._address}
 
     def poll(self, timeout: float) -> list[str]:
         time.sleep(timeout)

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.arguments import replaceable_run_dir, writable_dir
 from harness.records.atomic import to_json
 from harness.records.ingest import content_hash, ingest, is_run_directory
 
@@ -39,6 +40,11 @@ def default_runs_dir() -> Path:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    # Paths first, before anything is read: a writer never replaces a directory of the user's.
+    if args.out is not None and not args.json:
+        replaceable_run_dir(args.out, "--out")
+    if args.runs_dir is not None and not args.json:
+        writable_dir(args.runs_dir, "--runs-dir")
     out = None
     if not args.json:
         if args.out is not None:

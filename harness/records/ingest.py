@@ -101,16 +101,19 @@ def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False, la
 def _read_run_directory(path: Path, result: IngestResult) -> None:
     run = RunDir(path).load()
     result.records = run.records
-    result.problems.extend(f"{path}/{problem}" for problem in run.problems)
+    unfinished = "the copy is recorded as unfinished"
+    for problem in run.problems:
+        # No readable status: nothing shows the run ended, so the copy is unfinished (never
+        # finished by default); the line that says why the status is unreadable says so too.
+        said = f"; {unfinished}" if run.status is None and problem.startswith(RunDir.STATUS) else ""
+        result.problems.append(f"{path}/{problem}{said}")
     if run.status and run.status.failure:
         result.failures.append(run.status.failure)
     if run.status is None or run.status.state == "running":
-        # No readable status, or a launcher that died before writing its last one: nothing shows
-        # the run ended, so the copy is unfinished (never finished by default).
         result.recorded_state = "unfinished"
         result.note = f"{path}/{RunDir.STATUS} does not show the run ended"
-        result.problems.append(f"{path}/{RunDir.STATUS}: {'unreadable' if run.status is None else 'still says running'}; "
-                               f"the run is recorded as unfinished")
+        if run.status is not None:  # a launcher that died before writing its last status
+            result.problems.append(f"{path}/{RunDir.STATUS}: still says running; {unfinished}")
     else:
         result.recorded_state = run.status.state
         result.note = getattr(run.status, "note", None)
