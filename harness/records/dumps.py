@@ -178,7 +178,10 @@ def train_dump_abs_diffs(data: dict, label: str) -> tuple[Counter, dict[str, flo
         return Counter(), {}, [f"{label}: no {', '.join(missing)}; abs diff not computed"]
     counts: Counter = Counter()
     values: dict[str, float] = {}
-    counts_by_key = {key: len(payload[key]) if isinstance(payload[key], (list, tuple)) else None for key in needed}
+    # One entry per sample in each (lists of lists or tensors, or a 2-D tensor): zip would pair
+    # the samples of unequal lists wrongly and drop the surplus without a word.
+    counts_by_key = {key: len(payload[key]) if hasattr(payload[key], "__len__") and not isinstance(payload[key], (str, bytes, dict))
+                     else None for key in needed}
     if None in counts_by_key.values() or len(set(counts_by_key.values())) > 1:
         shown = ", ".join(f"{n if n is not None else 'not a list'} {key}" for key, n in counts_by_key.items())
         raise DumpError(f"{label}: unequal sample counts ({shown}): samples would be paired wrongly; "

@@ -91,7 +91,7 @@ class LogParser:
         try:
             raw_metrics = parse_dict(match.group("payload"))
         except LiteralSyntaxError as err:
-            self._pending_malformed = (self.line_no, kind, str(err))
+            self._pending_malformed = (self.line_no, kind, " ".join(str(err).split())[:200])
             return []
         metrics = self._flatten(raw_metrics)
         record = Record(kind=kind, n=n, metrics=metrics, line=self.line_no, source=line.source)

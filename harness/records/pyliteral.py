@@ -54,7 +54,8 @@ def _value(node: ast.AST):
         for key_node, value_node in zip(node.keys, node.values):
             key = _value(key_node)
             if not isinstance(key, (str, int, float)) or isinstance(key, bool):
-                raise LiteralSyntaxError(f"dict key at column {key_node.col_offset} is a {type(key_node).__name__.lower()}, "
+                found = f"a {type(key_node).__name__.lower()}" if not isinstance(key_node, ast.Constant) else repr(key)
+                raise LiteralSyntaxError(f"dict key at column {key_node.col_offset} is {found}, "
                                          f"expected a metric name (a string)")
             out[key] = _value(value_node)
         return out

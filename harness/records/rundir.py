@@ -6,7 +6,9 @@
     log.txt               raw combined output, appended line by line as it streams
     metrics.jsonl         one {"kind", "n", "metrics"} object per logged record, appended and flushed
     dumps/                token dumps (--save-debug-* files)
-    status.json           {"state", "failure", "started", "ended", "steps_logged", "exit_code"}
+    status.json           {"state", "failure", "started", "ended", "steps_logged", "exit_code"[, "note"]}
+    trainer.json          the launched trainer's pid and start time (or Ray job id), so a later launch
+                          can tell whether it still runs before it deletes this directory
     embedded_record.json  written by the embedded trainer; only read here
     ingest.json           present when the directory was made by `harness ingest`
 
