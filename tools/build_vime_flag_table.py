@@ -38,9 +38,8 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# The line this table describes and where each part was read (repository, path, commit).
-LINE = "rl-align"
-SOURCES = {
+# Where each part was read (repository, path, commit), per VIME line.
+RL_ALIGN_SOURCES = {
     "vime": {"repo": "RL-Align/vime", "path": "vime/utils/arguments.py",
              "commit": "0ea526a382ec6026b5c97b228655c09fe69397bb"},
     "vllm-side": {"repo": "RL-Align/vime", "path": "vime/backends/vllm_utils/arguments.py",
@@ -54,6 +53,15 @@ SOURCES = {
                      "note": "ARG MEGATRON_COMMIT=1dcf0da...; base image vllm/vllm-openai:v0.21.0. RL-Align/vime's own "
                              "Dockerfile is not in the code index; the fork is assumed to keep upstream's pin."},
 }
+UPSTREAM_SOURCES = {
+    **RL_ALIGN_SOURCES,
+    "vime": {**RL_ALIGN_SOURCES["vime"], "note": "RL-Align's file reused: upstream's vime/utils/arguments.py was not "
+                                                  "read, so VIME's groups, the router part and Megatron's are assumed equal"},
+    "vllm-side": {"repo": "vllm-project/vime", "path": "vime/backends/vllm_utils/arguments.py",
+                  "commit": "0696c9bd8eccc21148a04821b353a8bf4f0c2b88"},
+}
+SOURCES_BY_LINE = {"rl-align": RL_ALIGN_SOURCES, "upstream": UPSTREAM_SOURCES}
+OTHER_LINE = {"rl-align": "upstream", "upstream": "rl-align"}
 PARSER_ORDER = ("pre", "vime", "vllm", "router", "megatron")
 
 
@@ -139,7 +147,7 @@ def _entry_from_kwargs(kwargs: dict) -> dict:
 def vllm_skipped_arguments(path: Path) -> list[str]:
     """The engine arguments VIME sets itself and does not re-expose (its `skipped_args` list)."""
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "skipped_args" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") in ("skipped_args", "SKIPPED_DESTS") for t in node.targets):
             return list(ast.literal_eval(node.value))
     raise SystemExit(f"{path}: no skipped_args list found")
 
@@ -194,15 +202,17 @@ def megatron_arguments(root: Path) -> dict[str, dict]:
     return found
 
 
-def vllm_engine_arguments(skipped: list[str]) -> tuple[dict[str, dict], str]:
-    """vLLM's engine and frontend flags as VIME exposes them: `--vllm-<name>`, minus `skipped`."""
+def vllm_engine_arguments(skipped: list[str], frontend: bool) -> tuple[dict[str, dict], str]:
+    """vLLM's engine (and, on RL-Align, frontend) flags as VIME exposes them: `--vllm-<name>`,
+    minus `skipped`."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.cli_args import FrontendArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser(add_help=False)
     AsyncEngineArgs.add_cli_args(parser)
-    FrontendArgs.add_cli_args(parser)
+    if frontend:
+        FrontendArgs.add_cli_args(parser)
     found = {}
     for action in _actions(parser):
         longs = [o for o in action.option_strings if o.startswith("--")]
@@ -265,14 +275,40 @@ def merge(parts: dict[str, dict[str, dict]]) -> dict[str, dict]:
     return dict(sorted(table.items()))
 
 
+def note_other_line(table: dict[str, dict], line: str, other_path: Path) -> list[str]:
+    """Mark each flag the other line's table (if built) lacks or defines differently; return the
+    flags only the other line has. Build both tables, then the first again, for notes both ways."""
+    if not other_path.is_file():
+        return []
+    other_line = OTHER_LINE[line]
+    other = yaml.load(other_path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["flags"]
+    for name, entry in table.items():
+        theirs = other.get(name)
+        if theirs is None:
+            entry[other_line] = "absent"
+            continue
+        differs = []
+        for key in ("kind", "type", "default"):
+            if theirs.get(key) != entry.get(key):
+                differs.append(f"{key} {theirs.get(key)!r}")
+        if set(map(str, theirs.get("choices") or [])) != set(map(str, entry.get("choices") or [])):
+            differs.append(f"choices {theirs.get('choices')!r}")
+        if differs:
+            entry[other_line] = "differs: " + ", ".join(differs)
+    return sorted(set(other) - set(table))
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--vime-args", type=Path, required=True, help="copy of vime/utils/arguments.py")
     cli.add_argument("--vllm-side-args", type=Path, required=True, help="copy of vime/backends/vllm_utils/arguments.py")
     cli.add_argument("--megatron-root", type=Path, required=True, help="Megatron-LM tree at the pinned commit")
     cli.add_argument("--router-root", type=Path, required=True, help="unpacked vllm-router wheel")
-    cli.add_argument("--out", type=Path, default=REPO_ROOT / "knobs" / "vime" / f"flags-{LINE}.yaml")
+    cli.add_argument("--line", choices=sorted(SOURCES_BY_LINE), default="rl-align")
+    cli.add_argument("--out", type=Path, default=None, help="default: knobs/vime/flags-<line>.yaml")
     args = cli.parse_args(argv)
+    line = args.line
+    out = args.out or REPO_ROOT / "knobs" / "vime" / f"flags-{line}.yaml"
 
     parts = {}
     vime = vime_arguments(args.vime_args, lambda fn: "pre" if fn == "_pre_parse_mode" else "vime")
@@ -280,12 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     parts["vime"] = {k: v for k, v in vime.items() if v["parser"] == "vime"}
     vllm_side = vime_arguments(args.vllm_side_args, lambda fn: "vllm")
     vllm_side.pop("rollout-num-gpus-per-engine", None)  # VIME's own flag, read again to size engine TP
-    engine, vllm_version = vllm_engine_arguments(vllm_skipped_arguments(args.vllm_side_args))
+    # RL-Align re-exposes vLLM's frontend flags too (FrontendArgs); upstream only the engine's.
+    engine, vllm_version = vllm_engine_arguments(vllm_skipped_arguments(args.vllm_side_args), frontend=line == "rl-align")
     parts["vllm"] = {**vllm_side, **engine}
     parts["router"], router_version = router_arguments(args.router_root)
     parts["megatron"] = megatron_arguments(args.megatron_root)
 
-    sources = dict(SOURCES)
+    sources = dict(SOURCES_BY_LINE[line])
     sources["vllm-engine"] = {"package": "vllm", "version": vllm_version,
                               "note": "the installed vLLM's AsyncEngineArgs + FrontendArgs; VIME's image pins "
                                       "vllm-openai v0.21.0, so a flag added or removed between the two versions "
@@ -293,14 +330,16 @@ def main(argv: list[str] | None = None) -> int:
     sources["router"] = {"package": "vllm-router", "version": router_version,
                          "note": "RouterArgs from the PyPI wheel; VIME's pin of vllm-router was not read"}
     table = merge(parts)
+    only_other = note_other_line(table, line, out.parent / f"flags-{OTHER_LINE[line]}.yaml")
     document = {
-        "line": LINE,
+        "line": line,
         "generated-by": "tools/build_vime_flag_table.py",
         "sources": sources,
         "counts": {part: sum(1 for e in table.values() if e["parsers"][0] == part) for part in PARSER_ORDER},
+        f"only-{OTHER_LINE[line]}": only_other,
         "flags": table,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Generated by tools/build_vime_flag_table.py - do not edit by hand; re-run the tool.\n"
               "# Every flag VIME's parse_args() consumes on this line; `parsers` lists the parsers that\n"
               "# read it (pre: VIME's pre-parser; vime: VIME's groups on Megatron's parser; vllm: the vLLM\n"
@@ -311,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"  {name}: {yaml.safe_dump(entry, default_flow_style=True, sort_keys=False, width=10**6).strip()}"
              for name, entry in flags.items()]
     text = header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=160) + "flags:\n" + "\n".join(lines) + "\n"
-    args.out.write_text(text)
-    print(f"{args.out}: {len(table)} flags ({', '.join(f'{k} {v}' for k, v in document['counts'].items())})")
+    out.write_text(text)
+    print(f"{out}: {len(table)} flags ({', '.join(f'{k} {v}' for k, v in document['counts'].items())})")
     return 0
 
 

@@ -30,6 +30,9 @@ class TableFlag(Strict):
     default: object = None
     required: bool = False
     note: str = ""
+    # How the other VIME line's table has this flag: "absent", or "differs: <its kind/type/...>".
+    upstream: str = ""
+    rl_align: str = Field("", alias="rl-align")
 
 
 class TableSource(Strict):
@@ -46,6 +49,9 @@ class FlagTable(Strict):
     generated_by: str = Field(alias="generated-by")
     sources: dict[str, TableSource]
     counts: dict[str, int]
+    # Flags only the other line's parsers accept (a knob using one fails on this line).
+    only_upstream: list[str] = Field(default_factory=list, alias="only-upstream")
+    only_rl_align: list[str] = Field(default_factory=list, alias="only-rl-align")
     flags: dict[str, TableFlag] = Field(min_length=1)
 
 
@@ -80,8 +86,9 @@ def flag_problem(name: str, value: FlagValue, table: FlagTable) -> str | None:
     """Why `--name value` does not get through VIME's parsers as intended, or None."""
     flag = table.flags.get(name)
     if flag is None:
+        elsewhere = " (the other VIME line has it: see base.yaml vime-line)" if name in table.only_upstream + table.only_rl_align else ""
         return (f"VIME ({table.line}) has no flag --{name}: its parsers drop unknown flags without a word, "
-                f"so this setting would never take effect{_closest(name, table)}")
+                f"so this setting would never take effect{elsewhere}{_closest(name, table)}")
     owners = "/".join(flag.parsers)
     if flag.kind == "switch":
         if value is not True:

@@ -80,3 +80,31 @@ def test_a_spec_vime_would_reject_stops_collection_with_one_line(tmp_path):
     (problem,) = [line.strip() for line in output.splitlines() if "balance-dataa" in line]
     assert "base.yaml: flags.balance-dataa: VIME (rl-align) has no flag --balance-dataa" in problem, problem
     assert "did you mean --balance-data?" in problem and "[rule vime-flag-table;" in problem, problem
+
+
+def test_the_tables_note_where_the_two_vime_lines_differ():
+    rl_align, upstream = load_flag_table(KNOBS.root, "rl-align"), load_flag_table(KNOBS.root, "upstream")
+    # Upstream lets the trainer's precision decide vLLM's dtype and keeps the seed's router flag.
+    assert rl_align.flags["vllm-dtype"].upstream == "absent" and "vllm-dtype" not in upstream.flags
+    assert "vllm-router-policy" in rl_align.only_upstream
+    assert upstream.flags["vllm-router-policy"].rl_align == "absent"
+
+
+def test_the_top_p_replay_check_is_rl_align_only(tmp_path):
+    from harness.spec import SpecError, resolve, validate
+
+    knobs = tmp_path / "knobs"
+    shutil.copytree(DEFAULT_KNOBS_DIR, knobs)
+    flags = {"rollout-top-k": -1}
+    try:
+        validate(resolve(KNOBS, "p1", "fp8-plus-filters", "colocate", "vime", flags), KNOBS)
+        raise AssertionError("RL-Align accepted top-p 0.95 without top-k")
+    except SpecError as err:
+        assert any("[rule top-p-replay-needs-top-k;" in p for p in err.problems), err.problems
+    base = knobs / "base.yaml"
+    base.write_text(base.read_text().replace("vime-line: rl-align", "vime-line: upstream"))
+    upstream = load_knobs(knobs)
+    # Upstream has no --vllm-dtype (its trainer precision decides), so the ladder's dtype knob is
+    # dropped here; the top-p check must not fire.
+    spec = resolve(upstream, "p1", "fp8-plus-filters", "colocate", "vime", {**flags, "vllm-dtype": None})
+    validate(spec, upstream)
