@@ -103,13 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         for problem in err.problems:
             print(f"error: {problem}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except Terminated as stop:
         # A scheduler's SIGTERM: the launcher has stopped its trainer and recorded the run.
         print(f"terminated by {stop}", file=sys.stderr)
         return 128 + stop.signum
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error of ours.
         sys.stdout = open(os.devnull, "w")

@@ -71,9 +71,10 @@ def read_state(run_dir: RunDir) -> str | None:
     return status.get("state")
 
 
-class Terminated(BaseException):
+class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where the harness is (as Python raises KeyboardInterrupt for
-    SIGINT), so the launch stops its trainer and records the run before the process ends."""
+    SIGINT), so the launch stops its trainer and records the run before the process ends. A
+    KeyboardInterrupt, so whatever handles Ctrl-C (pytest ends its session) handles it alike."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -171,8 +172,8 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())
             run_dir.append_log(f"# launched as {source.description}")
             return _follow(source, run_dir, spec, options)
-        except (KeyboardInterrupt, Terminated) as stop:
-            _record_interrupt(run_dir, source, "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else str(stop))
+        except KeyboardInterrupt as stop:
+            _record_interrupt(run_dir, source, str(stop) if isinstance(stop, Terminated) else "Ctrl-C")
             raise
         finally:
             run_dir.close()

@@ -66,3 +66,14 @@ def test_the_equivalent_rung_says_what_it_stands_for():
     (note,) = spec.notes
     assert note.startswith("knobs/ladder/candidate-operator.yaml: on-vime: rendered as its nearest VIME equivalent")
     assert spec.to_dict()["notes"] == [note]
+
+
+def test_the_readme_shows_the_baseline_argv_as_rendered():
+    import shlex
+
+    readme = (DEFAULT_KNOBS_DIR.parent / "README.md").read_text()
+    start = readme.index("    python3 train.py \\\n")
+    block = readme[start:readme.index("\n\n", start)]
+    shown = shlex.split(block.replace("\\\n", " "))[2:]
+    spec = validate(resolve(KNOBS, "p1", "fp8-plus-filters", "colocate", "vime"), KNOBS)
+    assert shown == render_argv(spec.flags), "README's cluster section: regenerate the argv block with `python -m harness argv`"
