@@ -20,8 +20,8 @@ from harness.attribution.probe_context import correlations, worst_tokens
 from harness.attribution.consistency import compare_run, tokenizer_checks
 from harness.attribution.run_dumps import RunDumps, SamplePair, read_run_dumps
 from harness.layout.sample_mean import sample_mean_abs_diff
+from harness.records.metric_names import ABS_DIFF
 
-ABS_DIFF_METRIC = "train/train_rollout_logprob_abs_diff"
 # The trainer reduces fp32 log-probs in fp32; this audit re-reduces the same fp32 values in fp64.
 # The two agree to a few fp32 ulps of the result: relative 1e-5 covers the sums of a few thousand
 # tokens (n * 2**-24 ~ 1e-4 is the worst case, typical error is sqrt(n) * 2**-24), absolute 1e-8
@@ -127,7 +127,7 @@ def _sample_arrays(pair: SamplePair, warnings: list[str]):
 
 
 def _logged_by_step(run) -> dict[int, float]:
-    return {int(n): float(v) for n, v in run.series(ABS_DIFF_METRIC)} if run is not None else {}
+    return {int(n): float(v) for n, v in run.series(ABS_DIFF)} if run is not None else {}
 
 
 def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, tokens: TokenRows,
@@ -172,7 +172,7 @@ def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, t
         matches = bool(np.isclose(sample_mean, logged, rtol=LOGGED_MATCH_RTOL, atol=LOGGED_MATCH_ATOL))
         if not matches:
             warnings.append(f"rollout {rollout_id}: audit sample-mean {sample_mean:.9g} differs from the logged "
-                            f"{ABS_DIFF_METRIC} {logged:.9g} (code: logged_metric_mismatch)")
+                            f"{ABS_DIFF} {logged:.9g} (code: logged_metric_mismatch)")
     return StepAudit(rollout_id=rollout_id, samples=len(diffs), rlk_audit_active_token_count=active_count,
                      rlk_audit_mask_coverage=(active_count / total) if total else None,
                      rlk_audit_zero_active_sample_count=zero_active, sample_mean_abs_diff=sample_mean,
@@ -205,7 +205,7 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None, model_voca
     if not dumps.steps:
         warnings.append(f"{name}: no rollout/train dumps to audit (code: dumps_missing)")
     if run is not None and not logged:
-        warnings.append(f"{name}: {ABS_DIFF_METRIC} was never logged; the sample-mean cannot be checked "
+        warnings.append(f"{name}: {ABS_DIFF} was never logged; the sample-mean cannot be checked "
                         "(code: logged_metric_missing)")
     warnings.extend(tokenizer_checks(dumps, tokenizer, model_vocab))
     warnings.extend(identity_warnings(dumps))

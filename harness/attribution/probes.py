@@ -27,9 +27,9 @@ from harness.attribution.run_dumps import RunDumps, read_run_dumps
 from harness.attribution.probe_run import RunSettings, run_settings
 from harness.records.runload import Run
 from harness.spec.load import Knobs
+from harness.spec.schema import DriftClass
 
 Status = Literal["pass", "fail", "skipped"]
-DriftClass = Literal["expected-numerical", "semantic", "framework", "candidate-operator", "none"]
 PROBE_NAMES = {
     1: "sample and token identity", 2: "model state", 3: "pre-softmax logits at the selected positions",
     4: "log-sum-exp and selected logit separately", 5: "vocab-parallel reduce across TP ranks",

@@ -17,7 +17,8 @@ import numpy as np
 
 from harness.judge import stats
 from harness.judge.decisions import fallbacks, read_decisions
-from harness.judge.verdict import ABS_DIFF, RAW_REWARD, after_warmup
+from harness.judge.verdict import after_warmup
+from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
 from harness.spec import Knobs
 

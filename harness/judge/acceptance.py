@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.judge import stats
-from harness.judge.verdict import ABS_DIFF, RAW_REWARD, Verdict, after_warmup, finite_values
+from harness.judge.verdict import Verdict, after_warmup, finite_values
 from harness.records.logparse import parse_log_file
+from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
 from harness.spec import Knobs
 

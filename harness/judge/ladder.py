@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.judge import stats
-from harness.judge.verdict import ABS_DIFF, after_warmup
+from harness.judge.verdict import after_warmup
+from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
 from harness.spec import Knobs
 from harness.spec.schema import Rung
@@ -136,3 +137,46 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
         judgement.reasons.append(f"the delta survives aligned semantics and framework checks; changed flags {sorted(changed - explained)} "
                                  "are neither precision nor workload knobs")
     return judgement
+
+
+def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
+    """The rung's absolute bounds (ladder/<rung>.yaml expect.max_*), each judged on its own run's
+    abs-diff after warm-up; one line per bound it breaks, with the figures and the threshold's name."""
+    bounds = rung.expect.bound_names()
+    if not bounds:
+        return []
+    steps, values = after_warmup(run.series(ABS_DIFF), int(knobs.threshold("warmup_steps")))
+    if len(values) < 3:
+        return [f"{rung.id}: only {len(values)} finite abs-diff values after warm-up; bounds {sorted(bounds)} not judged"]
+    summary = stats.summarize(values, warmup=0, steps=steps)
+    low, high = stats.block_bootstrap_mean_ci(values, confidence=knobs.threshold("bootstrap_confidence"))
+    observed = {
+        "max_abs_diff": summary.mean,
+        "max_rel_ci_halfwidth": (high - low) / 2 / summary.mean if summary.mean else float("inf"),
+        "max_rel_trend": abs(summary.slope) * (steps[-1] - steps[0]) / summary.mean if summary.mean else float("inf"),
+    }
+    what = {"max_abs_diff": "mean abs-diff", "max_rel_ci_halfwidth": "CI half-width / mean",
+            "max_rel_trend": "trend over the run / mean"}
+    figures = (f"mean {summary.mean:.4g}, CI [{low:.4g}, {high:.4g}], trend {observed['max_rel_trend']:.0%} of the mean "
+               f"over steps {steps[0]}-{steps[-1]}, per-step CV {summary.cv:.2f}")
+    findings = []
+    for bound, name in bounds.items():
+        limit = knobs.threshold(name)
+        if not observed[bound] <= limit:
+            findings.append(f"{rung.id}: {what[bound]} {observed[bound]:.4g} > thresholds.{name} {limit:g} "
+                            f"(ladder/{rung.id}.yaml expect.{bound}); {figures}")
+    return findings
+
+
+def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs) -> list[str]:
+    """What the rung file expects that the judgement or the run contradicts: the direction and drift
+    class against the parent (when it has one), then the rung's absolute bounds. Empty: as expected."""
+    findings = []
+    expected = rung.expect
+    if rung.parent is not None:
+        if expected.direction != "any" and judgement.observed_direction != expected.direction:
+            findings.append(f"expected direction {expected.direction!r} against {rung.parent}, observed {judgement.observed_direction!r}")
+        if not expected.accepts_class(judgement.drift_class):
+            wanted = " or ".join(repr(c) for c in expected.accepted_classes)
+            findings.append(f"expected drift class {wanted} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
+    return findings + bound_findings(rung, run, knobs)

@@ -9,10 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-ABS_DIFF = "train/train_rollout_logprob_abs_diff"
-RAW_REWARD = "rollout/raw_reward"
-STEP_TIME = "perf/step_time"
-
 
 @dataclass
 class Verdict:

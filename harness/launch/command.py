@@ -9,6 +9,7 @@ from pathlib import Path
 from harness import DEFAULT_RUNS_DIR
 from harness.arguments import existing_dir, positive_seconds, writable_dir
 from harness.spec import SpecError
+from harness.spec_arguments import add_spec_arguments, spec_from_args
 
 
 def check_embedded_flags(spec) -> None:
@@ -27,7 +28,6 @@ def check_embedded_flags(spec) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.cli import spec_from_args
     from harness.launch.runner import LaunchOptions, ensure_run, read_state
 
     writable_dir(args.runs_dir, "--runs-dir")
@@ -50,8 +50,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def register(commands) -> None:
-    from harness.cli import add_spec_arguments
-
     parser = commands.add_parser("run", help="launch (or reuse) the run of one resolved spec; prints the run directory")
     add_spec_arguments(parser)
     parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))

@@ -7,9 +7,7 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-ABS_DIFF = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-STEP_TIME = "perf/step_time"
+from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
 
 
 class RunProgress:
@@ -34,8 +32,8 @@ class RunProgress:
         fields = {}
         if ABS_DIFF in metrics:
             fields["diff"] = f"{metrics[ABS_DIFF]:.3g}" if isinstance(metrics[ABS_DIFF], float) else str(metrics[ABS_DIFF])
-        if REWARD in metrics:
-            fields["reward"] = f"{metrics[REWARD]:.3f}" if isinstance(metrics[REWARD], float) else str(metrics[REWARD])
+        if RAW_REWARD in metrics:
+            fields["reward"] = f"{metrics[RAW_REWARD]:.3f}" if isinstance(metrics[RAW_REWARD], float) else str(metrics[RAW_REWARD])
         if STEP_TIME in metrics and isinstance(metrics[STEP_TIME], (int, float)):
             fields["step_time"] = f"{metrics[STEP_TIME]:.2f}s"
         if kind == "step":

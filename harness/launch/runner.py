@@ -22,6 +22,7 @@ from filelock import FileLock
 from harness.launch.progress import RunProgress
 from harness.launch.sources import LocalProcess, RayJob, trainer_still_running
 from harness.records.atomic import atomic_write_json
+from harness.records.commit import harness_commit
 from harness.launch.trainer import output_flags, trainer_command
 from harness.records.environment import collect_environment
 from harness.records.failures import primary_failure
@@ -51,19 +52,6 @@ class LaunchOptions:
     # Start this program instead of the backend's trainer (same argv appended): a site's wrapper
     # around VIME's train.py, or a test's own small trainer.
     trainer: tuple[str, ...] | None = None
-
-
-def harness_commit() -> dict:
-    """This repository's commit: for embedded runs it is the trainer's code version too."""
-    import subprocess
-
-    from harness import REPO_ROOT
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def read_state(run_dir: RunDir) -> str | None:
@@ -156,7 +144,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             run_dir.write_spec(spec.to_dict())
             run_dir.write_argv(command + argv)  # written redacted; the trainer gets the values
             environment = collect_environment(Path(options.vime_root) if options.vime_root else None, options.image)
-            environment["harness"] = harness_commit()
+            environment["harness"] = harness_commit().as_dict()
             run_dir.write_environment(environment)
             run_dir.set_status("running")
             env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -19,13 +19,12 @@ import io
 import json
 import shlex
 import socket
-import subprocess
 from pathlib import Path
 
 import allure
 from allure_commons import plugin_manager
 
-from harness import REPO_ROOT
+from harness.records.commit import harness_commit
 from harness.report.tables import to_csv, to_markdown
 from harness.spec.render import argv_lines
 
@@ -39,9 +38,9 @@ def allure_active() -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def harness_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
+def session_commit() -> str:
+    """The commit every label of this session names (read once: a label per test)."""
+    return harness_commit().short
 
 
 def label_experiment(stage: str, rung_or_criterion: str, check: str, mode: str, backend: str, run_id: str,
@@ -55,7 +54,7 @@ def label_experiment(stage: str, rung_or_criterion: str, check: str, mode: str, 
     allure.dynamic.parameter("backend", backend)
     allure.dynamic.parameter("run id", run_id)
     allure.dynamic.parameter("host", socket.gethostname(), excluded=True)
-    allure.dynamic.parameter("commit", commit or harness_commit(), excluded=True)
+    allure.dynamic.parameter("commit", commit or session_commit(), excluded=True)
     if seed is not None:
         allure.dynamic.parameter("seed", seed, excluded=True)
 

@@ -23,7 +23,7 @@ def _version(versions: dict, role: str) -> str:
 
 
 def environment_properties(*, backend: str | None = None, mode: str | None = None) -> dict[str, str]:
-    from harness.launch.runner import harness_commit
+    from harness.records.commit import harness_commit
     from harness.records.environment import collect_environment
 
     environment = collect_environment(None, None)
@@ -34,7 +34,7 @@ def environment_properties(*, backend: str | None = None, mode: str | None = Non
     commit = harness_commit()
     properties = {
         "host": socket.gethostname(),
-        "harness.commit": (commit.get("commit") or "unknown") + (" (dirty)" if commit.get("dirty") else ""),
+        "harness.commit": (commit.commit or "unknown") + (" (dirty)" if commit.dirty else ""),
         "backend": backend or "not given",
         "mode": mode or "not given",
         "hardware": (f"{gpus['count']}x {'/'.join(gpus.get('models') or [])}" if gpus.get("count")

@@ -16,9 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-ABS_DIFF = "train/train_rollout_logprob_abs_diff"
-RAW_REWARD = "rollout/raw_reward"
-STEP_TIME = "perf/step_time"
+from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
 # The stacked parts of a step, in the order they happen in a VIME rollout step.
 STEP_TIME_PARTS = {
     "perf/rollout_time": ("rollout (vLLM generate)", "#4c72b0"),

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.judge.verdict import ABS_DIFF, RAW_REWARD, STEP_TIME, after_warmup, finite_values
+from harness.judge.verdict import after_warmup, finite_values
+from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
 from harness.report.flags import describe_hardware, describe_operator_path, describe_precision
 from harness.report.tables import format_cell, to_csv, to_markdown
 

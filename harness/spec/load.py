@@ -33,6 +33,8 @@ class Knobs:
     acceptance: AcceptanceFile
     classification: ClassificationFile
     ab: ABFile
+    # The operator bench's tolerances (operator_thresholds.yaml, the same shape as thresholds.yaml).
+    operator_thresholds: dict[str, Threshold] = field(default_factory=dict)
     # Node types named by the stages (stages.yaml `hardware:`): GPUs per node for VIME's placement.
     hardware: dict[str, Hardware] = field(default_factory=dict)
 
@@ -230,7 +232,9 @@ def load_knobs(root: Path) -> Knobs:
     classification = parse_file(root / "classification.yaml", ClassificationFile)
     rungs = _load_rungs(root / "ladder")
     ab = parse_file(root / "ab.yaml", ABFile)
-    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification, ab, hardware=stages_file.hardware)
+    operator_thresholds = parse_file(root / "operator_thresholds.yaml", ThresholdsFile).thresholds
+    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification, ab, hardware=stages_file.hardware,
+                  operator_thresholds=operator_thresholds)
     _check_flag_values(knobs)
     _check_links(knobs)
     return knobs
@@ -296,6 +300,17 @@ def _check_links(knobs: Knobs) -> None:
                 raise SpecError(f"{_relative(ladder / f'{rung.id}.yaml')}: parent: expected a chain that ends at a root rung, got a cycle {cycle}")
             seen.append(current)
             current = knobs.rungs[current].parent
+    for rung in knobs.rungs.values():
+        for bound, name in rung.expect.bound_names().items():
+            if name not in knobs.thresholds:
+                problems.append(f"{_relative(ladder / f'{rung.id}.yaml')}: expect.{bound}: expected a name from thresholds.yaml, got {name!r}")
+    pair = knobs.ab.pair
+    for side in ("baseline", "candidate"):
+        rung_id = getattr(pair, side)
+        if rung_id not in knobs.rungs:
+            problems.append(f"{_relative(knobs.root / 'ab.yaml')}: pair.{side}: expected one of the rungs ({', '.join(sorted(knobs.rungs))}), got {rung_id!r}")
+        elif pair.stage not in knobs.rungs[rung_id].stages:
+            problems.append(f"{_relative(knobs.root / 'ab.yaml')}: pair.stage: {rung_id} runs at {', '.join(knobs.rungs[rung_id].stages)}, not {pair.stage!r}")
     for criterion in knobs.acceptance.criteria:
         for name in criterion.thresholds:
             if name not in knobs.thresholds:

@@ -102,6 +102,19 @@ class Expectation(Strict):
     # "no framework or semantic drift", whatever the arithmetic does on this machine).
     drift_class: DriftClass | list[DriftClass] = Field(alias="class")
     direction: Direction
+    # Absolute bounds on the rung's own run, judged whatever its parent shows (the ladder's roots:
+    # the fp32 floor, near-aligned low and stable). Each names a threshold in thresholds.yaml, so the
+    # number keeps its reason there. Mean abs-diff after warm-up at most max_abs_diff; the mean
+    # pinned down (CI half-width / mean at most max_rel_ci_halfwidth); no drift over the run
+    # (|Theil-Sen slope| x step span / mean at most max_rel_trend).
+    max_abs_diff: str | None = None
+    max_rel_ci_halfwidth: str | None = None
+    max_rel_trend: str | None = None
+
+    def bound_names(self) -> dict[str, str]:
+        """{field: threshold name} of the bounds this rung declares."""
+        fields = ("max_abs_diff", "max_rel_ci_halfwidth", "max_rel_trend")
+        return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
 
     @property
     def accepted_classes(self) -> tuple[str, ...]:
@@ -178,6 +191,16 @@ class ClassificationFile(Strict):
     identity_contract: Reason
 
 
+class ABPair(Strict):
+    """The two rungs the P3 A/B gate compares, at one stage, under the same workload."""
+
+    baseline: str
+    candidate: str
+    stage: str
+    reason: str = Field(min_length=10)
+
+
 class ABFile(Strict):
+    pair: ABPair
     operator_path_flags: FlagList
     sampling_contract_flags: FlagList

@@ -1,17 +1,16 @@
-"""The P3 A/B gate: the candidate-operator rung against its baseline, same stage and workload."""
+"""The P3 A/B gate: the candidate rung against its baseline, same stage and workload (knobs/ab.yaml: pair)."""
 
 import pytest
 
 from harness.judge import ab
 
-BASELINE, CANDIDATE, STAGE = "fp8-plus-filters", "candidate-operator", "p3"
 pytestmark = [pytest.mark.ab, pytest.mark.p3]
 
 
 @pytest.fixture(scope="module")
-def pair(get_run, pytestconfig):
-    mode = pytestconfig.getoption("--mode")
-    return get_run(STAGE, BASELINE, mode), get_run(STAGE, CANDIDATE, mode)
+def pair(get_run, pytestconfig, knobs):
+    mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
+    return get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.candidate, mode)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +34,9 @@ def test_question(question, pair, contract, knobs, experiment_record):
 
 
 def test_consistent_between_colocate_and_non_colocate(get_run, knobs, experiment_record):
-    pairs = {mode: (get_run(STAGE, BASELINE, mode), get_run(STAGE, CANDIDATE, mode)) for mode in ("colocate", "non-colocate")}
+    chosen = knobs.ab.pair
+    pairs = {mode: (get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.candidate, mode))
+             for mode in ("colocate", "non-colocate")}
     rejected = {mode: ab.contract_problems(*p, knobs) for mode, p in pairs.items()}
     assert not any(rejected.values()), f"A/B rejected: {rejected}"
     answer = ab.mode_consistency(pairs, knobs)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
+from fixtures.knobs import session_knobs
 from harness.operators.bundles import BundleShape, synthetic_bundle
 
 THRESHOLDS_FILE = Path(__file__).resolve().parents[2] / "knobs" / "operator_thresholds.yaml"
@@ -23,7 +23,7 @@ DEVICES = [
 
 
 def threshold(name: str) -> float:
-    data = yaml.safe_load(THRESHOLDS_FILE.read_text())["thresholds"]
+    data = {name: entry.model_dump() for name, entry in session_knobs().operator_thresholds.items()}  # loaded once, --knobs honoured
     if name not in data:
         raise KeyError(f"{THRESHOLDS_FILE}: no threshold named {name!r}")
     return float(data[name]["value"])

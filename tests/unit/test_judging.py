@@ -197,3 +197,39 @@ def test_ab_accepts_a_clean_pair(build_run, tmp_path):
     for run in (baseline, candidate):
         run.spec.flags["prompt-data"] = str(prompts)
     assert contract_problems(baseline, candidate, KNOBS) == []
+
+
+def test_rung_bounds_come_from_the_rung_file_and_name_the_threshold(build_run):
+    from harness.judge.ladder import bound_findings
+
+    floor = KNOBS.rungs["fp32-floor"]
+    assert floor.expect.bound_names() == {"max_abs_diff": "fp32_floor_max_abs_diff"}
+    quiet = build_run("quiet", rung="fp32-floor", abs_diff=lambda n: 1.8e-7 + 1e-9 * (n % 3))
+    assert bound_findings(floor, quiet, KNOBS) == []
+    loud = build_run("loud", rung="fp32-floor", abs_diff=noisy(1.5e-3))
+    findings = bound_findings(floor, loud, KNOBS)
+    assert len(findings) == 1 and "thresholds.fp32_floor_max_abs_diff" in findings[0] and "expect.max_abs_diff" in findings[0]
+
+
+def test_near_aligned_that_drifts_over_the_run_breaks_its_trend_bound(build_run):
+    from harness.judge.ladder import bound_findings
+
+    rung = KNOBS.rungs["near-aligned"]
+    steady = build_run("steady", rung="near-aligned", abs_diff=noisy(0.0015, scale=0.02))
+    assert bound_findings(rung, steady, KNOBS) == []
+    rising = build_run("rising", rung="near-aligned", abs_diff=lambda n: 0.0005 + 0.0001 * n)
+    findings = bound_findings(rung, rising, KNOBS)
+    assert any("thresholds.near_aligned_max_rel_trend" in f for f in findings), findings
+
+
+def test_expectation_findings_check_direction_and_class_against_the_parent(build_run):
+    from harness.judge.ladder import RungJudgement, expectation_findings
+
+    rung = KNOBS.rungs["top-p"]
+    run = build_run("child", rung="top-p", abs_diff=noisy(0.035))
+    as_expected = RungJudgement("top-p", rung.parent, 0.035, observed_direction=rung.expect.direction,
+                                drift_class=rung.expect.accepted_classes[0])
+    assert expectation_findings(rung, as_expected, run, KNOBS) == []
+    wrong = RungJudgement("top-p", rung.parent, 0.035, observed_direction="down", drift_class="framework")
+    findings = expectation_findings(rung, wrong, run, KNOBS)
+    assert len(findings) == 2 and "direction" in findings[0] and "drift class" in findings[1]

@@ -129,6 +129,11 @@ def break_file(root: Path, name: str, old: str, new: str) -> None:
     ("stages.yaml", "nodes: 2", "nodes: two", "stages.yaml: stages.p1.nodes: expected a valid integer"),
     ("ladder/top-k.yaml", "class: semantic", "class: semantical", "ladder/top-k.yaml: expect.class: expected"),
     ("thresholds.yaml", "reason: \"Seed acceptance", "raisin: \"Seed acceptance", "thresholds.min_rollout_steps.raisin: unknown key"),
+    ("ab.yaml", "candidate: candidate-operator", "candidate: candidate-operater", "ab.yaml: pair.candidate: expected one of the rungs"),
+    ("ab.yaml", "stage: p3", "stage: p0", "ab.yaml: pair.stage: candidate-operator runs at p3, not 'p0'"),
+    ("ladder/near-aligned.yaml", "max_rel_trend: near_aligned_max_rel_trend", "max_rel_trend: near_aligned_trend",
+     "ladder/near-aligned.yaml: expect.max_rel_trend: expected a name from thresholds.yaml, got 'near_aligned_trend'"),
+    ("operator_thresholds.yaml", "value: 1.0e-4", "valeu: 1.0e-4", "operator_thresholds.yaml: thresholds.fused_max_abs_err.valeu: unknown key"),
 ])
 def test_broken_knob_file_is_named_with_its_key(knobs_copy, name, old, new, fragment):
     break_file(knobs_copy, name, old, new)
