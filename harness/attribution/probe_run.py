@@ -15,7 +15,7 @@ class RunSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    logprobs_mode: str = "processed_logprobs"  # what VIME asks vLLM for (facts/vime.md)
+    logprobs_mode: str = "processed_logprobs"  # what VIME asks vLLM for (docs/embedded.md: --vllm-logprobs-mode)
     rollout_dtype: str = "bfloat16"
     rollout_quantization: str | None = None
     trainer_dtype: str = "float32"  # Megatron trains in fp32 unless --bf16

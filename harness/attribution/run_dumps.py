@@ -6,7 +6,7 @@ Three files per rollout step, under `<run>/dumps/`:
     train_{id}_{rank}.pt    {"rollout_id", "rank", "rollout_data": {key: [per sample]}} (trainer side)
     probe_{id}.pt           a probe bundle (harness.attribution.probe_bundle)
 
-The embedded trainer writes VIME's keys plus extra ones (facts/vime.md; docs/embedded.md). Real
+The embedded trainer writes VIME's keys plus extra ones (docs/embedded.md). Real
 VIME dumps are read by the same code: a field that is not there becomes a named warning (the
 RL-Align audit's codes where it has one), never a zero. Each train-side sample is paired with the
 rollout sample it claims to be (its `sample_indices` / `index` entry, else its position), so the

@@ -1,7 +1,7 @@
 """VIME's reduction of |trainer logprob - rollout logprob| to one number per step.
 
 Mirrors `get_sum_of_sample_mean` in VIME's `backends/megatron_utils/cp_utils.py` as used for
-`train/train_rollout_logprob_abs_diff` (../shared/facts/vime.md):
+`train/train_rollout_logprob_abs_diff`:
 
 * default: per sample, (sum of |dlogp| over its loss-mask tokens) / max(its mask count, 1); the
   per-sample values are summed and divided by the number of samples in the step (VIME divides

@@ -1,7 +1,7 @@
 """Vocab sharding across tensor-parallel ranks and the log-sum-exp merge.
 
 Mirrors Megatron-Core's vocab-parallel log-softmax as VIME uses it for trainer log-probs
-(`tensor_parallel.cross_entropy` / `VocabUtility`, ../shared/facts/vime.md): rank r owns the
+(`tensor_parallel.cross_entropy` / `VocabUtility`): rank r owns the
 contiguous vocab range [r * V/tp, (r + 1) * V/tp); each rank takes the max of its logits, the
 maxima are all-reduced with MAX, each rank sums exp(logit - global max) and the sums are
 all-reduced with SUM; the selected token's logit comes from the rank that owns it (the others

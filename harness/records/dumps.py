@@ -1,6 +1,6 @@
 """VIME's `--save-debug-*` dumps -> per-rollout summary records.
 
-Two shapes (facts/vime.md):
+Two shapes (docs/records.md):
   rollout dumps  {"rollout_id", "samples": [{"tokens", "response_length", "reward", "loss_mask",
                   "rollout_log_probs", ...}]}
   train dumps    {"rollout_id", "rank", "rollout_data": {"log_probs": [...], "rollout_log_probs":

@@ -3,7 +3,7 @@
 Takes plain data so it does not depend on the audit's classes: `dlogp` is any array-like of
 trainer − rollout logprobs on loss-mask tokens; worst tokens are a list of dicts (or a dict of
 equal-length columns). Figures here are token-weighted views and say so; the run's logged
-abs-diff is a sample mean (design.md: the two are named apart).
+abs-diff is a sample mean (docs/attribution.md: the two are named apart).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Merge the layers into one resolved spec and give it a stable id.
 
-Order (design.md): base <- model <- stage <- hardware <- mode <- rung chain (root first) <- --set
+Order: base <- model <- stage <- hardware <- mode <- rung chain (root first) <- --set
 overrides; `model` (knobs/models/) and `hardware` (stages.yaml: GPUs per node) only where they
 are rendered. Within a layer, the flags for every backend apply first, then the backend's own section. `null` deletes.
 """

@@ -1,6 +1,6 @@
 """Hand-built run directories in the two dump formats, for testing the audit and probes' own logic.
 
-These are inputs built to pass and built to fail (style.md: test the tester); the acceptance
+These are inputs built to pass and built to fail (test the tester); the acceptance
 against real embedded runs is in test_probes_on_runs.py. Tensors come from a seeded generator: a
 random LM head and hidden states, log-probs computed exactly as each side's declared path would.
 """

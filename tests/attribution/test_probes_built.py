@@ -1,7 +1,7 @@
 """The probes' decision logic on hand-built runs: each built fault stops at its probe with its class.
 
 The same faults on real embedded runs are in test_probes_on_runs.py; these check the checker with
-inputs whose cause is known by construction (style.md: test the tester).
+inputs whose cause is known by construction (test the tester).
 """
 
 from __future__ import annotations

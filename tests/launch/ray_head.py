@@ -1,7 +1,7 @@
 """A single-node Ray head for tests, on loopback only, owned by the test that starts it.
 
 Started normally, Ray binds to the machine's own address; inside a network namespace with only
-`lo` up every port binds to 127.0.0.1 (../shared/facts/cpu-stack.md). The head runs as
+`lo` up every port binds to 127.0.0.1. The head runs as
 `ray start --head --block` in its own process group, so stopping it means signalling our own
 group - never `ray stop`, which would reach every Ray process on the machine.
 """

@@ -1,4 +1,4 @@
-"""Build VIME driver output in the shapes of facts/vime.md, for property tests and the benchmark.
+"""Build VIME driver output in the shapes docs/records.md describes, for property tests and the benchmark.
 
 Each record is rendered as VIME prints it (`[ts] file.py:LINE - step N: {repr of the dict}`),
 optionally wrapped the way Ray and a terminal wrap it: ANSI-coloured actor prefix, a dedup

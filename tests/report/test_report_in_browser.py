@@ -64,7 +64,7 @@ def test_rung(runs, rung, record_summary_row, knobs):
 
 
 def chromium_dump_dom(index: Path) -> str:
-    """Plain headless Chromium, the flags from facts/report-stack.md: without
+    """Plain headless Chromium with these flags: without
     --virtual-time-budget the page is still empty when the DOM is dumped."""
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         done = subprocess.run(
