@@ -114,6 +114,8 @@ class RunDir:
         previous = self.read_status()
         if isinstance(failure, Failure):
             failure = failure.model_dump()
+        if failure and isinstance(failure.get("text"), str):
+            failure = {**failure, "text": redact_text(failure["text"], self._secrets)}  # a log line, as log.txt has it
         status = {
             "state": state,
             "failure": failure,

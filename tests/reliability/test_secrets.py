@@ -76,3 +76,15 @@ def test_an_ingested_log_is_copied_with_its_secrets_redacted(tmp_path):
     copied = (tmp_path / "run" / "log.txt").read_text()
     assert SECRET not in copied and copied.count("<redacted>") == 2
     assert copied.splitlines()[2:] == log.read_text().splitlines()[2:]  # the rest byte for byte
+
+
+def test_a_failure_line_that_quotes_the_secret_is_recorded_redacted(tmp_path, monkeypatch):
+    monkeypatch.setenv("RECEIVED_ARGV", str(tmp_path / "received.txt"))
+    failing = TRAINER_SCRIPT + "print('ConnectionRefusedError: wandb login with ' + key + ' refused', flush=True)\nsys.exit(1)\n"
+    spec = resolve(load_knobs(DEFAULT_KNOBS_DIR), "p1", "near-aligned", "colocate", "embedded",
+                   {"num-rollout": 1, "wandb-key": SECRET})
+    run_dir = ensure_run(spec, LaunchOptions(runs_dir=tmp_path / "runs", trainer=(sys.executable, "-c", failing), progress=False))
+    status = run_dir.load().status
+    assert status.state == "failed" and status.failure.signature == "connection-refused"
+    assert status.failure.text == "ConnectionRefusedError: wandb login with <redacted> refused"
+    assert not [f.name for f in run_dir.path.rglob("*") if f.is_file() and SECRET in f.read_text(errors="replace")]
