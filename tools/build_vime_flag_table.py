@@ -1,7 +1,7 @@
 """Build knobs/vime/flags-<line>.yaml: every flag the target VIME line's `parse_args()` accepts.
 
-VIME parses its argv three times with `parse_known_args` (facts/vime.md): a pre-parser, the vLLM
-side (vLLM's engine and frontend flags re-prefixed `--vllm-`, VIME's own `--vllm-*` flags and
+VIME parses its argv three times with `parse_known_args` (its vime/utils/arguments.py): a
+pre-parser, the vLLM side (vLLM's engine and frontend flags re-prefixed `--vllm-`, VIME's own `--vllm-*` flags and
 vllm-router's flags with the `--router-` prefix) and Megatron-LM's parser extended with VIME's
 groups. A flag none of them knows is dropped without a word, so the harness needs the union as
 data to reject a typo before a cluster job starts. This script writes that union.
@@ -19,9 +19,11 @@ Where each part comes from (the commits are written into the table):
 - Megatron-LM: `add_megatron_arguments` from a tree of Megatron-LM at the commit VIME's
   Dockerfile pins (--megatron-root, e.g. `git archive <commit> megatron | tar -x`).
 
-Usage:
-    .venv/bin/python tools/build_vime_flag_table.py --vime-args A.py --vllm-side-args B.py \
-        --megatron-root DIR --router-root DIR [--out knobs/vime/flags-rl-align.yaml]
+Usage (a VIME checkout's own files work as they are; help texts are simply not read):
+    .venv/bin/python tools/build_vime_flag_table.py --line rl-align --vime-args A.py \
+        --vllm-side-args B.py --megatron-root DIR --router-root DIR \
+        [--vime-commit C --vllm-side-commit C --megatron-commit C] [--out FILE]
+Build the other line's table, then this one's again, to get the differences noted both ways.
 """
 
 from __future__ import annotations
@@ -305,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--megatron-root", type=Path, required=True, help="Megatron-LM tree at the pinned commit")
     cli.add_argument("--router-root", type=Path, required=True, help="unpacked vllm-router wheel")
     cli.add_argument("--line", choices=sorted(SOURCES_BY_LINE), default="rl-align")
+    # With your own checkouts, say which commits they are: they are written into the table.
+    cli.add_argument("--vime-commit", help="commit of the file given with --vime-args")
+    cli.add_argument("--vllm-side-commit", help="commit of the file given with --vllm-side-args")
+    cli.add_argument("--megatron-commit", help="commit of the Megatron-LM tree given with --megatron-root")
     cli.add_argument("--out", type=Path, default=None, help="default: knobs/vime/flags-<line>.yaml")
     args = cli.parse_args(argv)
     line = args.line
@@ -322,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     parts["router"], router_version = router_arguments(args.router_root)
     parts["megatron"] = megatron_arguments(args.megatron_root)
 
-    sources = dict(SOURCES_BY_LINE[line])
+    sources = {name: dict(source) for name, source in SOURCES_BY_LINE[line].items()}
+    for name, commit in (("vime", args.vime_commit), ("vllm-side", args.vllm_side_commit), ("megatron", args.megatron_commit)):
+        if commit:
+            sources[name].update(commit=commit, note="given with --" + {"vime": "vime", "vllm-side": "vllm-side", "megatron": "megatron"}[name] + "-commit")
     sources["vllm-engine"] = {"package": "vllm", "version": vllm_version,
                               "note": "the installed vLLM's AsyncEngineArgs + FrontendArgs; VIME's image pins "
                                       "vllm-openai v0.21.0, so a flag added or removed between the two versions "

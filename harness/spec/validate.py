@@ -1,7 +1,7 @@
 """Reject, before anything is launched, what VIME or Megatron would reject at start-up.
 
-Each rule mirrors a check VIME or Megatron makes (../shared/facts/vime.md) and explains itself in
-their terms, with the numbers that broke it. A rule blames one flag; the error line names the
+Each rule mirrors a check VIME or Megatron makes (its message names where) and explains itself
+in their terms, with the numbers that broke it. A rule blames one flag; the error line names the
 knob file and key that set that flag (from the spec's provenance) and the rule's name, so each
 problem is one line a person can act on. Rules that only hold on a real VIME cluster live in
 harness/spec/vime_rules.py and register here with `backends=CLUSTER`.
