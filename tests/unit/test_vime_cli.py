@@ -83,3 +83,14 @@ def test_a_rung_vime_cannot_express_says_why_on_the_command_line():
                            "--backend", "vime"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     line = one_error_line(done)
     assert "knobs/ladder/fp32-floor.yaml: on-vime: not run on VIME (rl-align): VIME trains in bf16 whatever the flags" in line, line
+
+
+def test_harness_run_refuses_the_same_knob_before_anything_is_launched(knobs_copy, tmp_path):
+    edit(knobs_copy / "base.yaml", "  sequence-parallel: true\n", "  sequence-parallel: 2\n")
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "harness", "run", "--stage", "p1", "--rung", "fp8-plus-filters",
+                           "--backend", "vime", "--knobs", str(knobs_copy), "--runs-dir", str(runs),
+                           "--vime-root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    line = one_error_line(done)
+    assert "flags.sequence-parallel: --sequence-parallel is a switch" in line, line
+    assert not runs.exists(), "a run directory was created for a spec VIME would reject"
