@@ -38,6 +38,8 @@ class OneLineParser(argparse.ArgumentParser):
 def cmd_argv(args: argparse.Namespace) -> int:
     _, spec = spec_from_args(args)
     argv = render_argv(spec.flags)
+    for note in spec.notes:  # what the argv stands for when it is not the rung as written
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(argv))
         return 0

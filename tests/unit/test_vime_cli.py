@@ -94,3 +94,10 @@ def test_harness_run_refuses_the_same_knob_before_anything_is_launched(knobs_cop
     line = one_error_line(done)
     assert "flags.sequence-parallel: --sequence-parallel is a switch" in line, line
     assert not runs.exists(), "a run directory was created for a spec VIME would reject"
+
+
+def test_argv_says_when_it_renders_a_rung_s_nearest_equivalent():
+    done = subprocess.run([sys.executable, "-m", "harness", "argv", "--stage", "p3", "--rung", "candidate-operator",
+                           "--backend", "vime"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("note: knobs/ladder/candidate-operator.yaml: on-vime: rendered as its nearest VIME equivalent"), done.stderr
