@@ -65,29 +65,46 @@ def secret_values(flags: dict) -> set[str]:
 
 # A secret as it shows up in a log line: `--wandb-key VALUE`, `--wandb-key=VALUE`,
 # `'wandb_key': 'VALUE'` (a logged args dict) or `WANDB_API_KEY=VALUE` (an environment dump).
+# None of them crosses a line end.
 _FLAG_IN_TEXT = re.compile(r"(?P<name>--[A-Za-z0-9][\w.-]*)(?P<sep>[ =])(?P<value>[^\s-][^\s]*)")
-_DICT_ITEM = re.compile(r"(?P<name>['\"][\w.-]+['\"])(?P<sep>\s*:\s*)(?P<value>'[^']*'|\"[^\"]*\")")
+_DICT_ITEM = re.compile(r"(?P<name>['\"][\w.-]+['\"])(?P<sep>[ \t]*:[ \t]*)(?P<value>'[^'\n]*'|\"[^\"\n]*\")")
 _ASSIGNMENT = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>=)(?P<value>[^\s,;]+)")
+# The words in their three usual casings: a case-sensitive alternation runs ~10x faster than
+# re.IGNORECASE over a large log (0.17 s vs 1.5 s for 28 MB).
+_MENTIONS_SECRET = re.compile("|".join(f"{w}|{w.capitalize()}|{w.upper()}" for w in ("key", "token", "secret", "passw", "credential")))
 
 
-_MENTIONS_SECRET = re.compile(r"key|token|secret|passw|credential", re.IGNORECASE)
+def _hide(match: re.Match) -> str:
+    name = match.group("name").strip("'\"")
+    if not is_secret_name(name) or REDACTED in match.group("value"):
+        return match.group(0)
+    quote = match.group("value")[0] if match.group("value")[0] in "'\"" else ""
+    return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
 
 
-def redact_text(line: str, known: set[str] | frozenset[str] = frozenset()) -> str:
-    """A line of log text with secret-named values and any `known` secret value replaced."""
-    for value in known:
-        if value in line:
-            line = line.replace(value, REDACTED)
-    if not _MENTIONS_SECRET.search(line):
-        return line  # the common case, one scan: a 50 MB log is copied at disk speed
-
-    def hide(match: re.Match) -> str:
-        name = match.group("name").strip("'\"")
-        if not is_secret_name(name) or REDACTED in match.group("value"):
-            return match.group(0)
-        quote = match.group("value")[0] if match.group("value")[0] in "'\"" else ""
-        return f"{match.group('name')}{match.group('sep')}{quote}{REDACTED}{quote}"
-
+def _redact_line(line: str) -> str:
     for pattern in (_FLAG_IN_TEXT, _DICT_ITEM, _ASSIGNMENT):
-        line = pattern.sub(hide, line)
+        line = pattern.sub(_hide, line)
     return line
+
+
+def redact_text(text: str, known: set[str] | frozenset[str] = frozenset()) -> str:
+    """Log text (a line or a block of lines) with secret-named values and any `known` secret value
+    replaced. Only the lines that mention a secret word are examined: a 50 MB log is scanned once
+    by the regex engine, not line by line in Python."""
+    for value in known:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    pieces, done = [], 0
+    for mention in _MENTIONS_SECRET.finditer(text):
+        if mention.start() < done:
+            continue  # on a line already redacted
+        start = text.rfind("\n", 0, mention.start()) + 1
+        end = text.find("\n", mention.end())
+        end = len(text) if end < 0 else end
+        pieces += [text[done:start], _redact_line(text[start:end])]
+        done = end
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
