@@ -59,3 +59,51 @@ def test_sigterm_stops_the_trainer_and_marks_the_run_interrupted(tmp_path: Path)
             harness.wait()
         if trainer_pgid is not None and group_alive(trainer_pgid):
             os.killpg(trainer_pgid, signal.SIGKILL)  # only the group this test's harness started
+
+
+PYTEST_SESSION = '''
+import sys
+from pathlib import Path
+from harness import DEFAULT_KNOBS_DIR
+from harness.launch.runner import LaunchOptions, ensure_run
+from harness.spec import load_knobs, resolve
+
+TRAINER = (sys.executable, {trainer!r})
+
+def test_a_long_run():
+    spec = resolve(load_knobs(DEFAULT_KNOBS_DIR), "p1", "near-aligned", "colocate", "embedded", {{"num-rollout": 100000}})
+    ensure_run(spec, LaunchOptions(runs_dir=Path({runs!r}), trainer=TRAINER, progress=False))
+
+def test_never_started_after_sigterm():
+    Path({marker!r}).write_text("ran")
+'''
+
+
+def test_sigterm_to_pytest_stops_the_fixture_trainer_and_ends_the_session(tmp_path: Path):
+    """The pytest side calls the same launch: SIGTERM stops its trainer, records the run and ends
+    the session as Ctrl-C would (the next test never starts)."""
+    runs, marker = tmp_path / "runs", tmp_path / "second-test-ran"
+    trainer = REPO_ROOT / "tests" / "launch" / "printing_trainer.py"
+    (tmp_path / "test_session.py").write_text(PYTEST_SESSION.format(trainer=str(trainer), runs=str(runs), marker=str(marker)))
+    session = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                str(tmp_path / "test_session.py")], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    try:
+        deadline = time.monotonic() + 60
+        metrics = []
+        while time.monotonic() < deadline and not metrics:
+            metrics = [m for m in runs.glob("*/metrics.jsonl") if m.stat().st_size > 200] if runs.exists() else []
+            time.sleep(0.2)
+        assert metrics, "the fixture's trainer never logged"
+        run_path = metrics[0].parent
+        session.send_signal(signal.SIGTERM)
+        out, _ = session.communicate(timeout=60)
+        status = json.loads((run_path / "status.json").read_text())
+        assert status["state"] == "interrupted" and status["steps_logged"] >= 1, out[-2000:]
+        assert not group_alive(json.loads((run_path / "trainer.json").read_text())["pgid"])
+        assert not marker.exists(), "pytest went on to the next test after SIGTERM"
+        assert session.returncode == 2, out[-2000:]  # pytest's "interrupted"
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
