@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup baseline test report clean-runs
+.PHONY: setup baseline test lint report clean-runs
 
 setup:
 	python3 tools/setup_env.py
@@ -17,6 +17,11 @@ baseline: setup
 # Every test of the suite.
 test: setup
 	$(PYTEST) --alluredir=reports/allure-results --clean-alluredir
+
+# Lint and format check (pyproject.toml [tool.ruff]); CI runs it before the tests.
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 
 report: setup
 	$(PY) -m harness report

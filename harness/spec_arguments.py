@@ -30,8 +30,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="colocate", help="colocate | non-colocate")
     parser.add_argument("--backend", default="embedded", help="embedded | vime | records")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory")
-    parser.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
-                        help="override a VIME flag (name without dashes); repeatable")
+    parser.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE", help="override a VIME flag (name without dashes); repeatable")
 
 
 def spec_from_args(args: argparse.Namespace):

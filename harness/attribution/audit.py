@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from harness.attribution.probe_context import correlations, worst_tokens
 from harness.attribution.consistency import compare_run, tokenizer_checks
+from harness.attribution.probe_context import correlations, worst_tokens
 from harness.attribution.run_dumps import RunDumps, SamplePair, read_run_dumps
 from harness.layout.sample_mean import sample_mean_abs_diff
 from harness.records.metric_names import ABS_DIFF
@@ -87,9 +87,12 @@ def _token_stats(dlogp: np.ndarray) -> dict:
     ratio = np.exp(dlogp)
     p50, p90, p99 = np.quantile(abs_d, [0.5, 0.9, 0.99])  # linear interpolation, as torch.quantile
     return {
-        "rlk_audit_dlogp_abs_mean": float(abs_d.mean()), "rlk_audit_dlogp_abs_max": float(abs_d.max()),
-        "rlk_audit_dlogp_abs_p50": float(p50), "rlk_audit_dlogp_abs_p90": float(p90),
-        "rlk_audit_dlogp_abs_p99": float(p99), "rlk_audit_ratio0_mean": float(ratio.mean()),
+        "rlk_audit_dlogp_abs_mean": float(abs_d.mean()),
+        "rlk_audit_dlogp_abs_max": float(abs_d.max()),
+        "rlk_audit_dlogp_abs_p50": float(p50),
+        "rlk_audit_dlogp_abs_p90": float(p90),
+        "rlk_audit_dlogp_abs_p99": float(p99),
+        "rlk_audit_ratio0_mean": float(ratio.mean()),
         "rlk_audit_clipfrac0": float((np.abs(ratio - 1.0) > EPS_CLIP).mean()),
         "rlk_audit_approx_kl0": float((ratio - 1.0 - dlogp).mean()),
     }
@@ -120,8 +123,10 @@ def _sample_arrays(pair: SamplePair, warnings: list[str]):
         return None
     train_lp = train.get("log_probs")
     if not (train_lp.size == rollout_lp.size == mask.size):
-        warnings.append(f"{label}: train_log_probs={train_lp.size}, rollout_log_probs={rollout_lp.size}, "
-                        f"loss_masks={mask.size} (CP-sliced dump?) (code: shape_mismatch)")
+        warnings.append(
+            f"{label}: train_log_probs={train_lp.size}, rollout_log_probs={rollout_lp.size}, "
+            f"loss_masks={mask.size} (CP-sliced dump?) (code: shape_mismatch)"
+        )
         return None
     return train_lp, rollout_lp, mask
 
@@ -130,8 +135,7 @@ def _logged_by_step(run) -> dict[int, float]:
     return {int(n): float(v) for n, v in run.series(ABS_DIFF)} if run is not None else {}
 
 
-def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, tokens: TokenRows,
-               warnings: list[str]) -> StepAudit:
+def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, tokens: TokenRows, warnings: list[str]) -> StepAudit:
     step_d, diffs, masks = [], [], []
     total = zero_active = 0
     for pair in pairs:
@@ -145,14 +149,15 @@ def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, t
         active = np.nonzero(mask > 0)[0]
         if active.size == 0:
             zero_active += 1
-            warnings.append(f"rollout {rollout_id} sample {pair.position}: no active response tokens "
-                            "(code: zero_active_tokens)")
+            warnings.append(f"rollout {rollout_id} sample {pair.position}: no active response tokens (code: zero_active_tokens)")
             continue
         d = (train_lp - rollout_lp)[active]
         finite = np.isfinite(d)
         if not finite.all():
-            warnings.append(f"rollout {rollout_id} sample {pair.position}: {int((~finite).sum())} non-finite active "
-                            "dlogp values, left out of the token view (code: non_finite_dlogp)")
+            warnings.append(
+                f"rollout {rollout_id} sample {pair.position}: {int((~finite).sum())} non-finite active "
+                "dlogp values, left out of the token view (code: non_finite_dlogp)"
+            )
             d, active = d[finite], active[finite]
         step_d.append(d)
         tokens.dlogp.append(d)
@@ -162,8 +167,9 @@ def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, t
     if diffs:
         sample_mean = sample_mean_abs_diff([_t(x) for x in diffs], [_t(m) for m in masks])
         if not np.isfinite(sample_mean):
-            warnings.append(f"rollout {rollout_id}: the sample-mean abs diff is {sample_mean} (non-finite inputs "
-                            "propagate, as in VIME) (code: non_finite_dlogp)")
+            warnings.append(
+                f"rollout {rollout_id}: the sample-mean abs diff is {sample_mean} (non-finite inputs propagate, as in VIME) (code: non_finite_dlogp)"
+            )
     elif pairs:
         warnings.append(f"rollout {rollout_id}: no sample has both log-probs; no audit for this step (code: no_comparable_samples)")
     active_count = int(dlogp.size)
@@ -171,12 +177,21 @@ def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, t
     if logged is not None and sample_mean is not None:
         matches = bool(np.isclose(sample_mean, logged, rtol=LOGGED_MATCH_RTOL, atol=LOGGED_MATCH_ATOL))
         if not matches:
-            warnings.append(f"rollout {rollout_id}: audit sample-mean {sample_mean:.9g} differs from the logged "
-                            f"{ABS_DIFF} {logged:.9g} (code: logged_metric_mismatch)")
-    return StepAudit(rollout_id=rollout_id, samples=len(diffs), rlk_audit_active_token_count=active_count,
-                     rlk_audit_mask_coverage=(active_count / total) if total else None,
-                     rlk_audit_zero_active_sample_count=zero_active, sample_mean_abs_diff=sample_mean,
-                     logged_abs_diff=logged, matches_logged=matches, **_token_stats(dlogp))
+            warnings.append(
+                f"rollout {rollout_id}: audit sample-mean {sample_mean:.9g} differs from the logged "
+                f"{ABS_DIFF} {logged:.9g} (code: logged_metric_mismatch)"
+            )
+    return StepAudit(
+        rollout_id=rollout_id,
+        samples=len(diffs),
+        rlk_audit_active_token_count=active_count,
+        rlk_audit_mask_coverage=(active_count / total) if total else None,
+        rlk_audit_zero_active_sample_count=zero_active,
+        sample_mean_abs_diff=sample_mean,
+        logged_abs_diff=logged,
+        matches_logged=matches,
+        **_token_stats(dlogp),
+    )
 
 
 def _t(array: np.ndarray):
@@ -192,29 +207,35 @@ def identity_warnings(dumps: RunDumps) -> list[str]:
         return []
     fields = ", ".join(sorted({m.field for m in mismatches}))
     samples = len({(m.rollout_id, m.sample) for m in mismatches})
-    return [f"{samples} samples differ between the rollout and train dumps in {fields}, e.g. {mismatches[0].line()}; "
-            "dumps from another run or step, or a framework fault (see probe 1) (code: sample_identity_mismatch)"]
+    return [
+        f"{samples} samples differ between the rollout and train dumps in {fields}, e.g. {mismatches[0].line()}; "
+        "dumps from another run or step, or a framework fault (see probe 1) (code: sample_identity_mismatch)"
+    ]
 
 
 def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None, model_vocab: int | None = None) -> Audit:
     warnings = list(dumps.warnings)
     logged = _logged_by_step(run)
     tokens = TokenRows()
-    per_step = [audit_step(rid, step.pairs, logged.get(rid), tokens, warnings)
-                for rid, step in sorted(dumps.steps.items())]
+    per_step = [audit_step(rid, step.pairs, logged.get(rid), tokens, warnings) for rid, step in sorted(dumps.steps.items())]
     if not dumps.steps:
         warnings.append(f"{name}: no rollout/train dumps to audit (code: dumps_missing)")
     if run is not None and not logged:
-        warnings.append(f"{name}: {ABS_DIFF} was never logged; the sample-mean cannot be checked "
-                        "(code: logged_metric_missing)")
+        warnings.append(f"{name}: {ABS_DIFF} was never logged; the sample-mean cannot be checked (code: logged_metric_missing)")
     warnings.extend(tokenizer_checks(dumps, tokenizer, model_vocab))
     warnings.extend(identity_warnings(dumps))
     dlogp = np.concatenate(tokens.dlogp) if tokens.dlogp else np.zeros(0)
     if dumps.steps and dlogp.size == 0:
         warnings.append(f"{name}: zero active tokens with both log-probs in the whole run (code: zero_active_tokens)")
-    audit = Audit(run=name, per_step=per_step, rlk_audit_active_token_count=int(dlogp.size),
-                  worst_tokens=worst_tokens(tokens, tokenizer), correlations=correlations(tokens),
-                  warnings=warnings, **_token_stats(dlogp))
+    audit = Audit(
+        run=name,
+        per_step=per_step,
+        rlk_audit_active_token_count=int(dlogp.size),
+        worst_tokens=worst_tokens(tokens, tokenizer),
+        correlations=correlations(tokens),
+        warnings=warnings,
+        **_token_stats(dlogp),
+    )
     return audit
 
 
@@ -227,8 +248,10 @@ def audit_run(run) -> Audit:
     compare_with = run if steps_per_rollout == 1 else None
     audit = audit_dumps(run.id, read_run_dumps(run.path / "dumps"), compare_with, tokenizer, model_vocab_size(run))
     if steps_per_rollout > 1:
-        audit.warnings.append(f"{run.id}: --num-steps-per-rollout {steps_per_rollout}: each logged step covers part of a "
-                              "rollout, so the per-rollout sample-mean is not compared with it (code: steps_per_rollout)")
+        audit.warnings.append(
+            f"{run.id}: --num-steps-per-rollout {steps_per_rollout}: each logged step covers part of a "
+            "rollout, so the per-rollout sample-mean is not compared with it (code: steps_per_rollout)"
+        )
     if problem:
         audit.warnings.append(problem)
     return audit

@@ -45,8 +45,10 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         print(f"error: {run_dir}: no such run directory (expected reports/runs/<id>/ with dumps/)", file=sys.stderr)
         return 2
     if not (run_dir / "dumps").is_dir():
-        print(f"error: {run_dir}/dumps: missing; the probes need the run's token dumps "
-              "(VIME: --save-debug-rollout-data and --save-debug-train-data)", file=sys.stderr)
+        print(
+            f"error: {run_dir}/dumps: missing; the probes need the run's token dumps (VIME: --save-debug-rollout-data and --save-debug-train-data)",
+            file=sys.stderr,
+        )
         return 2
     try:
         knobs = load_knobs(Path(args.knobs))
@@ -79,8 +81,7 @@ def _print_text(report, audit) -> None:
         table.add_row(str(probe.number), probe.name, f"[{style}]{probe.status}[/{style}]", probe.verdict)
     console.print(table)
     decided = f"probe {report.decided_by}" if report.decided_by else "no probe failed"
-    console.print(f"class: [bold]{report.drift_class}[/bold] (decided by {decided})"
-                  + (f"; boundary: {report.boundary}" if report.boundary else ""))
+    console.print(f"class: [bold]{report.drift_class}[/bold] (decided by {decided})" + (f"; boundary: {report.boundary}" if report.boundary else ""))
     steps = Table(title="dlogp audit per step (token-weighted rlk_audit_* and VIME's sample-mean)")
     for column in ("rollout", "tokens", "|dlogp| mean", "p50", "p90", "p99", "max", "sample-mean", "logged", "match"):
         steps.add_column(column, justify="right")
@@ -89,14 +90,24 @@ def _print_text(report, audit) -> None:
         return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
 
     for row in audit.per_step:
-        steps.add_row(str(row.rollout_id), str(row.rlk_audit_active_token_count), fmt(row.rlk_audit_dlogp_abs_mean),
-                      fmt(row.rlk_audit_dlogp_abs_p50), fmt(row.rlk_audit_dlogp_abs_p90), fmt(row.rlk_audit_dlogp_abs_p99),
-                      fmt(row.rlk_audit_dlogp_abs_max), fmt(row.sample_mean_abs_diff), fmt(row.logged_abs_diff),
-                      fmt(row.matches_logged))
+        steps.add_row(
+            str(row.rollout_id),
+            str(row.rlk_audit_active_token_count),
+            fmt(row.rlk_audit_dlogp_abs_mean),
+            fmt(row.rlk_audit_dlogp_abs_p50),
+            fmt(row.rlk_audit_dlogp_abs_p90),
+            fmt(row.rlk_audit_dlogp_abs_p99),
+            fmt(row.rlk_audit_dlogp_abs_max),
+            fmt(row.sample_mean_abs_diff),
+            fmt(row.logged_abs_diff),
+            fmt(row.matches_logged),
+        )
     console.print(steps)
     for token in audit.worst_tokens[:3]:
-        console.print(f"worst token: rollout {token['rollout_id']} sample {token['sample_position']} position "
-                      f"{token['token_position']} dlogp {token['dlogp']:+.3g} p={fmt(token['sampled_token_probability'])} "
-                      f"rank={fmt(token['sampled_token_rank'])} {token.get('context_text') or token.get('context_ids')}")
+        console.print(
+            f"worst token: rollout {token['rollout_id']} sample {token['sample_position']} position "
+            f"{token['token_position']} dlogp {token['dlogp']:+.3g} p={fmt(token['sampled_token_probability'])} "
+            f"rank={fmt(token['sampled_token_rank'])} {token.get('context_text') or token.get('context_ids')}"
+        )
     for warning in dict.fromkeys(report.warnings + audit.warnings):
         console.print(f"[yellow]warning:[/yellow] {warning}")

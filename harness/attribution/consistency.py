@@ -31,9 +31,25 @@ IDENTITY_FIELDS = (
 )
 # Fields that describe one side only (where it ran, how it computed): reported, never compared. A
 # rollout in FP8 and a trainer in BF16 legitimately differ in quantisation and backend records.
-LAYOUT_WORDS = ("layout", "dp_rank", "micro_batch", "microbatch", "offset", "rank", "side", "time", "created",
-                "quantization", "provenance", "backend", "dtype", "precision", "old_logp", "position_cache",
-                "schema")
+LAYOUT_WORDS = (
+    "layout",
+    "dp_rank",
+    "micro_batch",
+    "microbatch",
+    "offset",
+    "rank",
+    "side",
+    "time",
+    "created",
+    "quantization",
+    "provenance",
+    "backend",
+    "dtype",
+    "precision",
+    "old_logp",
+    "position_cache",
+    "schema",
+)
 STATE_WORDS = ("weight",)
 CONTRACT_WORDS = ("sampling", "temperature", "top_p", "top_k", "logprobs_mode", "logprob_mode")
 
@@ -145,8 +161,7 @@ def compare_pair(pair: SamplePair, result: Comparison) -> None:
     else:
         result.count("weight_version")
         if str(a) != str(b):
-            result.mismatches.append(FieldMismatch(pair.rollout_id, pair.position, "weight_version", "state",
-                                                   f"trainer {a!r}, rollout {b!r}"))
+            result.mismatches.append(FieldMismatch(pair.rollout_id, pair.position, "weight_version", "state", f"trainer {a!r}, rollout {b!r}"))
     _metadata_fields(pair, result)
 
 
@@ -162,8 +177,9 @@ def internal_checks(pair: SamplePair, result: Comparison) -> None:
             continue
         result.count(f"{name}.length")
         if value.size != length:
-            result.mismatches.append(FieldMismatch(pair.rollout_id, pair.position, f"{name}.length", "identity",
-                                                   f"{value.size} entries for a response of {length} tokens"))
+            result.mismatches.append(
+                FieldMismatch(pair.rollout_id, pair.position, f"{name}.length", "identity", f"{value.size} entries for a response of {length} tokens")
+            )
 
 
 def compare_run(dumps: RunDumps) -> Comparison:
@@ -193,19 +209,25 @@ def tokenizer_checks(dumps: RunDumps, tokenizer=None, model_vocab: int | None = 
             rollout = flatten(pair.rollout.get("consistency")) if pair.rollout is not None else {}
             for key in set(train) & set(rollout):
                 if "tokenizer" in key.lower() and train[key] != rollout[key] and not reported_fp:
-                    warnings.append(f"rollout {step.rollout_id} sample {pair.position}: consistency_metadata.{key} "
-                                    f"differs: trainer {train[key]!r}, rollout {rollout[key]!r} (code: tokenizer_mismatch)")
+                    warnings.append(
+                        f"rollout {step.rollout_id} sample {pair.position}: consistency_metadata.{key} "
+                        f"differs: trainer {train[key]!r}, rollout {rollout[key]!r} (code: tokenizer_mismatch)"
+                    )
                     reported_fp = True
             side = pair.rollout or pair.train
             tokens = side.get("tokens") if side is not None else None
             if vocab is not None and tokens is not None and tokens.size and int(tokens.max()) >= vocab and not reported_ids:
-                warnings.append(f"rollout {step.rollout_id} sample {pair.position}: token id {int(tokens.max())} is outside "
-                                f"the run's {'model vocabulary' if model_vocab else 'tokenizer'} ({vocab} ids) "
-                                "(code: tokenizer_mismatch)")
+                warnings.append(
+                    f"rollout {step.rollout_id} sample {pair.position}: token id {int(tokens.max())} is outside "
+                    f"the run's {'model vocabulary' if model_vocab else 'tokenizer'} ({vocab} ids) "
+                    "(code: tokenizer_mismatch)"
+                )
                 reported_ids = True
             if known is not None and model_vocab and tokens is not None:
                 padding_ids += int(((tokens >= known) & (tokens < model_vocab)).sum())
     if padding_ids:
-        warnings.append(f"{padding_ids} token ids lie in the model's padded vocabulary rows ({known}..{model_vocab - 1}), "
-                        "which the tokenizer cannot decode (code: padding_token_ids)")
+        warnings.append(
+            f"{padding_ids} token ids lie in the model's padded vocabulary rows ({known}..{model_vocab - 1}), "
+            "which the tokenizer cannot decode (code: padding_token_ids)"
+        )
     return warnings

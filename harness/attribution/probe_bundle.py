@@ -119,7 +119,7 @@ def _flatten_samples(data: dict, path: Path) -> tuple[dict, list]:
                 start += t.numel()
     # Per-sample scalars (also inside a per-sample "sampling" dict) that are equal for every sample.
     scalar_views = [{**x.get("sampling", {}), **x} if isinstance(x.get("sampling"), dict) else x for x in samples]
-    for name, aliases in SCALARS.items():
+    for aliases in SCALARS.values():
         values = [_scalar(_pick(x, aliases)) for x in scalar_views]
         if values[0] is not None and all(v == values[0] for v in values):
             flat.setdefault(aliases[0], values[0])
@@ -137,13 +137,11 @@ def read_bundle(path: Path, trust: bool = False) -> ProbeBundle:
     for name in ("hidden", "weight", "targets"):
         value = _pick(data, KEYS[name])
         if not isinstance(value, torch.Tensor):
-            raise BundleProblem(f"{path}: key {KEYS[name][0]!r} (or {', '.join(KEYS[name][1:])}): expected a tensor, "
-                                f"found {type(value).__name__}")
+            raise BundleProblem(f"{path}: key {KEYS[name][0]!r} (or {', '.join(KEYS[name][1:])}): expected a tensor, found {type(value).__name__}")
         tensors[name] = value
     hidden, weight, targets = tensors["hidden"], tensors["weight"], tensors["targets"].reshape(-1).long()
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise BundleProblem(f"{path}: expected hidden [T, H] and weight [V, H]; got hidden {tuple(hidden.shape)}, "
-                            f"weight {tuple(weight.shape)}")
+        raise BundleProblem(f"{path}: expected hidden [T, H] and weight [V, H]; got hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)}")
     if targets.numel() != hidden.shape[0]:
         raise BundleProblem(f"{path}: key 'targets': {targets.numel()} ids for {hidden.shape[0]} hidden rows")
     mask = _pick(data, KEYS["loss_mask"])
@@ -160,9 +158,19 @@ def read_bundle(path: Path, trust: bool = False) -> ProbeBundle:
 
     scalars = {name: _scalar(_pick(data, names)) for name, names in SCALARS.items()}
     known = {n for names in (*KEYS.values(), *SCALARS.values()) for n in names}
-    return ProbeBundle(path, hidden, weight, targets, mask, optional("rollout_log_probs"),
-                       optional("trainer_log_probs"), scalars, sorted(k for k in data if k not in known),
-                       segments, data.get("rollout_id"))
+    return ProbeBundle(
+        path,
+        hidden,
+        weight,
+        targets,
+        mask,
+        optional("rollout_log_probs"),
+        optional("trainer_log_probs"),
+        scalars,
+        sorted(k for k in data if k not in known),
+        segments,
+        data.get("rollout_id"),
+    )
 
 
 def export_for_bench(bundle: ProbeBundle, out: Path) -> Path:
@@ -170,6 +178,7 @@ def export_for_bench(bundle: ProbeBundle, out: Path) -> Path:
     from safetensors.torch import save_file
 
     active = bundle.active
-    save_file({"hidden": bundle.hidden[active].contiguous(), "weight": bundle.weight.contiguous(),
-               "targets": bundle.targets[active].contiguous()}, str(out))
+    save_file(
+        {"hidden": bundle.hidden[active].contiguous(), "weight": bundle.weight.contiguous(), "targets": bundle.targets[active].contiguous()}, str(out)
+    )
     return out

@@ -68,8 +68,13 @@ def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
     sampling = rollout.get("sampling") if rollout is not None else None
     rank = _either(pair, "sampled_rank", position)
     entry = {
-        "rollout_id": pair.rollout_id, "sample_position": pair.position, "sample_index": pair.index,
-        "train_rank": pair.rank, "token_position": position, "dlogp": float(dlogp), "abs_dlogp": abs(float(dlogp)),
+        "rollout_id": pair.rollout_id,
+        "sample_position": pair.position,
+        "sample_index": pair.index,
+        "train_rank": pair.rank,
+        "token_position": position,
+        "dlogp": float(dlogp),
+        "abs_dlogp": abs(float(dlogp)),
         "prompt_length": None if prompt is None else int(prompt.size),
         "response_length": None if response is None else int(response.size),
         "token_id": _value_at(side, "response_ids", position),
@@ -85,8 +90,11 @@ def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
     if response is not None:
         lo, hi = max(0, position - CONTEXT_TOKENS), min(response.size, position + CONTEXT_TOKENS + 1)
         entry["context_ids"] = [int(i) for i in response[lo:hi]]
-        before, token, after = (_decode(tokenizer, response[lo:position]), _decode(tokenizer, response[position:position + 1]),
-                                _decode(tokenizer, response[position + 1:hi]))
+        before, token, after = (
+            _decode(tokenizer, response[lo:position]),
+            _decode(tokenizer, response[position : position + 1]),
+            _decode(tokenizer, response[position + 1 : hi]),
+        )
         entry["context_text"] = None if token is None else f"{before}[[{token}]]{after}"
     return entry
 
@@ -119,9 +127,11 @@ def _grouped(abs_d: np.ndarray, groups: np.ndarray) -> dict | None:
         return None
     samples = [abs_d[groups == g] for g in labels]
     test = stats.kruskal(*samples)
-    return {"mean_abs_dlogp_by_group": {str(int(g)): float(s.mean()) for g, s in zip(labels, samples)},
-            "tokens_by_group": {str(int(g)): int(s.size) for g, s in zip(labels, samples)},
-            "kruskal_p_value": float(test.pvalue)}
+    return {
+        "mean_abs_dlogp_by_group": {str(int(g)): float(s.mean()) for g, s in zip(labels, samples)},
+        "tokens_by_group": {str(int(g)): int(s.size) for g, s in zip(labels, samples)},
+        "kruskal_p_value": float(test.pvalue),
+    }
 
 
 def _column(tokens, side_name: str, field: str) -> np.ndarray | None:

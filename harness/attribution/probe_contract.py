@@ -56,8 +56,14 @@ def probe_contract(bundle: ProbeBundle, settings, floor: float, min_removed: flo
     p = top_p if top_p < 1.0 else None
     contracts = _contracts(hidden, bundle.weight, targets, temperature, k, p)
     declared = declared_rollout_contract(temperature, k is not None or p is not None, mode, k, p)
-    evidence: dict = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "logprobs_mode": mode,
-                      "declared_rollout_contract": declared, "tokens": int(targets.numel())}
+    evidence: dict = {
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "logprobs_mode": mode,
+        "declared_rollout_contract": declared,
+        "tokens": int(targets.numel()),
+    }
     if k is not None or p is not None:
         kept = torch.isfinite(contracts[declared]) if declared in contracts else None
         if kept is not None:
@@ -72,17 +78,33 @@ def probe_contract(bundle: ProbeBundle, settings, floor: float, min_removed: flo
     gap = contracts[trainer_contract] - contracts.get(declared, contracts[rollout_contract])
     gap_mean = float(gap[torch.isfinite(gap)].abs().mean()) if torch.isfinite(gap).any() else float("inf")
     removed = None if not observed or replayed is None else 1.0 - replayed / observed
-    evidence.update({"trainer_contract_fit": trainer_fit, "rollout_contract_fit": rollout_fit,
-                     "trainer_follows": trainer_contract, "rollout_follows": rollout_contract,
-                     "contract_gap_mean": gap_mean, "observed_mean_abs_dlogp": observed,
-                     "replayed_mean_abs_dlogp": replayed, "removed_fraction": removed,
-                     "min_removed_fraction": min_removed, "floor": floor})
+    evidence.update(
+        {
+            "trainer_contract_fit": trainer_fit,
+            "rollout_contract_fit": rollout_fit,
+            "trainer_follows": trainer_contract,
+            "rollout_follows": rollout_contract,
+            "contract_gap_mean": gap_mean,
+            "observed_mean_abs_dlogp": observed,
+            "replayed_mean_abs_dlogp": replayed,
+            "removed_fraction": removed,
+            "min_removed_fraction": min_removed,
+            "floor": floor,
+        }
+    )
     differs = gap_mean > floor and trainer_contract != declared
     failed = bool(differs and observed > floor and removed is not None and removed >= min_removed)
     evidence["contract_differs"] = differs
-    return {"failed": failed, "evidence": evidence,
-            "verdict": (f"trainer follows '{trainer_contract}' but the rollout's declared contract is '{declared}'; "
-                        f"replaying it removes {removed:.0%} of the drift" if failed else None)}
+    return {
+        "failed": failed,
+        "evidence": evidence,
+        "verdict": (
+            f"trainer follows '{trainer_contract}' but the rollout's declared contract is '{declared}'; "
+            f"replaying it removes {removed:.0%} of the drift"
+            if failed
+            else None
+        ),
+    }
 
 
 def flag_membership(dumps, settings) -> dict:
@@ -101,5 +123,9 @@ def flag_membership(dumps, settings) -> dict:
                 counts[side][1] += int(((value == 0) & (mask > 0)).sum())
     # Only the rollout's own flags say its filter did not apply to sampling; the trainer's recomputed
     # membership differs from it at the set's edge whenever the two sides' logits differ (evidence only).
-    return {"tokens_with_filter_flags": counts["rollout"][0], "sampled_outside_flagged_set": counts["rollout"][1],
-            "trainer_view_tokens": counts["train"][0], "trainer_view_outside_set": counts["train"][1]}
+    return {
+        "tokens_with_filter_flags": counts["rollout"][0],
+        "sampled_outside_flagged_set": counts["rollout"][1],
+        "trainer_view_tokens": counts["train"][0],
+        "trainer_view_outside_set": counts["train"][1],
+    }

@@ -98,8 +98,10 @@ class BundleNumerics:
         self.trainer_policy = policy_of(bundle.scalar("trainer_dtype", settings.trainer_dtype), None)
         self.tp_size = int(bundle.scalar("tp_size", settings.tp_size) or 1)
         self.ref = reference_logits(self.hidden, self.weight, self.temperature)
-        self.logits = {side: policy_logits(self.hidden, self.weight, policy, self.temperature)
-                       for side, policy in (("rollout", self.rollout_policy), ("trainer", self.trainer_policy))}
+        self.logits = {
+            side: policy_logits(self.hidden, self.weight, policy, self.temperature)
+            for side, policy in (("rollout", self.rollout_policy), ("trainer", self.trainer_policy))
+        }
         self.rollout_lp = None if bundle.rollout_log_probs is None else bundle.rollout_log_probs[active]
         self.trainer_lp = None if bundle.trainer_log_probs is None else bundle.trainer_log_probs[active]
 
@@ -120,8 +122,7 @@ class BundleNumerics:
         if not self.processed:
             logits = logits * self.temperature  # raw_logprobs are taken before temperature
         elif self.top_k > 0 or self.top_p < 1.0:
-            logits, _ = apply_top_k_top_p(logits, self.top_k if self.top_k > 0 else None,
-                                          self.top_p if self.top_p < 1.0 else None)
+            logits, _ = apply_top_k_top_p(logits, self.top_k if self.top_k > 0 else None, self.top_p if self.top_p < 1.0 else None)
         return torch.log_softmax(logits, dim=1).gather(1, self.targets[:, None]).squeeze(1).double()
 
     def trainer_self_check(self) -> dict | None:
@@ -134,15 +135,15 @@ class BundleNumerics:
 
         logits = policy_logits(self.hidden, self.weight, self.trainer_policy, self.trainer_temperature)
         if self.replay_processed and (self.top_k > 0 or self.top_p < 1.0):
-            logits, _ = apply_top_k_top_p(logits, self.top_k if self.top_k > 0 else None,
-                                          self.top_p if self.top_p < 1.0 else None)
+            logits, _ = apply_top_k_top_p(logits, self.top_k if self.top_k > 0 else None, self.top_p if self.top_p < 1.0 else None)
         lp = torch.log_softmax(logits.double(), dim=1).gather(1, self.targets[:, None]).squeeze(1)
         return _stats(lp - self.trainer_lp)
 
     def lm_head_divergence(self) -> dict:
         """|rollout LM-head log-prob - trainer LM-head log-prob| on the same hidden states (raw contract)."""
-        lp = {side: torch.log_softmax(self.logits[side].double(), dim=1).gather(1, self.targets[:, None]).squeeze(1)
-              for side in ("rollout", "trainer")}
+        lp = {
+            side: torch.log_softmax(self.logits[side].double(), dim=1).gather(1, self.targets[:, None]).squeeze(1) for side in ("rollout", "trainer")
+        }
         return _stats(lp["rollout"] - lp["trainer"])
 
     def upstream_residual(self) -> dict | None:
@@ -164,14 +165,15 @@ def boundary_name(side: str, policy: str) -> str:
     return f"LM-head GEMM / {POLICY_NAMES.get(policy, policy)} of the {side} path"
 
 
-def upstream_name(num: "BundleNumerics") -> str:
+def upstream_name(num: BundleNumerics) -> str:
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
     rollout, trainer = short.get(num.rollout_policy, num.rollout_policy), short.get(num.trainer_policy, num.trainer_policy)
     if num.rollout_quantized:
-        return (f"LM-head GEMM input (hidden states) / FP8 quantisation of the rollout path upstream of the LM head "
-                f"(rollout {rollout} + FP8 vs trainer {trainer})")
-    return (f"LM-head GEMM input (hidden states) / {rollout} arithmetic upstream of the LM head "
-            f"(rollout {rollout} vs trainer {trainer})")
+        return (
+            f"LM-head GEMM input (hidden states) / FP8 quantisation of the rollout path upstream of the LM head "
+            f"(rollout {rollout} + FP8 vs trainer {trainer})"
+        )
+    return f"LM-head GEMM input (hidden states) / {rollout} arithmetic upstream of the LM head (rollout {rollout} vs trainer {trainer})"
 
 
 def probe_logits(num: BundleNumerics, floor: float) -> dict:
@@ -200,20 +202,30 @@ def probe_logits(num: BundleNumerics, floor: float) -> dict:
         side = max(errors, key=lambda k: errors[k]["log_prob"]["mean"] or 0.0)  # the less exact head
         policy = num.rollout_policy if side == "rollout" else num.trainer_policy
         boundary = boundary_name(side, policy)
-    result = {"localised": localised and not inconsistent, "boundary": boundary if localised else None,
-              "side": side, "policy": policy}
+    result = {"localised": localised and not inconsistent, "boundary": boundary if localised else None, "side": side, "policy": policy}
     if inconsistent:
-        result["skipped"] = ("the bundle does not reproduce its own trainer log-probs within the fp32 floor "
-                             "(not one snapshot of the trainer's computation; see bundle_reproduces_trainer_log_probs)")
-    return {**result,
-            "evidence": {"selected_logit_error_vs_fp64": {k: v["selected_logit"] for k, v in errors.items()},
-                         "lm_head_log_prob_error_vs_fp64": {k: v["log_prob"] for k, v in errors.items()},
-                         "lm_head_divergence_rollout_vs_trainer": divergence,
-                         "bundle_reproduces_trainer_log_probs": self_check, "bundle_inconsistent": inconsistent,
-                         "rollout_residual_from_trainer_hidden": residual, "largest": kind,
-                         "rollout_policy": num.rollout_policy, "rollout_quantization": num.rollout_quantization,
-                         "trainer_policy": num.trainer_policy, "floor": floor, "tokens": num.tokens,
-                         "observed_mean_abs_dlogp": num.observed_drift()}}
+        result["skipped"] = (
+            "the bundle does not reproduce its own trainer log-probs within the fp32 floor "
+            "(not one snapshot of the trainer's computation; see bundle_reproduces_trainer_log_probs)"
+        )
+    return {
+        **result,
+        "evidence": {
+            "selected_logit_error_vs_fp64": {k: v["selected_logit"] for k, v in errors.items()},
+            "lm_head_log_prob_error_vs_fp64": {k: v["log_prob"] for k, v in errors.items()},
+            "lm_head_divergence_rollout_vs_trainer": divergence,
+            "bundle_reproduces_trainer_log_probs": self_check,
+            "bundle_inconsistent": inconsistent,
+            "rollout_residual_from_trainer_hidden": residual,
+            "largest": kind,
+            "rollout_policy": num.rollout_policy,
+            "rollout_quantization": num.rollout_quantization,
+            "trainer_policy": num.trainer_policy,
+            "floor": floor,
+            "tokens": num.tokens,
+            "observed_mean_abs_dlogp": num.observed_drift(),
+        },
+    }
 
 
 def probe_lse_split(num: BundleNumerics, floor: float) -> dict:
@@ -228,10 +240,18 @@ def probe_lse_split(num: BundleNumerics, floor: float) -> dict:
     localised = max(sel_mean, lse_mean) > floor
     side = max(split, key=lambda k: split[k]["log_prob"]["mean"] or 0.0)
     policy = num.rollout_policy if side == "rollout" else num.trainer_policy
-    return {"localised": localised, "boundary": f"{boundary_name(side, policy)} ({part} differs most)" if localised else None,
-            "side": side, "policy": policy,
-            "evidence": {"rollout_vs_trainer": {"selected_logit": sel, "logsumexp": lse}, "dominant_part": part,
-                         "each_side_vs_fp64": split, "floor": floor}}
+    return {
+        "localised": localised,
+        "boundary": f"{boundary_name(side, policy)} ({part} differs most)" if localised else None,
+        "side": side,
+        "policy": policy,
+        "evidence": {
+            "rollout_vs_trainer": {"selected_logit": sel, "logsumexp": lse},
+            "dominant_part": part,
+            "each_side_vs_fp64": split,
+            "floor": floor,
+        },
+    }
 
 
 def probe_vocab_parallel(num: BundleNumerics, floor: float) -> dict:
@@ -240,18 +260,18 @@ def probe_vocab_parallel(num: BundleNumerics, floor: float) -> dict:
     tp = num.tp_size if num.tp_size > 1 else 2
     note = None if num.tp_size > 1 else "the run used TP=1 (no vocab-parallel reduce ran); the merge is checked at TP=2"
     if vocab % tp:
-        return {"localised": False, "boundary": None, "skipped": f"vocab {vocab} does not split into {tp} shards",
-                "evidence": {}}
+        return {"localised": False, "boundary": None, "skipped": f"vocab {vocab} does not split into {tp} shards", "evidence": {}}
     logits = num.logits["trainer"].float()
     merged = sharded_logsumexp(shard_vocab(logits, tp), mode="native")
     full = full_logsumexp(logits, mode="native")
-    fixed_equal = bool(torch.equal(sharded_logsumexp(shard_vocab(logits, tp), mode="fixed-order"),
-                                   full_logsumexp(logits, mode="fixed-order")))
+    fixed_equal = bool(torch.equal(sharded_logsumexp(shard_vocab(logits, tp), mode="fixed-order"), full_logsumexp(logits, mode="fixed-order")))
     err = _stats(merged.double() - full.double())
     localised = (err["mean"] or 0.0) > floor
-    return {"localised": localised, "boundary": f"vocab-parallel log-sum-exp merge over TP={tp}" if localised else None,
-            "evidence": {"tp_size": tp, "note": note, "merged_vs_full": err, "fixed_order_bitwise_equal": fixed_equal,
-                         "floor": floor}}
+    return {
+        "localised": localised,
+        "boundary": f"vocab-parallel log-sum-exp merge over TP={tp}" if localised else None,
+        "evidence": {"tp_size": tp, "note": note, "merged_vs_full": err, "fixed_order_bitwise_equal": fixed_equal, "floor": floor},
+    }
 
 
 def _operand_dtype(policy: str) -> torch.dtype:
@@ -302,16 +322,24 @@ def probe_paths(num: BundleNumerics, floor: float) -> dict:
         table[name] = row
     rollout_path, trainer_path = SIDE_PATHS["rollout"], SIDE_PATHS["trainer"]
     if rollout_path not in outputs or trainer_path not in outputs:
-        return {"localised": False, "boundary": None, "skipped": f"{rollout_path} or {trainer_path} could not run",
-                "evidence": {"paths": table}}
+        return {"localised": False, "boundary": None, "skipped": f"{rollout_path} or {trainer_path} could not run", "evidence": {"paths": table}}
     gap = _stats(outputs[rollout_path] - outputs[trainer_path])
     drift = num.observed_drift()
     localised = (gap["mean"] or 0.0) > floor
     side = "rollout" if (table[rollout_path]["vs_fp64"]["mean"] or 0) >= (table[trainer_path]["vs_fp64"]["mean"] or 0) else "trainer"
     policy = num.rollout_policy if side == "rollout" else num.trainer_policy
-    return {"localised": localised, "boundary": boundary_name(side, policy) if localised else None, "side": side,
-            "policy": policy,
-            "evidence": {"paths": table, "rollout_path": rollout_path, "trainer_path": trainer_path,
-                         "rollout_vs_trainer_path": gap, "observed_mean_abs_dlogp": drift,
-                         "explained_fraction": None if not drift or math.isnan(drift) else (gap["mean"] or 0.0) / drift,
-                         "floor": floor}}
+    return {
+        "localised": localised,
+        "boundary": boundary_name(side, policy) if localised else None,
+        "side": side,
+        "policy": policy,
+        "evidence": {
+            "paths": table,
+            "rollout_path": rollout_path,
+            "trainer_path": trainer_path,
+            "rollout_vs_trainer_path": gap,
+            "observed_mean_abs_dlogp": drift,
+            "explained_fraction": None if not drift or math.isnan(drift) else (gap["mean"] or 0.0) / drift,
+            "floor": floor,
+        },
+    }

@@ -23,17 +23,21 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from harness.attribution.consistency import compare_run
-from harness.attribution.run_dumps import RunDumps, read_run_dumps
 from harness.attribution.probe_run import RunSettings, run_settings
+from harness.attribution.run_dumps import RunDumps, read_run_dumps
 from harness.records.runload import Run
 from harness.spec.load import Knobs
 from harness.spec.schema import DriftClass
 
 Status = Literal["pass", "fail", "skipped"]
 PROBE_NAMES = {
-    1: "sample and token identity", 2: "model state", 3: "pre-softmax logits at the selected positions",
-    4: "log-sum-exp and selected logit separately", 5: "vocab-parallel reduce across TP ranks",
-    6: "top-p/top-k retained sets and processed-logprob contract", 7: "operator paths under the same fixed tokens",
+    1: "sample and token identity",
+    2: "model state",
+    3: "pre-softmax logits at the selected positions",
+    4: "log-sum-exp and selected logit separately",
+    5: "vocab-parallel reduce across TP ranks",
+    6: "top-p/top-k retained sets and processed-logprob contract",
+    7: "operator paths under the same fixed tokens",
 }
 DECISION_ORDER = (1, 2, 6, 3, 4, 5, 7)
 REDUCED_POLICIES = ("bfloat16", "float16", "fp8")
@@ -67,23 +71,24 @@ class ProbeReport(BaseModel):
 
 def thresholds(knobs) -> dict[str, float]:
     """The two limits the probes judge by, from the loaded knobs (thresholds.yaml)."""
-    return {"floor": knobs.threshold("fp32_floor_max_abs_diff"),
-            "min_removed": knobs.threshold("semantic_replay_min_removed_fraction")}
+    return {"floor": knobs.threshold("fp32_floor_max_abs_diff"), "min_removed": knobs.threshold("semantic_replay_min_removed_fraction")}
 
 
 def _verdict(number: int, status: Status, text: str, evidence: dict | None = None, boundary: str | None = None) -> ProbeVerdict:
-    return ProbeVerdict(number=number, name=PROBE_NAMES[number], status=status, verdict=text,
-                        evidence=evidence or {}, boundary=boundary)
+    return ProbeVerdict(number=number, name=PROBE_NAMES[number], status=status, verdict=text, evidence=evidence or {}, boundary=boundary)
 
 
 def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdict:
     mismatches = comparison.group(group)
-    evidence = {"compared": comparison.compared, "not_comparable": comparison.not_comparable,
-                "mismatch_count": len(mismatches), "mismatches": [m.line() for m in mismatches[:MAX_LINES]]}
+    evidence = {
+        "compared": comparison.compared,
+        "not_comparable": comparison.not_comparable,
+        "mismatch_count": len(mismatches),
+        "mismatches": [m.line() for m in mismatches[:MAX_LINES]],
+    }
     if mismatches:
         fields = sorted({m.field for m in mismatches})
-        return _verdict(number, "fail", f"{what} differs between rollout and trainer in {', '.join(fields)}: "
-                        f"{mismatches[0].line()}", evidence)
+        return _verdict(number, "fail", f"{what} differs between rollout and trainer in {', '.join(fields)}: {mismatches[0].line()}", evidence)
     relevant = [k for k in comparison.compared if group_fields(group, k)]
     if not relevant:
         return _verdict(number, "skipped", f"no {what} field is recorded on both sides; nothing to compare", evidence)
@@ -108,8 +113,9 @@ def bundle_identity(bundles: list, dumps: RunDumps, comparison) -> None:
         step = dumps.steps.get(bundle.rollout_id)
         if step is None:
             continue
-        responses = {p.rollout.get("index"): p.rollout.get("response_ids") for p in step.pairs
-                     if p.rollout is not None and p.rollout.get("index") is not None}
+        responses = {
+            p.rollout.get("index"): p.rollout.get("response_ids") for p in step.pairs if p.rollout is not None and p.rollout.get("index") is not None
+        }
         for index, start, end in bundle.segments:
             expected = responses.get(index)
             if expected is None:
@@ -118,9 +124,9 @@ def bundle_identity(bundles: list, dumps: RunDumps, comparison) -> None:
             comparison.count("probe_bundle.targets")
             got = bundle.targets[start:end].numpy()
             if got.shape != expected.shape or (got != expected).any():
-                comparison.mismatches.append(FieldMismatch(
-                    step.rollout_id, index, "probe_bundle.targets", "identity",
-                    _describe_targets(got, expected)))
+                comparison.mismatches.append(
+                    FieldMismatch(step.rollout_id, index, "probe_bundle.targets", "identity", _describe_targets(got, expected))
+                )
 
 
 def _describe_targets(got, expected) -> str:
@@ -180,7 +186,11 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
         return _verdict(number, "skipped", f"{what}: not evaluated ({reasons})", evidence)
     localised = [r for r in evaluated if r["localised"]]
     skipped = len(results) - len(evaluated)
-    what = f"{what} ({skipped} of {len(results)} bundles not evaluated: {results[0].get('skipped') or next(r['skipped'] for r in results if r.get('skipped'))})" if skipped else what
+    what = (
+        f"{what} ({skipped} of {len(results)} bundles not evaluated: {results[0].get('skipped') or next(r['skipped'] for r in results if r.get('skipped'))})"
+        if skipped
+        else what
+    )
     if localised and len(localised) == len(evaluated):
         # The boundary most bundles point to (bundles hold a few samples each; one may disagree).
         votes = Counter(r["boundary"] for r in localised)
@@ -188,17 +198,20 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
         chosen = next(r for r in localised if r["boundary"] == boundary)
         evidence["side"], evidence["policy"] = chosen.get("side"), chosen.get("policy")
         evidence["boundary_votes"] = dict(votes)
-        return _verdict(number, "fail", f"{what}: boundary localised in {len(localised)} of {len(evaluated)} bundles "
-                        f"({votes[boundary]} name it): {boundary}", evidence, boundary)
+        return _verdict(
+            number,
+            "fail",
+            f"{what}: boundary localised in {len(localised)} of {len(evaluated)} bundles ({votes[boundary]} name it): {boundary}",
+            evidence,
+            boundary,
+        )
     tail = f" (a difference in only {len(localised)} of {len(evaluated)} bundles is not a stable boundary)" if localised else ""
     return _verdict(number, "pass", f"{what}: within the fp32 floor on every bundle{tail}", evidence)
 
 
-def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, limits: dict,
-                  dumps: RunDumps, comparison=None) -> list[ProbeVerdict]:
+def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, limits: dict, dumps: RunDumps, comparison=None) -> list[ProbeVerdict]:
     from harness.attribution.probe_contract import flag_membership, probe_contract
-    from harness.attribution.probe_numerics import (BundleNumerics, probe_lse_split, probe_logits, probe_paths,
-                                                  probe_vocab_parallel)
+    from harness.attribution.probe_numerics import BundleNumerics, probe_logits, probe_lse_split, probe_paths, probe_vocab_parallel
 
     per_probe: dict[int, list[dict]] = {n: [] for n in (3, 4, 5, 6, 7)}
     for bundle in bundles:
@@ -212,9 +225,11 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
             results.extend({"file": p.split(":")[0], "skipped": p, "evidence": {}, "localised": False} for p in problems)
     inconsistent = [r["file"] for r in per_probe[3] if r.get("evidence", {}).get("bundle_inconsistent")]
     if inconsistent:
-        problems.append(f"{', '.join(inconsistent)}: the bundle's hidden states and LM-head weight do not reproduce its "
-                        "own trainer log-probs within the fp32 floor (a weight captured after the optimizer step?); "
-                        "probe 3 cannot localise drift upstream of the LM head (code: bundle_inconsistent)")
+        problems.append(
+            f"{', '.join(inconsistent)}: the bundle's hidden states and LM-head weight do not reproduce its "
+            "own trainer log-probs within the fp32 floor (a weight captured after the optimizer step?); "
+            "probe 3 cannot localise drift upstream of the LM head (code: bundle_inconsistent)"
+        )
     verdicts = {n: _numeric_verdict(n, per_probe[n], PROBE_NAMES[n]) for n in (3, 4, 5, 7)}
     contract_mismatches = comparison.group("contract") if comparison is not None else []
     verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches)
@@ -222,21 +237,35 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
 
 
 def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, mismatches: list) -> ProbeVerdict:
-    evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results], "dump_filter_flags": flags,
-                "recorded_contract_mismatches": [m.line() for m in mismatches[:MAX_LINES]]}
+    evidence = {
+        "bundles": [{"file": r["file"], **r["evidence"]} for r in results],
+        "dump_filter_flags": flags,
+        "recorded_contract_mismatches": [m.line() for m in mismatches[:MAX_LINES]],
+    }
     if mismatches:
         fields = ", ".join(sorted({m.field for m in mismatches}))
-        return _verdict(6, "fail", f"semantic: the sides recorded different sampling parameters ({fields}): "
-                        f"{mismatches[0].line()}", evidence, "sampling contract (recorded sampling parameters)")
+        return _verdict(
+            6,
+            "fail",
+            f"semantic: the sides recorded different sampling parameters ({fields}): {mismatches[0].line()}",
+            evidence,
+            "sampling contract (recorded sampling parameters)",
+        )
     evaluated = [r for r in results if not r.get("skipped")]
     failed = [r for r in evaluated if r.get("failed")]
     if evaluated and len(failed) == len(evaluated):
-        return _verdict(6, "fail", f"semantic: {failed[0]['verdict']}", evidence,
-                        "sampling contract (temperature / top-k / top-p processed log-probs)")
+        return _verdict(
+            6, "fail", f"semantic: {failed[0]['verdict']}", evidence, "sampling contract (temperature / top-k / top-p processed log-probs)"
+        )
     if flags["sampled_outside_flagged_set"] and settings.filters_on:
-        return _verdict(6, "fail", f"semantic: {flags['sampled_outside_flagged_set']} sampled tokens lie outside the "
-                        "rollout's own top-k/top-p set (the filter did not apply to sampling)", evidence,
-                        "sampling contract (retained top-k/top-p set)")
+        return _verdict(
+            6,
+            "fail",
+            f"semantic: {flags['sampled_outside_flagged_set']} sampled tokens lie outside the "
+            "rollout's own top-k/top-p set (the filter did not apply to sampling)",
+            evidence,
+            "sampling contract (retained top-k/top-p set)",
+        )
     if not evaluated:
         return _verdict(6, "skipped", "no probe bundle with both sides' log-probs; contract not checked", evidence)
     return _verdict(6, "pass", "trainer and rollout follow the same sampling contract (temperature, top-k/top-p)", evidence)
@@ -275,5 +304,12 @@ def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
     warnings = list(dumps.warnings) + problems + [f"run: {p}" for p in run.problems]
     if not bundles and not problems:
         warnings.append(f"{run.path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 skipped (code: probe_bundle_missing)")
-    return ProbeReport(run=run.id, probes=verdicts, drift_class=drift_class, decided_by=decided_by,
-                       boundary=boundary, complete=all(v.status != "skipped" for v in verdicts), warnings=warnings)
+    return ProbeReport(
+        run=run.id,
+        probes=verdicts,
+        drift_class=drift_class,
+        decided_by=decided_by,
+        boundary=boundary,
+        complete=all(v.status != "skipped" for v in verdicts),
+        warnings=warnings,
+    )

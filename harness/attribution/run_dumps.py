@@ -157,7 +157,7 @@ def _normalise(raw: dict, keys: dict, source: str) -> Side:
     # Derive what VIME leaves implicit: prompt and response ids from the row and its length.
     tokens, length = out.get("tokens"), out.get("response_length")
     if tokens is not None and length is not None and 0 <= length <= tokens.size:
-        out.setdefault("response_ids", tokens[tokens.size - length:])
+        out.setdefault("response_ids", tokens[tokens.size - length :])
         out.setdefault("prompt_ids", tokens[: tokens.size - length])
     return Side(out, source)
 
@@ -205,8 +205,7 @@ def _row_key(side: Side) -> str:
     return digest.hexdigest()
 
 
-def _pair_step(rollout_id: int, rollout: list[Side] | None, ranks: dict[int, list[Side]],
-               warnings: list[str]) -> list[SamplePair]:
+def _pair_step(rollout_id: int, rollout: list[Side] | None, ranks: dict[int, list[Side]], warnings: list[str]) -> list[SamplePair]:
     if not ranks:
         return [SamplePair(rollout_id, i, s.get("index"), s, None) for i, s in enumerate(rollout or [])]
     by_index = {s.get("index"): s for s in rollout or [] if s.get("index") is not None}
@@ -228,11 +227,15 @@ def _pair_step(rollout_id: int, rollout: list[Side] | None, ranks: dict[int, lis
                 elif index is None and row_position < len(rollout) and len(ranks) == 1:
                     partner = rollout[row_position]
                     if position == 0:
-                        warnings.append(f"rollout {rollout_id}: train dump has no sample_indices; paired with the "
-                                        "rollout dump by position (code: sample_index_missing)")
+                        warnings.append(
+                            f"rollout {rollout_id}: train dump has no sample_indices; paired with the "
+                            "rollout dump by position (code: sample_index_missing)"
+                        )
                 else:
-                    warnings.append(f"rollout {rollout_id}: train sample {row_position} of rank {rank} (index {index}) "
-                                    "has no rollout-dump sample (code: unmatched_sample)")
+                    warnings.append(
+                        f"rollout {rollout_id}: train sample {row_position} of rank {rank} (index {index}) "
+                        "has no rollout-dump sample (code: unmatched_sample)"
+                    )
             pairs.append(SamplePair(rollout_id, position, index, partner, side, rank))
             position += 1
         taken.update(mine)
@@ -250,7 +253,7 @@ def read_run_dumps(dumps_dir: Path, trust: bool = False) -> RunDumps:
     files: dict[int, list[str]] = {}
     probes: dict[int, Path] = {}
     for path in sorted(dumps_dir.glob("*.pt")):
-        if (m := _PROBE_FILE.search(path.name)):
+        if m := _PROBE_FILE.search(path.name):
             probes[int(m.group(1))] = path
             continue
         rollout_match, train_match = _ROLLOUT_FILE.search(path.name), _TRAIN_FILE.search(path.name)
@@ -263,8 +266,10 @@ def read_run_dumps(dumps_dir: Path, trust: bool = False) -> RunDumps:
             continue
         named_id = int((rollout_match or train_match).group(1))
         if int(data["rollout_id"]) != named_id:
-            result.warnings.append(f"{path}: key 'rollout_id' is {data['rollout_id']} but the file name says {named_id}; "
-                                   "a dump from another run or step? (code: rollout_id_mismatch)")
+            result.warnings.append(
+                f"{path}: key 'rollout_id' is {data['rollout_id']} but the file name says {named_id}; "
+                "a dump from another run or step? (code: rollout_id_mismatch)"
+            )
             continue
         try:
             if rollout_match:
@@ -279,11 +284,13 @@ def read_run_dumps(dumps_dir: Path, trust: bool = False) -> RunDumps:
     for rollout_id in sorted(set(rollouts) | set(trains) | set(probes)):
         step = StepDumps(rollout_id, files=files.get(rollout_id, []), probe_file=probes.get(rollout_id))
         if rollout_id not in trains and rollout_id in rollouts:
-            result.warnings.append(f"rollout {rollout_id}: no train_{rollout_id}_<rank>.pt dump; trainer log-probs "
-                                   "unavailable (code: missing_train_dump)")
+            result.warnings.append(
+                f"rollout {rollout_id}: no train_{rollout_id}_<rank>.pt dump; trainer log-probs unavailable (code: missing_train_dump)"
+            )
         if rollout_id not in rollouts and rollout_id in trains:
-            result.warnings.append(f"rollout {rollout_id}: no rollout_{rollout_id}.pt dump; rollout-side identity "
-                                   "cannot be checked (code: missing_rollout_dump)")
+            result.warnings.append(
+                f"rollout {rollout_id}: no rollout_{rollout_id}.pt dump; rollout-side identity cannot be checked (code: missing_rollout_dump)"
+            )
         step.pairs = _pair_step(rollout_id, rollouts.get(rollout_id), trains.get(rollout_id, {}), result.warnings)
         result.steps[rollout_id] = step
     return result

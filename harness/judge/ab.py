@@ -74,16 +74,23 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"}
     sampling = differing & set(knobs.ab.sampling_contract_flags.flags)
     if sampling:
-        problems.append("the candidate changes the sampled-token contract: " + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(sampling)))
+        problems.append(
+            "the candidate changes the sampled-token contract: " + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(sampling))
+        )
     other = differing - operator_flags - sampling
     if other:
-        problems.append("the resolved specs differ outside the operator path (knobs/ab.yaml): " + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(other)))
+        problems.append(
+            "the resolved specs differ outside the operator path (knobs/ab.yaml): "
+            + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(other))
+        )
     if not differing & operator_flags:
         problems.append("the candidate changes no operator-path flag (knobs/ab.yaml): it is the baseline again")
     fa, fb = prompts_fingerprint(a.get("prompt-data")), prompts_fingerprint(b.get("prompt-data"))
     if fa != fb or fa is None:
-        problems.append(f"the prompt files differ in content or cannot be read (sha256 {str(fa)[:12]} vs {str(fb)[:12]}; "
-                        f"--prompt-data {a.get('prompt-data')!r} vs {b.get('prompt-data')!r})")
+        problems.append(
+            f"the prompt files differ in content or cannot be read (sha256 {str(fa)[:12]} vs {str(fb)[:12]}; "
+            f"--prompt-data {a.get('prompt-data')!r} vs {b.get('prompt-data')!r})"
+        )
     ia, ib = _environment_identity(baseline), _environment_identity(candidate)
     for key in ia:
         if ia[key] != ib[key]:
@@ -93,8 +100,10 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     if not decisions:
         problems.append("the candidate logged no rl_kernel.execution_decision records: nothing proves its path ran")
     for record in fallbacks(decisions)[:3]:
-        problems.append(f"the candidate fell back (log.txt line {record['_line']}): requested {record.get('requested_backend')!r}, "
-                        f"ran {record.get('actual_backend')!r}, decision {record.get('decision')!r}, reason {record.get('fallback_reason')!r}")
+        problems.append(
+            f"the candidate fell back (log.txt line {record['_line']}): requested {record.get('requested_backend')!r}, "
+            f"ran {record.get('actual_backend')!r}, decision {record.get('decision')!r}, reason {record.get('fallback_reason')!r}"
+        )
     return problems
 
 
@@ -113,8 +122,9 @@ def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     if diff is None:
         return Answer(question, False, "too few steps to compare")
     passed = diff.excludes_zero and diff.diff < 0
-    message = (f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), difference CI [{diff.low:+.4g}, {diff.high:+.4g}]: "
-               + ("reduced" if passed else "not measurably reduced"))
+    message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), difference CI [{diff.low:+.4g}, {diff.high:+.4g}]: " + (
+        "reduced" if passed else "not measurably reduced"
+    )
     return Answer(question, passed, message, {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high]})
 
 
@@ -125,8 +135,10 @@ def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
         return Answer(question, False, "too few steps to compare")
     allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
     passed = diff.low >= -allowed
-    message = (f"reward {a:.3f} -> {b:.3f}, difference CI [{diff.low:+.3f}, {diff.high:+.3f}]; allowed drop "
-               f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped"))
+    message = (
+        f"reward {a:.3f} -> {b:.3f}, difference CI [{diff.low:+.3f}, {diff.high:+.3f}]; allowed drop "
+        f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped")
+    )
     return Answer(question, passed, message, {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high]})
 
 
@@ -157,8 +169,10 @@ def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
     allowed = knobs.threshold("ab_mode_consistency_max_rel_gap") * max(abs(v) for v in values)
     same_sign = all(e["excludes_zero"] for e in effects.values()) and len({np.sign(v) for v in values}) == 1
     passed = same_sign and gap <= allowed
-    message = ", ".join(f"{mode}: {e['relative_change']:+.0%}" for mode, e in effects.items()) + \
-        f"; gap {gap:.0%} vs allowed {allowed:.0%} (thresholds.ab_mode_consistency_max_rel_gap)"
+    message = (
+        ", ".join(f"{mode}: {e['relative_change']:+.0%}" for mode, e in effects.items())
+        + f"; gap {gap:.0%} vs allowed {allowed:.0%} (thresholds.ab_mode_consistency_max_rel_gap)"
+    )
     return Answer(question, passed, message, effects)
 
 

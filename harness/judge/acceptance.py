@@ -18,8 +18,16 @@ from harness.spec import Knobs
 
 # The failures the seed names ("NCCL, HTTP, CUDA illegal access, or OOM"), plus the ones that
 # are the same failure seen from another side (a dead engine, a refused connection, a timeout).
-BLOCKING_SIGNATURES = {"nccl-error", "http-error", "cuda-illegal-memory-access", "cuda-oom",
-                       "engine-dead", "connection-refused", "timeout", "ray-actor-died"}
+BLOCKING_SIGNATURES = {
+    "nccl-error",
+    "http-error",
+    "cuda-illegal-memory-access",
+    "cuda-oom",
+    "engine-dead",
+    "connection-refused",
+    "timeout",
+    "ray-actor-died",
+}
 
 
 @dataclass
@@ -47,7 +55,10 @@ def completes_without_failures(ctx: JudgeContext) -> Verdict:
         shown = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
         problems.append(f"only {len(steps)} rollout steps logged ({shown}); thresholds.min_rollout_steps = {needed}")
     if run.status is not None and run.status.state != "finished":
-        problems.append(f"run state is {run.status.state!r}" + (f" ({run.status.failure.signature} at log line {run.status.failure.line})" if run.status.failure else ""))
+        problems.append(
+            f"run state is {run.status.state!r}"
+            + (f" ({run.status.failure.signature} at log line {run.status.failure.line})" if run.status.failure else "")
+        )
     evidence = {"steps_logged": len(steps), "blocking_failures": [f.model_dump() for f in failures]}
     if problems:
         return Verdict(False, "; ".join(problems), evidence)
@@ -63,20 +74,33 @@ def reward_does_not_collapse(ctx: JudgeContext) -> Verdict:
     if bad:
         return Verdict(False, f"{RAW_REWARD} is missing or not finite at steps {bad[:10]}", {"bad_steps": bad})
     if len(values) < 2 * window:
-        return Verdict(False, f"{RAW_REWARD}: {len(values)} steps logged, need {2 * window} (two windows of thresholds.reward_window_steps = {window})")
+        return Verdict(
+            False, f"{RAW_REWARD}: {len(values)} steps logged, need {2 * window} (two windows of thresholds.reward_window_steps = {window})"
+        )
     means = np.convolve(values, np.ones(window) / window, mode="valid")
     best = int(np.argmax(means))
     late = float(means[-1])
-    evidence = {"window": window, "best_window_steps": [steps[best], steps[best + window - 1]],
-                "best_window_mean": float(means[best]), "late_window_mean": late,
-                "late_window_steps": [steps[-window], steps[-1]]}
+    evidence = {
+        "window": window,
+        "best_window_steps": [steps[best], steps[best + window - 1]],
+        "best_window_mean": float(means[best]),
+        "late_window_mean": late,
+        "late_window_steps": [steps[-window], steps[-1]],
+    }
     if late < floor:
-        return Verdict(False, f"{RAW_REWARD} collapsed: mean of steps {steps[-window]}-{steps[-1]} = {late:.3f} "
-                              f"< thresholds.reward_min_late_mean = {floor}", evidence)
+        return Verdict(
+            False,
+            f"{RAW_REWARD} collapsed: mean of steps {steps[-window]}-{steps[-1]} = {late:.3f} < thresholds.reward_min_late_mean = {floor}",
+            evidence,
+        )
     if late < ratio * means[best]:
-        return Verdict(False, f"{RAW_REWARD} collapsed: mean of steps {steps[-window]}-{steps[-1]} = {late:.3f} "
-                              f"< {ratio} x best window (steps {steps[best]}-{steps[best + window - 1]}, mean {means[best]:.3f}) "
-                              f"(thresholds.reward_collapse_ratio)", evidence)
+        return Verdict(
+            False,
+            f"{RAW_REWARD} collapsed: mean of steps {steps[-window]}-{steps[-1]} = {late:.3f} "
+            f"< {ratio} x best window (steps {steps[best]}-{steps[best + window - 1]}, mean {means[best]:.3f}) "
+            f"(thresholds.reward_collapse_ratio)",
+            evidence,
+        )
     return Verdict(True, f"late-window reward {late:.3f} vs best window {means[best]:.3f}: no collapse", evidence)
 
 
@@ -108,18 +132,29 @@ def mismatch_above_near_aligned(ctx: JudgeContext) -> Verdict:
     if len(baseline) < 3 or len(reference) < 3:
         return Verdict(False, f"too few steps after warm-up to compare (baseline {len(baseline)}, near-aligned {len(reference)})")
     diff = stats.block_bootstrap_diff_ci(reference, baseline, confidence=confidence)
-    evidence = {"near_aligned_run": near.id, "baseline_mean": float(np.mean(baseline)),
-                "near_aligned_mean": float(np.mean(reference)), "diff": diff.diff, "ci": [diff.low, diff.high]}
-    head = (f"abs-diff {evidence['baseline_mean']:.4g} vs near-aligned {evidence['near_aligned_mean']:.4g}: "
-            f"difference {diff.diff:.4g}, {confidence:.0%} CI [{diff.low:.4g}, {diff.high:.4g}]")
+    evidence = {
+        "near_aligned_run": near.id,
+        "baseline_mean": float(np.mean(baseline)),
+        "near_aligned_mean": float(np.mean(reference)),
+        "diff": diff.diff,
+        "ci": [diff.low, diff.high],
+    }
+    head = (
+        f"abs-diff {evidence['baseline_mean']:.4g} vs near-aligned {evidence['near_aligned_mean']:.4g}: "
+        f"difference {diff.diff:.4g}, {confidence:.0%} CI [{diff.low:.4g}, {diff.high:.4g}]"
+    )
     if diff.low <= 0:
         return Verdict(False, f"{head} includes zero or lies below it: not measurably above the near-aligned rung", evidence)
     if diff.diff < min_delta:
         return Verdict(False, f"{head}: below thresholds.rung_min_abs_delta = {min_delta}", evidence)
     ceiling = ctx.threshold("vime_hardcoded_max_abs_diff")
     if evidence["baseline_mean"] > ceiling:
-        return Verdict(False, f"{head}: measurable, but above VIME's own bound thresholds.vime_hardcoded_max_abs_diff = {ceiling} "
-                              "(seed: if the mismatch is too large, reduce the sampling filters)", evidence)
+        return Verdict(
+            False,
+            f"{head}: measurable, but above VIME's own bound thresholds.vime_hardcoded_max_abs_diff = {ceiling} "
+            "(seed: if the mismatch is too large, reduce the sampling filters)",
+            evidence,
+        )
     return Verdict(True, head, evidence)
 
 
@@ -142,11 +177,19 @@ def stable_under_aa(ctx: JudgeContext) -> Verdict:
     if len(a) < 3 or len(b) < 3:
         return Verdict(False, f"A/A over {how}: too few steps after warm-up ({len(a)} and {len(b)})")
     check = stats.aa_check(a, b, rel_tol=rel_tol)
-    evidence = {"compared": how, "mean_a": check.mean_a, "mean_b": check.mean_b, "rel_diff": check.rel_diff,
-                "rel_ci": [check.rel_ci_low, check.rel_ci_high], "rel_tol": rel_tol}
-    message = (f"A/A over {how}: means {check.mean_a:.4g} and {check.mean_b:.4g}, relative difference "
-               f"{check.rel_diff:+.1%} (CI [{check.rel_ci_low:+.1%}, {check.rel_ci_high:+.1%}]) vs thresholds.aa_max_rel_diff "
-               f"{rel_tol:.0%}: {check.reason}")
+    evidence = {
+        "compared": how,
+        "mean_a": check.mean_a,
+        "mean_b": check.mean_b,
+        "rel_diff": check.rel_diff,
+        "rel_ci": [check.rel_ci_low, check.rel_ci_high],
+        "rel_tol": rel_tol,
+    }
+    message = (
+        f"A/A over {how}: means {check.mean_a:.4g} and {check.mean_b:.4g}, relative difference "
+        f"{check.rel_diff:+.1%} (CI [{check.rel_ci_low:+.1%}, {check.rel_ci_high:+.1%}]) vs thresholds.aa_max_rel_diff "
+        f"{rel_tol:.0%}: {check.reason}"
+    )
     return Verdict(check.stable, message, evidence)
 
 
@@ -169,10 +212,21 @@ def record_is_complete(ctx: JudgeContext) -> Verdict:
     evidence = {name: (value if not isinstance(value, list) else f"{len(value)} argv items") for name, value in fields.items()}
     if missing:
         return Verdict(False, f"run record {run.id} lacks: {', '.join(missing)} (environment.json / spec.yaml / argv.json / log.txt)", evidence)
-    return Verdict(True, f"commit {str(commit)[:12]}, image {fields['image']}, mode {fields['mode']}, {len(run.argv)} argv items, log at {fields['log']}", evidence)
+    return Verdict(
+        True,
+        f"commit {str(commit)[:12]}, image {fields['image']}, mode {fields['mode']}, {len(run.argv)} argv items, log at {fields['log']}",
+        evidence,
+    )
 
 
 CHECKS: dict[str, Callable[[JudgeContext], Verdict]] = {
-    fn.__name__: fn for fn in (completes_without_failures, reward_does_not_collapse, abs_diff_present_every_step,
-                               mismatch_above_near_aligned, stable_under_aa, record_is_complete)
+    fn.__name__: fn
+    for fn in (
+        completes_without_failures,
+        reward_does_not_collapse,
+        abs_diff_present_every_step,
+        mismatch_above_near_aligned,
+        stable_under_aa,
+        record_is_complete,
+    )
 }

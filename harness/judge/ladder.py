@@ -44,8 +44,7 @@ class RungJudgement:
     def summary(self) -> str:
         head = f"{self.rung}: abs-diff mean {self.child_mean:.4g}"
         if self.diff is not None:
-            head += (f" vs {self.parent} {self.parent_mean:.4g}: delta {self.diff.diff:+.4g} "
-                     f"[{self.diff.low:+.4g}, {self.diff.high:+.4g}]")
+            head += f" vs {self.parent} {self.parent_mean:.4g}: delta {self.diff.diff:+.4g} [{self.diff.low:+.4g}, {self.diff.high:+.4g}]"
         return f"{head}; observed {self.observed_direction}, class {self.drift_class} ({'; '.join(self.reasons)})"
 
 
@@ -54,8 +53,11 @@ def _series(run: Run, warmup: int) -> list[float]:
 
 
 def replay_is_identity(flags: dict) -> bool:
-    return (float(flags.get("rollout-temperature", 1.0)) == 1.0 and float(flags.get("rollout-top-p", 1.0)) >= 1.0
-            and int(flags.get("rollout-top-k", -1)) <= 0)
+    return (
+        float(flags.get("rollout-temperature", 1.0)) == 1.0
+        and float(flags.get("rollout-top-p", 1.0)) >= 1.0
+        and int(flags.get("rollout-top-k", -1)) <= 0
+    )
 
 
 def changed_flags(child: Run, parent: Run) -> set[str]:
@@ -63,15 +65,16 @@ def changed_flags(child: Run, parent: Run) -> set[str]:
     return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
 
 
-def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
-               framework_checks: Callable[[Run], list[str]] | None = None) -> RungJudgement:
+def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], framework_checks: Callable[[Run], list[str]] | None = None) -> RungJudgement:
     """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `framework_checks(run)`
     returns the failed framework probes' messages (empty when sample identity and weights agree)."""
     warmup = int(knobs.threshold("warmup_steps"))
     child = fetch(rung.id)
     child_values = _series(child, warmup)
     if len(child_values) < 3:
-        return RungJudgement(rung.id, rung.parent, float("nan"), problems=[f"{rung.id}: only {len(child_values)} finite abs-diff values after warm-up"])
+        return RungJudgement(
+            rung.id, rung.parent, float("nan"), problems=[f"{rung.id}: only {len(child_values)} finite abs-diff values after warm-up"]
+        )
     judgement = RungJudgement(rung.id, rung.parent, float(np.mean(child_values)))
     judgement.evidence["child_run"] = child.id
     if rung.parent is None:
@@ -96,9 +99,11 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
     flat_rel = knobs.threshold("rung_flat_max_rel_delta")
     relative = abs(diff.diff) / judgement.parent_mean if judgement.parent_mean else float("inf")
     if not diff.excludes_zero or abs(diff.diff) < min_delta or relative <= flat_rel:
-        judgement.reasons.append(f"delta {diff.diff:+.3g} ({relative:.0%} of the parent) is not an effect: CI "
-                                 f"[{diff.low:+.3g}, {diff.high:+.3g}], thresholds.rung_min_abs_delta {min_delta}, "
-                                 f"thresholds.rung_flat_max_rel_delta {flat_rel:.0%}")
+        judgement.reasons.append(
+            f"delta {diff.diff:+.3g} ({relative:.0%} of the parent) is not an effect: CI "
+            f"[{diff.low:+.3g}, {diff.high:+.3g}], thresholds.rung_min_abs_delta {min_delta}, "
+            f"thresholds.rung_flat_max_rel_delta {flat_rel:.0%}"
+        )
         judgement.observed_direction = "flat"
         return judgement
     drifting, steadier = (child, parent) if diff.diff > 0 else (parent, child)
@@ -117,8 +122,7 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
         replayed_values = _series(replayed, warmup)
         remaining = float(np.mean(replayed_values)) - float(np.mean(_series(steadier, warmup)))
         removed = 1.0 - remaining / abs(diff.diff)
-        judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)),
-                                   "removed_fraction": removed})
+        judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)), "removed_fraction": removed})
         judgement.reasons.append(f"replaying the processed contract on {drifting_rung} removes {removed:.0%} of the delta")
     else:
         removed = None
@@ -134,8 +138,10 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run],
         judgement.reasons.append(f"the delta survives aligned semantics and the rung changes only precision or workload flags {sorted(changed)}")
     else:
         judgement.drift_class = "candidate-operator"
-        judgement.reasons.append(f"the delta survives aligned semantics and framework checks; changed flags {sorted(changed - explained)} "
-                                 "are neither precision nor workload knobs")
+        judgement.reasons.append(
+            f"the delta survives aligned semantics and framework checks; changed flags {sorted(changed - explained)} "
+            "are neither precision nor workload knobs"
+        )
     return judgement
 
 
@@ -155,16 +161,18 @@ def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
         "max_rel_ci_halfwidth": (high - low) / 2 / summary.mean if summary.mean else float("inf"),
         "max_rel_trend": abs(summary.slope) * (steps[-1] - steps[0]) / summary.mean if summary.mean else float("inf"),
     }
-    what = {"max_abs_diff": "mean abs-diff", "max_rel_ci_halfwidth": "CI half-width / mean",
-            "max_rel_trend": "trend over the run / mean"}
-    figures = (f"mean {summary.mean:.4g}, CI [{low:.4g}, {high:.4g}], trend {observed['max_rel_trend']:.0%} of the mean "
-               f"over steps {steps[0]}-{steps[-1]}, per-step CV {summary.cv:.2f}")
+    what = {"max_abs_diff": "mean abs-diff", "max_rel_ci_halfwidth": "CI half-width / mean", "max_rel_trend": "trend over the run / mean"}
+    figures = (
+        f"mean {summary.mean:.4g}, CI [{low:.4g}, {high:.4g}], trend {observed['max_rel_trend']:.0%} of the mean "
+        f"over steps {steps[0]}-{steps[-1]}, per-step CV {summary.cv:.2f}"
+    )
     findings = []
     for bound, name in bounds.items():
         limit = knobs.threshold(name)
         if not observed[bound] <= limit:
-            findings.append(f"{rung.id}: {what[bound]} {observed[bound]:.4g} > thresholds.{name} {limit:g} "
-                            f"(ladder/{rung.id}.yaml expect.{bound}); {figures}")
+            findings.append(
+                f"{rung.id}: {what[bound]} {observed[bound]:.4g} > thresholds.{name} {limit:g} (ladder/{rung.id}.yaml expect.{bound}); {figures}"
+            )
     return findings
 
 

@@ -301,11 +301,7 @@ def aa_check(
     else:
         stable = abs(rel) <= rel_tol
     verdict = "stable" if stable else "not stable"
-    rule = (
-        f"{confidence:.0%} interval inside +/-{rel_tol:.1%}"
-        if criterion == "equivalence"
-        else f"|difference| <= {rel_tol:.1%}"
-    )
+    rule = f"{confidence:.0%} interval inside +/-{rel_tol:.1%}" if criterion == "equivalence" else f"|difference| <= {rel_tol:.1%}"
     reason = (
         f"A/A relative difference {rel:+.1%} (means {mean_a:.6g} vs {mean_b:.6g}, "
         f"{confidence:.0%} CI {low:+.1%}..{high:+.1%}); rule: {rule}: {verdict}"

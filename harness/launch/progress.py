@@ -21,7 +21,7 @@ class RunProgress:
         self._task = self._progress.add_task("run", total=total_steps, run=run_id, diff="-", reward="-", step_time="-")
         self._steps: set[int] = set()
 
-    def __enter__(self) -> "RunProgress":
+    def __enter__(self) -> RunProgress:
         self._progress.start()
         return self
 

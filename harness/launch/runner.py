@@ -21,9 +21,9 @@ from filelock import FileLock
 
 from harness.launch.progress import RunProgress
 from harness.launch.sources import LocalProcess, RayJob, trainer_still_running
+from harness.launch.trainer import output_flags, trainer_command
 from harness.records.atomic import atomic_write_json
 from harness.records.commit import harness_commit
-from harness.launch.trainer import output_flags, trainer_command
 from harness.records.environment import collect_environment
 from harness.records.failures import primary_failure
 from harness.records.logparse import LogParser

@@ -25,6 +25,7 @@ class HarnessCommit:
 
 def harness_commit() -> HarnessCommit:
     """Read now, not cached: another checkout state between two launches is another record."""
+
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""

@@ -80,8 +80,9 @@ def recorded_spec(mapping: dict | None, argv: list[str] | None) -> tuple[Recorde
                 key = ".".join(str(part) for part in error["loc"]) or "(top level)"
                 problems.append(f"{SPEC_FILE}: key {key!r}: {error['msg']} (found {error.get('input')!r})")
             # Keep the labels that are fine; a bad section reads as absent.
-            good = {k: v for k, v in mapping.items() if k in RecordedSpec.model_fields
-                    and not any(e["loc"] and e["loc"][0] == k for e in err.errors())}
+            good = {
+                k: v for k, v in mapping.items() if k in RecordedSpec.model_fields and not any(e["loc"] and e["loc"][0] == k for e in err.errors())
+            }
             spec = RecordedSpec.model_validate(good)
         spec = spec.model_copy(update={"recorded": True})
     if spec.flags:

@@ -1,14 +1,14 @@
 """The experiment record: Allure labels and attachments, plots, the summary table, the HTML report.
 
-    allure_attach  label_experiment / attach_run / attach_plot / attach_table, called by every
-                   experiment test; each is a no-op when pytest runs without --alluredir
-    plots          per-rung figures (abs-diff with the parent overlaid, reward, step-time breakdown)
-    audit_plots    dlogp histogram and worst-token table from an audit (plain arrays / dicts)
-    summary        the seed's summary table: SummaryRow, summary_row_from_run, write_summary
-    flags          describe_precision / describe_operator_path / describe_hardware of a run
-    summary_figure the summary table as a PNG (Allure shows images in full)
-    tables         rows as Markdown or CSV
-    envprops       environment.properties for the Allure results directory
-    report         build_report: the Allure 3 HTML report from reports/allure-results
-    command        `python -m harness report`
+allure_attach  label_experiment / attach_run / attach_plot / attach_table, called by every
+               experiment test; each is a no-op when pytest runs without --alluredir
+plots          per-rung figures (abs-diff with the parent overlaid, reward, step-time breakdown)
+audit_plots    dlogp histogram and worst-token table from an audit (plain arrays / dicts)
+summary        the seed's summary table: SummaryRow, summary_row_from_run, write_summary
+flags          describe_precision / describe_operator_path / describe_hardware of a run
+summary_figure the summary table as a PNG (Allure shows images in full)
+tables         rows as Markdown or CSV
+envprops       environment.properties for the Allure results directory
+report         build_report: the Allure 3 HTML report from reports/allure-results
+command        `python -m harness report`
 """

@@ -43,8 +43,9 @@ def session_commit() -> str:
     return harness_commit().short
 
 
-def label_experiment(stage: str, rung_or_criterion: str, check: str, mode: str, backend: str, run_id: str,
-                     *, seed: int | str | None = None, commit: str | None = None) -> None:
+def label_experiment(
+    stage: str, rung_or_criterion: str, check: str, mode: str, backend: str, run_id: str, *, seed: int | str | None = None, commit: str | None = None
+) -> None:
     if not allure_active():
         return
     allure.dynamic.epic(stage)
@@ -127,20 +128,20 @@ def attach_run(run) -> None:
     lines += [f"record problem: {problem}" for problem in run.problems]
     attach_text("\n".join(lines) + "\n", "run record")
     if run.spec.recorded:
-        attach_text(run.spec.as_yaml(), "resolved spec (spec.yaml)",
-                    allure.attachment_type.YAML)
+        attach_text(run.spec.as_yaml(), "resolved spec (spec.yaml)", allure.attachment_type.YAML)
     if run.argv is not None:
         attach_text(argv_text(run.argv), "argv")
     if run.environment is not None:
-        attach_text(json.dumps(run.environment, indent=2, default=str), "environment record",
-                    allure.attachment_type.JSON)
+        attach_text(json.dumps(run.environment, indent=2, default=str), "environment record", allure.attachment_type.JSON)
     log_path = run_path / "log.txt"
     failure = run.status.failure if run.status is not None else None
     if failure is not None:
         excerpt = log_excerpt(log_path, failure.line)
         if excerpt:
-            attach_text(f"failure: {failure.signature} at line {failure.line}: {failure.text}\n\n{excerpt}",
-                        f"log excerpt around the failure ({failure.signature})")
+            attach_text(
+                f"failure: {failure.signature} at line {failure.line}: {failure.text}\n\n{excerpt}",
+                f"log excerpt around the failure ({failure.signature})",
+            )
     elif run.status is not None and run.status.state in ("failed", "interrupted"):
         tail = log_tail(log_path)
         if tail:
@@ -168,6 +169,5 @@ def attach_table(rows: list[dict], name: str, *, columns: list[str] | None = Non
     not HTML) and as CSV (full precision, downloadable)."""
     if not allure_active():
         return
-    allure.attach(to_markdown(rows, columns, title=name, note=note), name=name, attachment_type=MARKDOWN,
-                  extension="md")
+    allure.attach(to_markdown(rows, columns, title=name, note=note), name=name, attachment_type=MARKDOWN, extension="md")
     allure.attach(to_csv(rows, columns), name=f"{name} (CSV)", attachment_type=allure.attachment_type.CSV)

@@ -17,9 +17,28 @@ from harness.report.plots import DPI, RUN_COLOUR, plt
 # Columns shown first when present, in this order (RL-Align's audit names and the obvious
 # spellings of the same facts); any other key follows in the order the audit gave it.
 WORST_TOKEN_COLUMNS = (
-    "rank", "abs_dlogp", "dlogp", "trainer_logprob", "rollout_logprob", "token", "token_text", "token_id",
-    "context", "sample", "sample_index", "position", "token_position", "response_length", "prompt_length",
-    "token_prob", "token_rank", "in_filter_set", "filter_edge", "vocab_shard", "experts", "rollout_id",
+    "rank",
+    "abs_dlogp",
+    "dlogp",
+    "trainer_logprob",
+    "rollout_logprob",
+    "token",
+    "token_text",
+    "token_id",
+    "context",
+    "sample",
+    "sample_index",
+    "position",
+    "token_position",
+    "response_length",
+    "prompt_length",
+    "token_prob",
+    "token_rank",
+    "in_filter_set",
+    "filter_edge",
+    "vocab_shard",
+    "experts",
+    "rollout_id",
 )
 PERCENTILES = (50, 90, 99)
 
@@ -29,8 +48,9 @@ def dlogp_histogram(dlogp, *, title: str = "dlogp = trainer − rollout (token-w
     values = np.asarray(dlogp, dtype=float).reshape(-1)
     finite = values[np.isfinite(values)]
     fig, (signed, absolute) = plt.subplots(1, 2, figsize=(10.0, 4.0), dpi=DPI, layout="constrained")
-    fig.suptitle(f"{title}: {len(finite)} tokens" + (f", {len(values) - len(finite)} non-finite left out"
-                                                     if len(finite) != len(values) else ""), fontsize=11)
+    fig.suptitle(
+        f"{title}: {len(finite)} tokens" + (f", {len(values) - len(finite)} non-finite left out" if len(finite) != len(values) else ""), fontsize=11
+    )
     for ax in (signed, absolute):
         ax.grid(True, alpha=0.3)
         ax.set_ylabel("tokens")

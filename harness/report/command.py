@@ -30,11 +30,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("report", help="build the HTML report (Allure 3) from the Allure results",
-                                   description="Build the Allure 3 report from pytest's --alluredir results, copy "
-                                               "summary.md beside it, and print the path of its index.html.")
+    parser = subparsers.add_parser(
+        "report",
+        help="build the HTML report (Allure 3) from the Allure results",
+        description="Build the Allure 3 report from pytest's --alluredir results, copy summary.md beside it, and print the path of its index.html.",
+    )
     parser.add_argument("--results", default=str(DEFAULT_RESULTS), help=f"Allure results directory (default: {DEFAULT_RESULTS})")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"report folder, emptied first (default: {DEFAULT_OUT})")
-    parser.add_argument("--folder", action="store_true",
-                        help="a multi-file report (serve it over HTTP) instead of one self-contained index.html")
+    parser.add_argument("--folder", action="store_true", help="a multi-file report (serve it over HTTP) instead of one self-contained index.html")
     parser.set_defaults(func=cmd_report)

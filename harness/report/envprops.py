@@ -37,8 +37,11 @@ def environment_properties(*, backend: str | None = None, mode: str | None = Non
         "harness.commit": (commit.commit or "unknown") + (" (dirty)" if commit.dirty else ""),
         "backend": backend or "not given",
         "mode": mode or "not given",
-        "hardware": (f"{gpus['count']}x {'/'.join(gpus.get('models') or [])}" if gpus.get("count")
-                     else f"CPU {cpu.get('model')}, {cpu.get('cores')} cores, no GPU"),
+        "hardware": (
+            f"{gpus['count']}x {'/'.join(gpus.get('models') or [])}"
+            if gpus.get("count")
+            else f"CPU {cpu.get('model')}, {cpu.get('cores')} cores, no GPU"
+        ),
         "python": platform.python_version(),
         "torch": _version(versions, "torch"),
         "vllm": _version(versions, "vllm"),
@@ -63,8 +66,9 @@ def render_properties(properties: dict[str, str]) -> str:
     return "".join(f"{_escape(k, key=True)}={_escape(v)}\n" for k, v in properties.items())
 
 
-def write_environment_properties(results_dir: str | Path, *, backend: str | None = None, mode: str | None = None,
-                                 overwrite: bool = True) -> Path | None:
+def write_environment_properties(
+    results_dir: str | Path, *, backend: str | None = None, mode: str | None = None, overwrite: bool = True
+) -> Path | None:
     """Write RESULTS/environment.properties; with overwrite=False keep an existing one. Returns the
     path written, or None when an existing file was kept."""
     from harness.records.atomic import atomic_write_text

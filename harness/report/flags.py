@@ -9,8 +9,16 @@ from __future__ import annotations
 from collections import Counter
 
 # vLLM's --dtype spellings (vLLM accepts these aliases) -> the table's words.
-_DTYPE_WORDS = {"bfloat16": "BF16", "bf16": "BF16", "float16": "FP16", "half": "FP16", "fp16": "FP16",
-                "float32": "FP32", "float": "FP32", "fp32": "FP32"}
+_DTYPE_WORDS = {
+    "bfloat16": "BF16",
+    "bf16": "BF16",
+    "float16": "FP16",
+    "half": "FP16",
+    "fp16": "FP16",
+    "float32": "FP32",
+    "float": "FP32",
+    "fp32": "FP32",
+}
 
 # Flag names that select a logprob operator path. RL-Kernel's linear_logp backend and any
 # embedded operator flag share these words; the processed-logprob replay is named on its own.

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
+
 # The stacked parts of a step, in the order they happen in a VIME rollout step.
 STEP_TIME_PARTS = {
     "perf/rollout_time": ("rollout (vLLM generate)", "#4c72b0"),
@@ -57,8 +58,7 @@ def _new_axes(title: str, ylabel: str) -> tuple[Figure, plt.Axes]:
 def _shade_warmup(ax, warmup: int, steps: np.ndarray) -> None:
     if warmup > 0 and len(steps):
         first = steps.min()
-        ax.axvspan(first - 0.5, first + warmup - 0.5, color=WARMUP_COLOUR, zorder=0,
-                   label=f"warm-up ({warmup} steps, excluded from means)")
+        ax.axvspan(first - 0.5, first + warmup - 0.5, color=WARMUP_COLOUR, zorder=0, label=f"warm-up ({warmup} steps, excluded from means)")
 
 
 def _legend_outside(ax) -> None:
@@ -67,8 +67,7 @@ def _legend_outside(ax) -> None:
 
 
 def _say_missing(ax, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in this run's records", ha="center", va="center",
-            transform=ax.transAxes, color="#a00000")
+    ax.text(0.5, 0.5, f"no {what} in this run's records", ha="center", va="center", transform=ax.transAxes, color="#a00000")
 
 
 def series_with_parent(run, parent, metric: str, *, title: str, ylabel: str, warmup: int = 0) -> Figure:
@@ -91,8 +90,7 @@ def series_with_parent(run, parent, metric: str, *, title: str, ylabel: str, war
         ax.plot(s, v, color=colour, linestyle=style, marker="o", markersize=3, linewidth=1.4, label=label)
         after = v[warmup:][np.isfinite(v[warmup:])]
         if len(after):
-            ax.axhline(after.mean(), color=colour, linestyle=":", linewidth=1,
-                       label=f"mean after warm-up {after.mean():.4g}")
+            ax.axhline(after.mean(), color=colour, linestyle=":", linewidth=1, label=f"mean after warm-up {after.mean():.4g}")
         if source is not run:
             positive += list(v[v > 0])
     # Rungs span 1e-7 (fp32 floor) to 1e-1 nats: a linear axis would flatten the smaller curve.
@@ -103,15 +101,20 @@ def series_with_parent(run, parent, metric: str, *, title: str, ylabel: str, war
 
 
 def abs_diff_figure(run, parent=None, *, warmup: int = 0) -> Figure:
-    return series_with_parent(run, parent, ABS_DIFF, warmup=warmup,
-                              title=f"{run_label(run)}: train_rollout_logprob_abs_diff per step",
-                              ylabel="|trainer − rollout| logprob (nats, sample mean)")
+    return series_with_parent(
+        run,
+        parent,
+        ABS_DIFF,
+        warmup=warmup,
+        title=f"{run_label(run)}: train_rollout_logprob_abs_diff per step",
+        ylabel="|trainer − rollout| logprob (nats, sample mean)",
+    )
 
 
 def reward_figure(run, parent=None, *, warmup: int = 0) -> Figure:
-    return series_with_parent(run, parent, RAW_REWARD, warmup=warmup,
-                              title=f"{run_label(run)}: rollout/raw_reward per step",
-                              ylabel="raw reward (mean over samples)")
+    return series_with_parent(
+        run, parent, RAW_REWARD, warmup=warmup, title=f"{run_label(run)}: rollout/raw_reward per step", ylabel="raw reward (mean over samples)"
+    )
 
 
 def step_time_figure(run) -> Figure:
@@ -132,8 +135,9 @@ def step_time_figure(run) -> Figure:
         ax.bar(steps, heights, bottom=bottom, color=colour, width=0.8, label=label)
         bottom += np.nan_to_num(heights)
     if len(total_steps):
-        ax.plot(total_steps, totals, color="black", marker="_", markersize=10, linestyle="none",
-                label=f"perf/step_time (mean {np.nanmean(totals):.3g} s)")
+        ax.plot(
+            total_steps, totals, color="black", marker="_", markersize=10, linestyle="none", label=f"perf/step_time (mean {np.nanmean(totals):.3g} s)"
+        )
     _legend_outside(ax)
     return fig
 

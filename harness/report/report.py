@@ -37,27 +37,28 @@ class ReportError(Exception):
 def allure_binary(repo_root: Path = REPO_ROOT) -> Path:
     node = shutil.which("node")
     if node is None:
-        raise ReportError("node not found on PATH: the report needs Node.js >= 20.19 "
-                          "(python3 tools/setup_env.py installs it, or apt-get install nodejs)")
+        raise ReportError(
+            "node not found on PATH: the report needs Node.js >= 20.19 (python3 tools/setup_env.py installs it, or apt-get install nodejs)"
+        )
     done = subprocess.run([node, "--version"], capture_output=True, text=True)
     match = re.match(r"v(\d+)\.(\d+)", done.stdout.strip())
     if match and (int(match.group(1)), int(match.group(2))) < MIN_NODE:
         raise ReportError(f"node {done.stdout.strip()} is too old: Allure 3 needs Node >= {MIN_NODE[0]}.{MIN_NODE[1]}")
     binary = repo_root / "node_modules" / ".bin" / "allure"
     if not binary.exists():
-        raise ReportError(f"Allure 3 is not installed in {repo_root / 'node_modules'}: run `npm ci` in {repo_root} "
-                          f"(python3 tools/setup_env.py does; package.json pins the npm package `allure`)")
+        raise ReportError(
+            f"Allure 3 is not installed in {repo_root / 'node_modules'}: run `npm ci` in {repo_root} "
+            f"(python3 tools/setup_env.py does; package.json pins the npm package `allure`)"
+        )
     return binary
 
 
 def check_results(results: Path) -> int:
     if not results.is_dir():
-        raise ReportError(f"{results}: no such results directory; run pytest with --alluredir={results} first "
-                          f"(make baseline does)")
+        raise ReportError(f"{results}: no such results directory; run pytest with --alluredir={results} first (make baseline does)")
     count = sum(1 for _ in results.glob("*-result.json"))
     if count == 0:
-        raise ReportError(f"{results}: holds no *-result.json; run pytest with --alluredir={results} first "
-                          f"(make baseline does)")
+        raise ReportError(f"{results}: holds no *-result.json; run pytest with --alluredir={results} first (make baseline does)")
     return count
 
 
@@ -67,15 +68,13 @@ def prepare_output(out: Path) -> None:
         raise ReportError(f"{out}: exists and is not a directory; pass another --out")
     if out.is_dir() and any(out.iterdir()):
         if not (out / MARKER).exists():
-            raise ReportError(f"{out}: not empty and not made by `python -m harness report`; "
-                              f"pass an empty or new --out (nothing was deleted)")
+            raise ReportError(f"{out}: not empty and not made by `python -m harness report`; pass an empty or new --out (nothing was deleted)")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("this folder is rebuilt (emptied) by `python -m harness report`\n")
 
 
-def build_report(results: Path, out: Path, *, summary_dir: Path | None = None, name: str = REPORT_NAME,
-                 single_file: bool = True) -> Path:
+def build_report(results: Path, out: Path, *, summary_dir: Path | None = None, name: str = REPORT_NAME, single_file: bool = True) -> Path:
     """Build the report; returns the path of its index.html. summary.md/.csv from `summary_dir`
     (default: the results directory's parent, i.e. reports/) are copied beside it."""
     from harness.report.envprops import write_environment_properties

@@ -20,11 +20,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DECLARE_DATA_EARLY = ("<script>window.allureReportData = window.allureReportData || {};"
-                      " window.allureReportDataReady = false;</script>")
+DECLARE_DATA_EARLY = "<script>window.allureReportData = window.allureReportData || {}; window.allureReportDataReady = false;</script>"
 # The loader tag and the inline gtag() config that follows it.
-ANALYTICS = re.compile(r'<script async src="https://www\.googletagmanager\.com/gtag/js[^"]*"></script>\s*'
-                       r"<script>\s*window\.dataLayer = .*?</script>", re.DOTALL)
+ANALYTICS = re.compile(
+    r'<script async src="https://www\.googletagmanager\.com/gtag/js[^"]*"></script>\s*'
+    r"<script>\s*window\.dataLayer = .*?</script>",
+    re.DOTALL,
+)
 
 
 def fix_single_file_report(index: Path) -> list[str]:

@@ -20,11 +20,38 @@ from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
 from harness.report.flags import describe_hardware, describe_operator_path, describe_precision
 from harness.report.tables import format_cell, to_csv, to_markdown
 
-COLUMNS = ("Run", "Hardware", "Mode", "Precision", "Operator Path", "Final Reward", "logprob_abs_diff Mean",
-           "abs_diff 95% CI", "Δ vs parent", "Step Time Mean", "Notes")
-CSV_COLUMNS = ("Run", "Run ID", "Run Directory", "Hardware", "Mode", "Precision", "Operator Path", "Final Reward",
-               "logprob_abs_diff Mean", "abs_diff CI Low", "abs_diff CI High", "Δ vs parent", "Δ CI Low",
-               "Δ CI High", "Step Time Mean (s)", "Steps Used", "Notes")
+COLUMNS = (
+    "Run",
+    "Hardware",
+    "Mode",
+    "Precision",
+    "Operator Path",
+    "Final Reward",
+    "logprob_abs_diff Mean",
+    "abs_diff 95% CI",
+    "Δ vs parent",
+    "Step Time Mean",
+    "Notes",
+)
+CSV_COLUMNS = (
+    "Run",
+    "Run ID",
+    "Run Directory",
+    "Hardware",
+    "Mode",
+    "Precision",
+    "Operator Path",
+    "Final Reward",
+    "logprob_abs_diff Mean",
+    "abs_diff CI Low",
+    "abs_diff CI High",
+    "Δ vs parent",
+    "Δ CI Low",
+    "Δ CI High",
+    "Step Time Mean (s)",
+    "Steps Used",
+    "Notes",
+)
 
 LEGEND = """\
 - **logprob_abs_diff Mean**: mean of train/train_rollout_logprob_abs_diff (VIME's per-sample token mean,
@@ -59,6 +86,7 @@ class SummaryRow:
 
     def display(self) -> dict[str, str]:
         """Cells as shown in Markdown and HTML ('—' where a figure is missing)."""
+
         def interval(ci, signed=False):
             if ci is None:
                 return "—"
@@ -66,13 +94,15 @@ class SummaryRow:
             return f"[{ci[0]:{spec}}, {ci[1]:{spec}}]"
 
         return {
-            "Run": self.run, "Hardware": self.hardware, "Mode": self.mode, "Precision": self.precision,
+            "Run": self.run,
+            "Hardware": self.hardware,
+            "Mode": self.mode,
+            "Precision": self.precision,
             "Operator Path": self.operator_path,
             "Final Reward": _figure(self.final_reward, ".3f"),
             "logprob_abs_diff Mean": _figure(self.abs_diff_mean, ".4g"),
             "abs_diff 95% CI": interval(self.abs_diff_ci),
-            "Δ vs parent": "—" if self.delta_vs_parent is None
-            else f"{self.delta_vs_parent:+.4g} {interval(self.delta_ci, signed=True)}",
+            "Δ vs parent": "—" if self.delta_vs_parent is None else f"{self.delta_vs_parent:+.4g} {interval(self.delta_ci, signed=True)}",
             "Step Time Mean": "—" if self.step_time_mean is None else f"{self.step_time_mean:.3g} s",
             "Notes": self.notes,
         }
@@ -82,19 +112,30 @@ class SummaryRow:
         ci = self.abs_diff_ci or (None, None)
         dci = self.delta_ci or (None, None)
         return {
-            "Run": self.run, "Run ID": self.run_id, "Run Directory": self.run_dir, "Hardware": self.hardware,
-            "Mode": self.mode, "Precision": self.precision, "Operator Path": self.operator_path,
-            "Final Reward": self.final_reward, "logprob_abs_diff Mean": self.abs_diff_mean,
-            "abs_diff CI Low": ci[0], "abs_diff CI High": ci[1], "Δ vs parent": self.delta_vs_parent,
-            "Δ CI Low": dci[0], "Δ CI High": dci[1], "Step Time Mean (s)": self.step_time_mean,
-            "Steps Used": self.steps_used, "Notes": self.notes,
+            "Run": self.run,
+            "Run ID": self.run_id,
+            "Run Directory": self.run_dir,
+            "Hardware": self.hardware,
+            "Mode": self.mode,
+            "Precision": self.precision,
+            "Operator Path": self.operator_path,
+            "Final Reward": self.final_reward,
+            "logprob_abs_diff Mean": self.abs_diff_mean,
+            "abs_diff CI Low": ci[0],
+            "abs_diff CI High": ci[1],
+            "Δ vs parent": self.delta_vs_parent,
+            "Δ CI Low": dci[0],
+            "Δ CI High": dci[1],
+            "Step Time Mean (s)": self.step_time_mean,
+            "Steps Used": self.steps_used,
+            "Notes": self.notes,
         }
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SummaryRow":
+    def from_dict(cls, data: dict) -> SummaryRow:
         data = dict(data)
         for key in ("abs_diff_ci", "delta_ci"):
             if data.get(key) is not None:
@@ -118,8 +159,9 @@ def _values_after(run, name: str, warmup: int) -> tuple[np.ndarray, int]:
     return np.asarray(values, dtype=float), sum(1 for step in bad if first is None or step >= first)
 
 
-def summary_row_from_run(run, label: str | None = None, *, knobs, parent=None, notes: str = "",
-                         execution_decisions: list[dict] | None = None) -> SummaryRow:
+def summary_row_from_run(
+    run, label: str | None = None, *, knobs, parent=None, notes: str = "", execution_decisions: list[dict] | None = None
+) -> SummaryRow:
     """One table row from a loaded `Run` (harness.records.runload); `parent` is the run it is
     compared with (its parent rung, or the baseline for a candidate). The loaded `knobs` supply the
     warm-up, the reward window and the confidence level (knobs/thresholds.yaml), as they do the judge's."""

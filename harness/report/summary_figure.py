@@ -15,8 +15,19 @@ from harness.report.plots import DPI, plt
 from harness.report.summary import COLUMNS, TITLE, SummaryRow
 
 # Characters per line before a cell wraps, by column: keeps the 11 columns readable at 1:1 scale.
-WRAP = {"Run": 14, "Hardware": 20, "Mode": 12, "Precision": 16, "Operator Path": 22, "Final Reward": 8,
-        "logprob_abs_diff Mean": 16, "abs_diff 95% CI": 12, "Δ vs parent": 14, "Step Time Mean": 8, "Notes": 30}
+WRAP = {
+    "Run": 14,
+    "Hardware": 20,
+    "Mode": 12,
+    "Precision": 16,
+    "Operator Path": 22,
+    "Final Reward": 8,
+    "logprob_abs_diff Mean": 16,
+    "abs_diff 95% CI": 12,
+    "Δ vs parent": 14,
+    "Step Time Mean": 8,
+    "Notes": 30,
+}
 HEADER_COLOUR = "#e8eef6"
 STRIPE_COLOUR = "#f7f9fc"
 
@@ -36,8 +47,7 @@ def summary_table_figure(rows: list[SummaryRow]):
     ax = fig.add_axes((0.005, 0.01, 0.99, 0.98 - 0.4 / height_in))
     ax.axis("off")
     fig.suptitle(TITLE, x=0.005, y=0.995, ha="left", va="top", fontsize=11, fontweight="bold")
-    table = ax.table(cellText=body, colLabels=header, colWidths=[w / sum(widths) for w in widths],
-                     cellLoc="left", colLoc="left", bbox=(0, 0, 1, 1))
+    table = ax.table(cellText=body, colLabels=header, colWidths=[w / sum(widths) for w in widths], cellLoc="left", colLoc="left", bbox=(0, 0, 1, 1))
     table.auto_set_font_size(False)
     table.set_fontsize(8.5)
     unit = 1.0 / (sum(lines_per_row) + 0.4 * len(lines_per_row))  # fractions of the axes, summing to 1

@@ -15,6 +15,7 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 
+
 def columns_of(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> list[str]:
     if columns is not None:
         return list(columns)
@@ -56,16 +57,16 @@ def to_csv(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> str
 
 
 def _markdown_cell(text: str) -> str:
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-            .replace("<", "&lt;").replace(">", "&gt;"))
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def to_markdown(rows: Sequence[Mapping], columns: Sequence[str] | None = None, *, title: str | None = None,
-                note: str | None = None) -> str:
+def to_markdown(rows: Sequence[Mapping], columns: Sequence[str] | None = None, *, title: str | None = None, note: str | None = None) -> str:
     """A GitHub-flavoured Markdown table, with an optional heading above and note below."""
     names = columns_of(rows, columns)
-    lines = ["| " + " | ".join(_markdown_cell(name) for name in names) + " |",
-             "|" + "|".join("---:" if rows and _is_number(rows[0].get(name)) else "---" for name in names) + "|"]
+    lines = [
+        "| " + " | ".join(_markdown_cell(name) for name in names) + " |",
+        "|" + "|".join("---:" if rows and _is_number(rows[0].get(name)) else "---" for name in names) + "|",
+    ]
     for row in rows:
         lines.append("| " + " | ".join(_markdown_cell(format_cell(row.get(name))) for name in names) + " |")
     heading = f"### {_markdown_cell(title)}\n\n" if title else ""

@@ -5,9 +5,8 @@ The argv is a list, never a shell string: it is handed to a process or a Ray job
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import re
+from collections.abc import Sequence
 
 from harness.spec.schema import FlagValue
 

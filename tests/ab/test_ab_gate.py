@@ -35,8 +35,9 @@ def test_question(question, pair, contract, knobs, experiment_record):
 
 def test_consistent_between_colocate_and_non_colocate(get_run, knobs, experiment_record):
     chosen = knobs.ab.pair
-    pairs = {mode: (get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.candidate, mode))
-             for mode in ("colocate", "non-colocate")}
+    pairs = {
+        mode: (get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.candidate, mode)) for mode in ("colocate", "non-colocate")
+    }
     rejected = {mode: ab.contract_problems(*p, knobs) for mode, p in pairs.items()}
     assert not any(rejected.values()), f"A/B rejected: {rejected}"
     answer = ab.mode_consistency(pairs, knobs)

@@ -43,21 +43,41 @@ def _sample(hidden, weight, temperature, dtype, top_p, gen) -> torch.Tensor:
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=gen).squeeze(1)
 
 
-def build_run(root: Path, *, steps: int = 2, samples: int = 4, rollout_dtype=torch.float32, top_p: float | None = None,
-              temperature: float = 1.0, trainer_temperature: float | None = None, fault: str | None = None,
-              vime_format: bool = False, log_metric: bool = True, seed: int = 0, hidden_noise: float = 0.0,
-              bundle_weight_step: float = 0.0) -> Path:
+def build_run(
+    root: Path,
+    *,
+    steps: int = 2,
+    samples: int = 4,
+    rollout_dtype=torch.float32,
+    top_p: float | None = None,
+    temperature: float = 1.0,
+    trainer_temperature: float | None = None,
+    fault: str | None = None,
+    vime_format: bool = False,
+    log_metric: bool = True,
+    seed: int = 0,
+    hidden_noise: float = 0.0,
+    bundle_weight_step: float = 0.0,
+) -> Path:
     """A run directory with spec.yaml, metrics.jsonl and dumps; `fault` breaks one thing on purpose."""
     run = RunDir(root / f"built-{seed}").create()
-    flags = {"rollout-temperature": temperature, "rollout-top-p": top_p or 1.0, "rollout-top-k": -1,
-             "vllm-logprobs-mode": "processed_logprobs", "hf-checkpoint": "/nonexistent/model",
-             "vllm-dtype": str(rollout_dtype).removeprefix("torch."), "tensor-model-parallel-size": 1}
+    flags = {
+        "rollout-temperature": temperature,
+        "rollout-top-p": top_p or 1.0,
+        "rollout-top-k": -1,
+        "vllm-logprobs-mode": "processed_logprobs",
+        "hf-checkpoint": "/nonexistent/model",
+        "vllm-dtype": str(rollout_dtype).removeprefix("torch."),
+        "tensor-model-parallel-size": 1,
+    }
     run.write_spec({"run_id": run.id, "flags": flags})
     gen, weight = _lm_head(seed)
     t_temp = temperature if trainer_temperature is None else trainer_temperature
     for step in range(steps):
-        rollout_samples, train = [], {k: [] for k in ("tokens", "response_lengths", "loss_masks", "log_probs",
-                                                       "rollout_log_probs", "sample_indices", "weight_versions")}
+        rollout_samples, train = (
+            [],
+            {k: [] for k in ("tokens", "response_lengths", "loss_masks", "log_probs", "rollout_log_probs", "sample_indices", "weight_versions")},
+        )
         bundle_parts = []
         for index in range(samples):
             hidden = torch.randn(RESPONSE, HIDDEN, generator=gen)
@@ -70,9 +90,15 @@ def build_run(root: Path, *, steps: int = 2, samples: int = 4, rollout_dtype=tor
             trainer_lp = _log_probs(hidden, weight, targets, t_temp)
             mask = torch.ones(RESPONSE)
             mask[-1] = 0.0 if index == 0 else 1.0  # one sample with a masked last token
-            sample = {"tokens": tokens.tolist(), "response_length": RESPONSE, "loss_mask": mask.tolist(),
-                      "rollout_log_probs": rollout_lp.tolist(), "weight_versions": [str(step)], "index": index,
-                      "reward": 1.0}
+            sample = {
+                "tokens": tokens.tolist(),
+                "response_length": RESPONSE,
+                "loss_mask": mask.tolist(),
+                "rollout_log_probs": rollout_lp.tolist(),
+                "weight_versions": [str(step)],
+                "index": index,
+                "reward": 1.0,
+            }
             if not vime_format:
                 sample["consistency_metadata"] = {"tokenizer": "tok-A", "sampling": {"temperature": temperature}}
             rollout_samples.append(sample)
@@ -99,16 +125,29 @@ def build_run(root: Path, *, steps: int = 2, samples: int = 4, rollout_dtype=tor
             hidden, targets, mask, rlp, tlp = (torch.cat(parts) for parts in zip(*bundle_parts))
             # bundle_weight_step: the bundle's weight taken after an optimizer step (not the weight used)
             stepped = weight + bundle_weight_step * torch.sign(torch.randn(weight.shape, generator=gen))
-            torch.save({"rollout_id": step, "hidden": hidden, "weight": stepped, "targets": targets, "loss_mask": mask,
-                        "rollout_log_probs": rlp, "trainer_log_probs": tlp, "temperature": temperature,
-                        "top_p": top_p or 1.0, "top_k": -1, "rollout_dtype": str(rollout_dtype).removeprefix("torch."),
-                        "trainer_dtype": "float32", "logprobs_mode": "processed_logprobs", "weight_version": step},
-                       run.dumps_dir / f"probe_{step}.pt")
+            torch.save(
+                {
+                    "rollout_id": step,
+                    "hidden": hidden,
+                    "weight": stepped,
+                    "targets": targets,
+                    "loss_mask": mask,
+                    "rollout_log_probs": rlp,
+                    "trainer_log_probs": tlp,
+                    "temperature": temperature,
+                    "top_p": top_p or 1.0,
+                    "top_k": -1,
+                    "rollout_dtype": str(rollout_dtype).removeprefix("torch."),
+                    "trainer_dtype": "float32",
+                    "logprobs_mode": "processed_logprobs",
+                    "weight_version": step,
+                },
+                run.dumps_dir / f"probe_{step}.pt",
+            )
         if log_metric:
             from harness.layout.sample_mean import sample_mean_abs_diff
 
-            value = sample_mean_abs_diff([(a - b).abs() for a, b in zip(train["log_probs"], train["rollout_log_probs"])],
-                                         train["loss_masks"])
+            value = sample_mean_abs_diff([(a - b).abs() for a, b in zip(train["log_probs"], train["rollout_log_probs"])], train["loss_masks"])
             run.append_record({"kind": "step", "n": step, "metrics": {"train/train_rollout_logprob_abs_diff": value}})
     run.set_status("finished", exit_code=0)
     run.write_argv([])

@@ -23,12 +23,18 @@ def hand_run(tmp_path, train_lp, rollout_lp, mask, *, logged=None, rollout_key="
     """One step, one sample per entry of the lists; the train dump in VIME's format."""
     run = RunDir(tmp_path / "hand").create()
     run.write_spec({"flags": {}})
-    samples = [{"tokens": list(range(3 + len(m))), "response_length": len(m), "loss_mask": m, "index": i,
-                rollout_key: r} for i, (r, m) in enumerate(zip(rollout_lp, mask))]
+    samples = [
+        {"tokens": list(range(3 + len(m))), "response_length": len(m), "loss_mask": m, "index": i, rollout_key: r}
+        for i, (r, m) in enumerate(zip(rollout_lp, mask))
+    ]
     torch.save({"rollout_id": 0, "samples": samples}, run.dumps_dir / "rollout_0.pt")
-    data = {"tokens": [s["tokens"] for s in samples], "response_lengths": [len(m) for m in mask],
-            "loss_masks": [torch.tensor(m, dtype=torch.float32) for m in mask],
-            "log_probs": [torch.tensor(t) for t in train_lp], "sample_indices": list(range(len(mask)))}
+    data = {
+        "tokens": [s["tokens"] for s in samples],
+        "response_lengths": [len(m) for m in mask],
+        "loss_masks": [torch.tensor(m, dtype=torch.float32) for m in mask],
+        "log_probs": [torch.tensor(t) for t in train_lp],
+        "sample_indices": list(range(len(mask))),
+    }
     if rollout_key == "rollout_log_probs":
         data["rollout_log_probs"] = [torch.tensor(r) for r in rollout_lp]
     torch.save({"rollout_id": 0, "rank": 0, "rollout_data": data}, run.dumps_dir / "train_0_0.pt")
@@ -41,8 +47,9 @@ def hand_run(tmp_path, train_lp, rollout_lp, mask, *, logged=None, rollout_key="
 
 def test_token_view_uses_rl_align_names_and_values(tmp_path):
     # Active dlogp values [0.0, 1.0, 0.5, 0.0] (RL-Align's own worked example); the masked 20.0 must not count.
-    path = hand_run(tmp_path, train_lp=[[-1.0, -1.0, -21.0], [-0.5, -1.0, -2.0]],
-                    rollout_lp=[[-1.0, -2.0, -1.0], [-1.0, -1.0, -2.0]], mask=[[1, 1, 0], [1, 1, 0]])
+    path = hand_run(
+        tmp_path, train_lp=[[-1.0, -1.0, -21.0], [-0.5, -1.0, -2.0]], rollout_lp=[[-1.0, -2.0, -1.0], [-1.0, -1.0, -2.0]], mask=[[1, 1, 0], [1, 1, 0]]
+    )
     audit = audit_run(RunDir(path).load())
     assert audit.rlk_audit_active_token_count == 4
     assert audit.rlk_audit_dlogp_abs_mean == pytest.approx(0.375)
@@ -65,8 +72,7 @@ def test_token_view_uses_rl_align_names_and_values(tmp_path):
 
 def test_sample_mean_differs_from_token_mean_when_lengths_differ(tmp_path):
     # Sample 0: one active token |d| = 1; sample 1: three tokens |d| = 0. Sample mean 0.5, token mean 0.25.
-    path = hand_run(tmp_path, train_lp=[[-2.0], [-1.0, -1.0, -1.0]], rollout_lp=[[-1.0], [-1.0, -1.0, -1.0]],
-                    mask=[[1], [1, 1, 1]], logged=0.5)
+    path = hand_run(tmp_path, train_lp=[[-2.0], [-1.0, -1.0, -1.0]], rollout_lp=[[-1.0], [-1.0, -1.0, -1.0]], mask=[[1], [1, 1, 1]], logged=0.5)
     audit = audit_run(RunDir(path).load())
     assert audit.per_step[0].sample_mean_abs_diff == pytest.approx(0.5)
     assert audit.rlk_audit_dlogp_abs_mean == pytest.approx(0.25)
@@ -89,16 +95,14 @@ def test_a_wrong_logged_value_is_named(tmp_path):
 
 
 def test_missing_rollout_log_probs_is_named_not_zero(tmp_path):
-    path = hand_run(tmp_path, train_lp=[[-1.0, -1.0]], rollout_lp=[[-1.0, -1.0]], mask=[[1, 1]],
-                    rollout_key="something_else")
+    path = hand_run(tmp_path, train_lp=[[-1.0, -1.0]], rollout_lp=[[-1.0, -1.0]], mask=[[1, 1]], rollout_key="something_else")
     audit = audit_run(RunDir(path).load())
     assert "missing_rollout_log_probs" in codes(audit)
     assert audit.per_step[0].sample_mean_abs_diff is None and audit.rlk_audit_dlogp_abs_mean is None
 
 
 def test_non_finite_values_are_named_and_propagate_in_the_sample_mean(tmp_path):
-    path = hand_run(tmp_path, train_lp=[[float("nan"), -1.0], [-1.0]], rollout_lp=[[-1.0, -1.5], [-1.0]],
-                    mask=[[1, 1], [1]])
+    path = hand_run(tmp_path, train_lp=[[float("nan"), -1.0], [-1.0]], rollout_lp=[[-1.0, -1.5], [-1.0]], mask=[[1, 1], [1]])
     audit = audit_run(RunDir(path).load())
     assert "non_finite_dlogp" in codes(audit)
     assert math.isnan(audit.per_step[0].sample_mean_abs_diff)  # as VIME would log it: NaN, not a hidden 0

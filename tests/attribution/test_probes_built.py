@@ -71,8 +71,9 @@ def test_vime_dumps_without_bundles_skip_what_they_cannot_show(tmp_path, knobs):
 
 def test_cli_json_has_class_and_decided_by(tmp_path):
     path = build_run(tmp_path, fault="stale-weights")
-    out = subprocess.run([sys.executable, "-m", "harness", "attribute", str(path), "--json"], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "attribute", str(path), "--json"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)
     assert (data["class"], data["decided_by"]) == ("framework", 2)
@@ -82,11 +83,11 @@ def test_cli_json_has_class_and_decided_by(tmp_path):
 
 def test_cli_text_and_bad_run_dir(tmp_path):
     path = build_run(tmp_path, top_p=0.8)
-    out = subprocess.run([sys.executable, "-m", "harness", "attribute", str(path)], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "harness", "attribute", str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "class: semantic (decided by probe 6)" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "harness", "attribute", str(tmp_path / "nope")], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "harness", "attribute", str(tmp_path / "nope")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such run directory" in bad.stderr
 
 
@@ -117,8 +118,10 @@ def _train_metadata(path, steps, make):
     from attribution_builders import rewrite
 
     for step in range(steps):
+
         def change(data, step=step):
             data["rollout_data"]["consistency_metadata"] = [make(i, step) for i, _ in enumerate(data["rollout_data"]["tokens"])]
+
         rewrite(path / "dumps" / f"train_{step}_0.pt", change)
 
 
@@ -136,15 +139,22 @@ def test_side_specific_metadata_is_reported_not_compared(tmp_path, knobs):
 
     def rollout_side(data):
         for sample in data["samples"]:
-            sample["consistency_metadata"].update(quantization={"fingerprint": "fp8-block"}, fingerprint="r",
-                                                  batch_layout={"fingerprint": "engine"})
+            sample["consistency_metadata"].update(quantization={"fingerprint": "fp8-block"}, fingerprint="r", batch_layout={"fingerprint": "engine"})
 
     from attribution_builders import rewrite
 
     rewrite(path / "dumps" / "rollout_0.pt", rollout_side)
-    _train_metadata(path, 1, lambda i, step: {"tokenizer": "tok-A", "sampling": {"temperature": 1.0},
-                                              "quantization": {"fingerprint": "bf16"}, "fingerprint": "t",
-                                              "batch_layout": {"fingerprint": f"mb0-{i}"}})
+    _train_metadata(
+        path,
+        1,
+        lambda i, step: {
+            "tokenizer": "tok-A",
+            "sampling": {"temperature": 1.0},
+            "quantization": {"fingerprint": "bf16"},
+            "fingerprint": "t",
+            "batch_layout": {"fingerprint": f"mb0-{i}"},
+        },
+    )
     report = run_probes(RunDir(path).load(), knobs)
     assert (report.drift_class, report.decided_by) == ("none", None), [p.verdict for p in report.probes]
     assert report.probes[0].evidence["batch_layout_examples"]

@@ -43,8 +43,7 @@ def probes_of(run, rung: str, check: str, knobs):
         _REPORTS[run.id] = run_probes(run, knobs)
     report = _REPORTS[run.id]
     label_experiment("p1", rung, check, "colocate", "embedded", run.id)
-    attach_table([{"#": p.number, "probe": p.name, "status": p.status, "verdict": p.verdict} for p in report.probes],
-                 "probe verdicts")
+    attach_table([{"#": p.number, "probe": p.name, "status": p.status, "verdict": p.verdict} for p in report.probes], "probe verdicts")
     attach_text(json.dumps(report.to_json(), indent=1, default=str), "probe report (evidence)")
     return report
 

@@ -26,8 +26,9 @@ def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experi
             run = fetch(rung_id)
             state = run.status.state if run.status else "unknown"
             failure = run.status.failure if run.status else None
-            assert state == "finished", (f"{rung_id} at {stage}: run {run.id} is {state}"
-                                         + (f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else ""))
+            assert state == "finished", f"{rung_id} at {stage}: run {run.id} is {state}" + (
+                f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else ""
+            )
     judgement = judge_rung(rung, knobs, fetch, framework_checks)
     experiment_record.rung(rung_case, judgement, fetch)
     assert not judgement.problems, "; ".join(judgement.problems)

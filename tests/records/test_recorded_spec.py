@@ -8,8 +8,9 @@ from harness.records.recorded_spec import recorded_spec
 
 
 def test_spec_yaml_flags_win_over_the_argv():
-    spec, problems = recorded_spec({"rung": "top-p", "mode": "colocate", "backend": "embedded", "spec_hash": "abc",
-                                    "flags": {"rollout-top-p": 0.95}}, ["--rollout-top-p", "0.5"])
+    spec, problems = recorded_spec(
+        {"rung": "top-p", "mode": "colocate", "backend": "embedded", "spec_hash": "abc", "flags": {"rollout-top-p": 0.95}}, ["--rollout-top-p", "0.5"]
+    )
     assert problems == []
     assert (spec.rung, spec.mode, spec.backend, spec.spec_hash) == ("top-p", "colocate", "embedded", "abc")
     assert spec.flags == {"rollout-top-p": 0.95} and spec.flags_from == "spec.yaml" and spec.recorded
@@ -17,8 +18,9 @@ def test_spec_yaml_flags_win_over_the_argv():
 
 def test_an_ingested_run_takes_its_flags_from_the_argv_typed():
     # ingest writes labels and an empty flags mapping; a logged command line may start with the script
-    spec, problems = recorded_spec({"rung": "top-p", "flags": {}}, ["train.py", "--rollout-top-p", "0.95", "--colocate",
-                                                                    "--seed", "3", "--bf16", "true"])
+    spec, problems = recorded_spec(
+        {"rung": "top-p", "flags": {}}, ["train.py", "--rollout-top-p", "0.95", "--colocate", "--seed", "3", "--bf16", "true"]
+    )
     assert problems == []
     assert spec.flags == {"rollout-top-p": 0.95, "colocate": True, "seed": 3, "bf16": True}
     assert spec.flags_from == "argv" and spec.seed == 3 and spec.flag("rollout-top-k", -1) == -1

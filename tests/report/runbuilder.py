@@ -15,9 +15,11 @@ from harness.records.models import Failure
 from harness.records.rundir import RunDir
 
 CPU_ENVIRONMENT = {
-    "hardware": {"gpus": {"count": 0, "note": "nvidia-smi not found"},
-                 "cpu": {"model": "Test CPU", "cores": 2, "memory_gib": 24.0, "machine": "x86_64"},
-                 "nodes": {"count": 1, "source": "this host only"}},
+    "hardware": {
+        "gpus": {"count": 0, "note": "nvidia-smi not found"},
+        "cpu": {"model": "Test CPU", "cores": 2, "memory_gib": 24.0, "machine": "x86_64"},
+        "nodes": {"count": 1, "source": "this host only"},
+    },
     "versions": {"python": "3.11.7"},
 }
 PERF_PARTS = ("perf/rollout_time", "perf/log_probs_time", "perf/update_weights_time", "perf/train_time")
@@ -36,10 +38,20 @@ def noisy(level: float, steps: int, seed: int, rel_noise: float = 0.05) -> list[
     return [float(level * (1 + rel_noise * rng.standard_normal())) for _ in range(steps)]
 
 
-def make_run(root: Path, name: str, spec: dict | None, *, abs_diff: list[float] | None = None,
-             reward: list[float] | None = None, perf: dict[str, list[float]] | None = None,
-             state: str = "finished", failure: Failure | None = None, log_lines: list[str] | None = None,
-             environment: dict | None = CPU_ENVIRONMENT, argv: list[str] | None = None):
+def make_run(
+    root: Path,
+    name: str,
+    spec: dict | None,
+    *,
+    abs_diff: list[float] | None = None,
+    reward: list[float] | None = None,
+    perf: dict[str, list[float]] | None = None,
+    state: str = "finished",
+    failure: Failure | None = None,
+    log_lines: list[str] | None = None,
+    environment: dict | None = CPU_ENVIRONMENT,
+    argv: list[str] | None = None,
+):
     """Write a run directory and load it back as a `Run`."""
     run_dir = RunDir(Path(root) / name).create()
     if spec is not None:
@@ -58,14 +70,12 @@ def make_run(root: Path, name: str, spec: dict | None, *, abs_diff: list[float] 
             if timings:
                 run_dir.append_record({"kind": "perf", "n": n, "metrics": timings})
             if abs_diff and n < len(abs_diff):
-                run_dir.append_record({"kind": "step", "n": n,
-                                       "metrics": {"train/train_rollout_logprob_abs_diff": abs_diff[n]}})
+                run_dir.append_record({"kind": "step", "n": n, "metrics": {"train/train_rollout_logprob_abs_diff": abs_diff[n]}})
     run_dir.set_status(state, failure=failure, exit_code=0 if state == "finished" else 1)
     return run_dir.load()
 
 
 def perf_series(steps: int, seed: int) -> dict[str, list[float]]:
-    parts = {name: noisy(level, steps, seed + i) for i, (name, level) in
-             enumerate(zip(PERF_PARTS, (6.0, 1.5, 0.8, 3.0)))}
+    parts = {name: noisy(level, steps, seed + i) for i, (name, level) in enumerate(zip(PERF_PARTS, (6.0, 1.5, 0.8, 3.0)))}
     parts["perf/step_time"] = [sum(values) + 0.4 for values in zip(*parts.values())]
     return parts

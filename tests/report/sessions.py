@@ -24,7 +24,24 @@ def run_session(workdir: Path, test_source: str, *args: str, timeout: float = 30
     (workdir / "test_inner.py").write_text(test_source)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTEST_ADDOPTS", None)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fixtures.options",
-               "-p", "fixtures.record", "-p", "fixtures.knobs", "--rootdir", str(workdir), "--summary-dir", str(workdir / "reports"),
-               str(workdir / "test_inner.py"), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "fixtures.options",
+        "-p",
+        "fixtures.record",
+        "-p",
+        "fixtures.knobs",
+        "--rootdir",
+        str(workdir),
+        "--summary-dir",
+        str(workdir / "reports"),
+        str(workdir / "test_inner.py"),
+        *args,
+    ]
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)

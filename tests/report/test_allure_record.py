@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sessions import run_session
 
-RECORDING_TEST = '''
+RECORDING_TEST = """
 import pytest
 from runbuilder import CPU_ENVIRONMENT, make_run, noisy, resolved_spec
 from harness.records.models import Failure
@@ -30,12 +30,12 @@ def test_record(tmp_path, record_summary_row, rung, knobs):
     attach_plot(abs_diff_figure(run), "abs-diff per step")
     attach_table([{"a": 1, "b": "x|y"}], "a table")
     record_summary_row(summary_row_from_run(run, rung, knobs=knobs))
-'''
+"""
 
-NO_ROW_TEST = '''
+NO_ROW_TEST = """
 def test_nothing_recorded():
     pass  # a session that records no summary row must write no summary table
-'''
+"""
 
 
 def _results(alluredir: Path) -> list[dict]:

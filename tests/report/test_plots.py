@@ -10,7 +10,13 @@ from runbuilder import PERF_PARTS, make_run, noisy, perf_series, resolved_spec
 from harness.report.allure_attach import attach_plot
 from harness.report.audit_plots import dlogp_histogram, worst_token_rows
 from harness.report.plots import (
-    PARENT_COLOUR, RUN_COLOUR, STEP_TIME_PARTS, abs_diff_figure, reward_figure, rung_figures, step_time_figure,
+    PARENT_COLOUR,
+    RUN_COLOUR,
+    STEP_TIME_PARTS,
+    abs_diff_figure,
+    reward_figure,
+    rung_figures,
+    step_time_figure,
 )
 from harness.report.summary import SummaryRow
 from harness.report.summary_figure import summary_table_figure, summary_table_png
@@ -26,10 +32,10 @@ def close_figures():
 
 @pytest.fixture()
 def runs(tmp_path):
-    parent = make_run(tmp_path, "p", resolved_spec("p1", "fp32-floor"), abs_diff=noisy(5e-7, STEPS, 1),
-                      reward=noisy(0.4, STEPS, 2))
-    child = make_run(tmp_path, "c", resolved_spec("p1", "near-aligned"), abs_diff=noisy(0.0135, STEPS, 3),
-                     reward=noisy(0.41, STEPS, 4), perf=perf_series(STEPS, 5))
+    parent = make_run(tmp_path, "p", resolved_spec("p1", "fp32-floor"), abs_diff=noisy(5e-7, STEPS, 1), reward=noisy(0.4, STEPS, 2))
+    child = make_run(
+        tmp_path, "c", resolved_spec("p1", "near-aligned"), abs_diff=noisy(0.0135, STEPS, 3), reward=noisy(0.41, STEPS, 4), perf=perf_series(STEPS, 5)
+    )
     return parent, child
 
 
@@ -93,8 +99,11 @@ def test_dlogp_histogram_marks_the_percentiles_of_the_data():
 
 
 def test_worst_tokens_sorted_by_magnitude_with_known_columns_first():
-    worst = [{"context": "a", "dlogp": 0.1, "position": 3}, {"context": "b", "dlogp": -0.9, "position": 8},
-             {"context": "c", "dlogp": 0.5, "position": 1, "expert_ids": np.array([1, 2])}]
+    worst = [
+        {"context": "a", "dlogp": 0.1, "position": 3},
+        {"context": "b", "dlogp": -0.9, "position": 8},
+        {"context": "c", "dlogp": 0.5, "position": 1, "expert_ids": np.array([1, 2])},
+    ]
     rows = worst_token_rows(worst, limit=2)
     assert [r["position"] for r in rows] == [8, 1]
     assert list(rows[0])[:4] == ["rank", "abs_dlogp", "dlogp", "context"]
@@ -106,9 +115,16 @@ def test_worst_tokens_sorted_by_magnitude_with_known_columns_first():
 
 
 def test_summary_figure_holds_every_cell():
-    row = SummaryRow(run="candidate", hardware="8x NVIDIA GB200, 2 nodes", mode="non-colocate",
-                     precision="BF16 train + FP8 rollout", operator_path="default", abs_diff_mean=0.0123,
-                     abs_diff_ci=(0.011, 0.013), notes="compare against baseline")
+    row = SummaryRow(
+        run="candidate",
+        hardware="8x NVIDIA GB200, 2 nodes",
+        mode="non-colocate",
+        precision="BF16 train + FP8 rollout",
+        operator_path="default",
+        abs_diff_mean=0.0123,
+        abs_diff_ci=(0.011, 0.013),
+        notes="compare against baseline",
+    )
     fig = summary_table_figure([row])
     cells = fig.axes[0].tables[0].get_celld().values()
     texts = [cell.get_text().get_text().replace("\n", " ") for cell in cells]

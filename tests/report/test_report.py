@@ -14,15 +14,16 @@ from harness.report.single_file_fix import DECLARE_DATA_EARLY
 
 needs_allure = pytest.mark.skipif(
     shutil.which("node") is None or not (REPO_ROOT / "node_modules" / ".bin" / "allure").exists(),
-    reason="node or the npm package allure is not installed (python3 tools/setup_env.py installs both)")
+    reason="node or the npm package allure is not installed (python3 tools/setup_env.py installs both)",
+)
 
-ONE_ROW_TEST = '''
+ONE_ROW_TEST = """
 from harness.report.summary import SummaryRow
 
 def test_one_row(record_summary_row):
     record_summary_row(SummaryRow(run="baseline", hardware="CPU", mode="colocate", precision="BF16 train + FP8 rollout",
                                   operator_path="default", abs_diff_mean=0.0135, notes="mismatch baseline"))
-'''
+"""
 
 
 def test_missing_or_empty_results_are_one_line_errors(tmp_path):
@@ -76,7 +77,7 @@ def test_report_is_built_with_the_summary_beside_it(tmp_path, capsys):
     assert "test_one_row" in (out / "test-results.json").read_text()
     html = (out / "index.html").read_text()
     # single_file_fix.py: the data object exists before the app's script runs; no analytics tag.
-    assert html.index(DECLARE_DATA_EARLY) < html.index('src="data:text/javascript') < html.index("d(\"widgets/")
+    assert html.index(DECLARE_DATA_EARLY) < html.index('src="data:text/javascript') < html.index('d("widgets/')
     assert "googletagmanager" not in html and "gtag(" not in html
     assert (out / "summary.md").read_text() == (tmp_path / "reports" / "summary.md").read_text()
     # Built again into the same folder: the new report replaces the old one (facts: report-stack.md).

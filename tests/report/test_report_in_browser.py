@@ -26,12 +26,14 @@ SCREENSHOTS = REPO_ROOT / "reports"
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (tools/setup_env.py installs Debian's chromium as root)"),
     pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (the report is built with Allure 3 on Node)"),
-    pytest.mark.skipif(not (REPO_ROOT / "node_modules" / "playwright-core").is_dir(),
-                       reason="playwright-core is not installed: run `npm ci` (package.json devDependencies)"),
+    pytest.mark.skipif(
+        not (REPO_ROOT / "node_modules" / "playwright-core").is_dir(),
+        reason="playwright-core is not installed: run `npm ci` (package.json devDependencies)",
+    ),
 ]
 
 # Two rungs of the ladder, each with its record, its plots and a summary row.
-SESSION = '''
+SESSION = """
 import numpy as np
 import pytest
 from runbuilder import make_run, noisy, perf_series, resolved_spec
@@ -60,7 +62,7 @@ def test_rung(runs, rung, record_summary_row, knobs):
     attach_plot(dlogp_histogram(dlogp), "dlogp histogram")
     attach_table(worst_token_rows([{"dlogp": float(v), "position": i} for i, v in enumerate(dlogp[:50])]), "worst tokens")
     record_summary_row(summary_row_from_run(run, rung, parent=parent, knobs=knobs))
-'''
+"""
 
 
 def chromium_dump_dom(index: Path) -> str:
@@ -68,11 +70,26 @@ def chromium_dump_dom(index: Path) -> str:
     --virtual-time-budget the page is still empty when the DOM is dumped."""
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         done = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--window-size=1400,1000", "--virtual-time-budget=10000",
-             "--dump-dom", index.as_uri()],
-            capture_output=True, text=True, timeout=180)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--window-size=1400,1000",
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                index.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -101,15 +118,27 @@ def test_summary_table_and_plot_are_shown(report, tmp_path):
     shots = tmp_path / "shots"
     shots.mkdir()
     done = subprocess.run(
-        ["node", str(HERE / "browse_report.mjs"), str(report), str(shots), "test_rung[fp8-rollout]",
-         "abs-diff per step (parent overlaid)", "p1", "fp8-rollout", "against parent"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "CHROMIUM": CHROMIUM})
+        [
+            "node",
+            str(HERE / "browse_report.mjs"),
+            str(report),
+            str(shots),
+            "test_rung[fp8-rollout]",
+            "abs-diff per step (parent overlaid)",
+            "p1",
+            "fp8-rollout",
+            "against parent",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CHROMIUM": CHROMIUM},
+    )
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 0 and "error" not in found, found.get("error") or done.stderr[-2000:]
 
     assert found["summary"]["headers"] == list(COLUMNS)
-    assert found["summary"]["rows"] == summary_cells(report.parent / "summary.md"), \
-        "the table in the browser must be the one in summary.md"
+    assert found["summary"]["rows"] == summary_cells(report.parent / "summary.md"), "the table in the browser must be the one in summary.md"
     assert found["summary"]["image"]["width"] > 0
     assert (found["plot"]["width"], found["plot"]["height"]) == (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
 

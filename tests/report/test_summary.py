@@ -10,22 +10,38 @@ import pytest
 from runbuilder import make_run, noisy, perf_series, resolved_spec
 
 from harness.judge.stats import block_bootstrap_mean_ci
-from harness.report.summary import (
-    COLUMNS, CSV_COLUMNS, SummaryRow, describe_operator_path, describe_precision, render_csv, render_markdown,
-    summary_row_from_run, write_summary,
-)
 from harness.records.models import Failure
+from harness.report.summary import (
+    COLUMNS,
+    CSV_COLUMNS,
+    SummaryRow,
+    describe_operator_path,
+    describe_precision,
+    render_csv,
+    render_markdown,
+    summary_row_from_run,
+    write_summary,
+)
 
 STEPS = 12
 
 
-@pytest.mark.parametrize("stage, rung, expected", [
-    ("p1", "fp32-floor", "FP32 train + FP32 rollout"),
-    ("p1", "near-aligned", "BF16 train + BF16 rollout"),
-    ("p1", "fp8-rollout", "BF16 train + FP8 rollout"),
-    ("p3", "fp8-plus-filters", "BF16 train + FP8 rollout"),
-])
-@pytest.mark.parametrize("backend", ["embedded", "vime"])
+@pytest.mark.parametrize(
+    "stage, rung, expected, backend",
+    [
+        # fp32-floor is embedded-only: VIME trains in bf16 whatever the flags (ladder/fp32-floor.yaml on-vime).
+        ("p1", "fp32-floor", "FP32 train + FP32 rollout", "embedded"),
+        *[
+            (stage, rung, expected, backend)
+            for stage, rung, expected in (
+                ("p1", "near-aligned", "BF16 train + BF16 rollout"),
+                ("p1", "fp8-rollout", "BF16 train + FP8 rollout"),
+                ("p3", "fp8-plus-filters", "BF16 train + FP8 rollout"),
+            )
+            for backend in ("embedded", "vime")
+        ],
+    ],
+)
 def test_precision_of_each_rung_follows_its_resolved_flags(stage, rung, expected, backend):
     # The embedded backend quantises with --vllm-quantization fp8; VIME with an FP8 checkpoint.
     flags = resolved_spec(stage, rung, backend=backend)["flags"]
@@ -45,8 +61,12 @@ def test_operator_path_names_the_candidate_and_what_actually_ran():
     assert describe_operator_path({"rl-kernel-linear-logp-backend": "fused"}) == "rl-kernel-linear-logp-backend=fused"
 
     ran = [{"requested_backend": "fused", "actual_backend": "fused", "decision": "optimized"}] * 3
-    fell_back = {"requested_backend": "fused", "actual_backend": "native", "decision": "fallback-native",
-                 "fallback_reason": "vocab size not divisible by 128"}
+    fell_back = {
+        "requested_backend": "fused",
+        "actual_backend": "native",
+        "decision": "fallback-native",
+        "fallback_reason": "vocab size not divisible by 128",
+    }
     clean = describe_operator_path(candidate, ran)
     assert "fused (optimized) x3" in clean and "FALLBACK" not in clean
     hidden = describe_operator_path(candidate, ran + [fell_back])
@@ -80,8 +100,9 @@ def test_row_figures_come_from_the_run_series(tmp_path, knobs):
 
 def test_row_of_a_failed_run_says_so_and_keeps_what_it_has(tmp_path, knobs):
     failure = Failure(signature="cuda-oom", line=7, text="torch.OutOfMemoryError: CUDA out of memory")
-    run = make_run(tmp_path, "died", resolved_spec("p1", "near-aligned"), abs_diff=[0.01, float("nan"), 0.012, 0.011, 0.013],
-                   state="failed", failure=failure)
+    run = make_run(
+        tmp_path, "died", resolved_spec("p1", "near-aligned"), abs_diff=[0.01, float("nan"), 0.012, 0.011, 0.013], state="failed", failure=failure
+    )
     row = summary_row_from_run(run, knobs=knobs)
     assert row.run == "died"
     assert "run failed: cuda-oom at log line 7" in row.notes
@@ -101,12 +122,26 @@ def test_row_without_the_metric_says_what_is_missing(tmp_path, knobs):
 
 
 def _rows(tmp_path, knobs) -> list[SummaryRow]:
-    base = make_run(tmp_path, "base", resolved_spec("p3", "fp8-plus-filters"), abs_diff=noisy(0.02, STEPS, 5),
-                    reward=noisy(0.3, STEPS, 6), perf=perf_series(STEPS, 7))
-    cand = make_run(tmp_path, "cand", resolved_spec("p3", "candidate-operator"), abs_diff=noisy(0.012, STEPS, 8),
-                    reward=noisy(0.31, STEPS, 9), perf=perf_series(STEPS, 10))
-    return [summary_row_from_run(base, "baseline", notes="mismatch | baseline", knobs=knobs),
-            summary_row_from_run(cand, "candidate", parent=base, knobs=knobs)]
+    base = make_run(
+        tmp_path,
+        "base",
+        resolved_spec("p3", "fp8-plus-filters"),
+        abs_diff=noisy(0.02, STEPS, 5),
+        reward=noisy(0.3, STEPS, 6),
+        perf=perf_series(STEPS, 7),
+    )
+    cand = make_run(
+        tmp_path,
+        "cand",
+        resolved_spec("p3", "candidate-operator"),
+        abs_diff=noisy(0.012, STEPS, 8),
+        reward=noisy(0.31, STEPS, 9),
+        perf=perf_series(STEPS, 10),
+    )
+    return [
+        summary_row_from_run(base, "baseline", notes="mismatch | baseline", knobs=knobs),
+        summary_row_from_run(cand, "candidate", parent=base, knobs=knobs),
+    ]
 
 
 def test_write_summary_markdown_and_csv(tmp_path, knobs):

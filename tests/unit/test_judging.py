@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from harness import DEFAULT_KNOBS_DIR
 from harness.judge.acceptance import CHECKS, JudgeContext
@@ -30,6 +29,7 @@ def context(run, others=None):
         if key not in others:
             raise LookupError(key)
         return others[key]
+
     return JudgeContext(run=run, knobs=KNOBS, fetch=fetch)
 
 
@@ -100,8 +100,9 @@ def test_aa_stability_uses_a_second_seed_and_rejects_disagreement(build_run):
 
 
 def test_a_cluster_run_without_an_image_is_an_incomplete_record(build_run):
-    run = build_run(backend="vime", environment={"vime": {"commit": "abc"}, "container": {"image": None},
-                                                  "hardware": {"gpus": {"models": ["NVIDIA GB200"]}}})
+    run = build_run(
+        backend="vime", environment={"vime": {"commit": "abc"}, "container": {"image": None}, "hardware": {"gpus": {"models": ["NVIDIA GB200"]}}}
+    )
     verdict = CHECKS["record_is_complete"](context(run))
     assert not verdict.passed and "image" in verdict.message
 
@@ -109,6 +110,7 @@ def test_a_cluster_run_without_an_image_is_an_incomplete_record(build_run):
 def fetcher(runs):
     def fetch(rung, **overrides):
         return runs[(rung, tuple(sorted(overrides.items())))]
+
     return fetch
 
 
@@ -121,8 +123,7 @@ def test_classifier_calls_a_delta_removed_by_replay_semantic(build_run):
     parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)), **{"rollout-top-p": 1.0})
     child = with_flags(build_run("child", rung="top-p", abs_diff=noisy(0.035)), **{"rollout-top-p": 0.95})
     replay = build_run("replay", rung="top-p", abs_diff=noisy(0.0135))
-    runs = {("top-p", ()): child, ("near-aligned", ()): parent,
-            ("top-p", (("embedded-replay-processed-logprobs", True),)): replay}
+    runs = {("top-p", ()): child, ("near-aligned", ()): parent, ("top-p", (("embedded-replay-processed-logprobs", True),)): replay}
     judgement = judge_rung(KNOBS.rungs["top-p"], KNOBS, fetcher(runs), lambda run: [])
     assert (judgement.observed_direction, judgement.drift_class) == ("up", "semantic"), judgement.summary()
 
@@ -140,8 +141,9 @@ def test_classifier_puts_framework_failures_before_anything_else(build_run):
     parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
     child = with_flags(build_run("child", rung="stale-weights", abs_diff=noisy(0.03)), **{"embedded-inject": "stale-weights:2"})
     runs = {("stale-weights", ()): child, ("near-aligned", ()): parent}
-    judgement = judge_rung(KNOBS.rungs["stale-weights"], KNOBS, fetcher(runs),
-                           lambda run: ["probe 2 (model state): weight version 3 vs 5"] if run is child else [])
+    judgement = judge_rung(
+        KNOBS.rungs["stale-weights"], KNOBS, fetcher(runs), lambda run: ["probe 2 (model state): weight version 3 vs 5"] if run is child else []
+    )
     assert judgement.drift_class == "framework" and "probe 2" in judgement.reasons[-1]
 
 
@@ -155,6 +157,7 @@ def test_classifier_reports_no_class_for_a_delta_inside_the_noise(build_run):
 
 def decision_line(**fields):
     import json
+
     return "[2026-11-20 10:00:00] policy.py:88 - rl_kernel.execution_decision " + json.dumps(fields)
 
 
@@ -162,9 +165,14 @@ def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
     from harness.judge.ab import contract_problems
 
     baseline = build_run("baseline")
-    candidate = build_run("candidate", extra_lines=[decision_line(
-        requested_backend="processed-replay", actual_backend="native", decision="fallback-native",
-        fallback_reason="top-k replay unsupported")])
+    candidate = build_run(
+        "candidate",
+        extra_lines=[
+            decision_line(
+                requested_backend="processed-replay", actual_backend="native", decision="fallback-native", fallback_reason="top-k replay unsupported"
+            )
+        ],
+    )
     candidate.spec.flags["embedded-replay-processed-logprobs"] = True
     problems = contract_problems(baseline, candidate, KNOBS)
     assert any("fell back" in p and "top-k replay unsupported" in p for p in problems), problems
@@ -173,8 +181,12 @@ def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
 def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
     from harness.judge.ab import contract_problems
 
-    baseline, candidate = build_run("baseline"), build_run("candidate", extra_lines=[decision_line(
-        requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")])
+    baseline, candidate = (
+        build_run("baseline"),
+        build_run(
+            "candidate", extra_lines=[decision_line(requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")]
+        ),
+    )
     for run, text in ((baseline, "a"), (candidate, "b")):
         path = tmp_path / f"prompts-{run.id}.jsonl"
         path.write_text(text)
@@ -191,8 +203,9 @@ def test_ab_accepts_a_clean_pair(build_run, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": [], "label": "1"}')
     baseline = build_run("baseline")
-    candidate = build_run("candidate", extra_lines=[decision_line(
-        requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")])
+    candidate = build_run(
+        "candidate", extra_lines=[decision_line(requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")]
+    )
     candidate.spec.flags["embedded-replay-processed-logprobs"] = True
     for run in (baseline, candidate):
         run.spec.flags["prompt-data"] = str(prompts)
@@ -227,8 +240,7 @@ def test_expectation_findings_check_direction_and_class_against_the_parent(build
 
     rung = KNOBS.rungs["top-p"]
     run = build_run("child", rung="top-p", abs_diff=noisy(0.035))
-    as_expected = RungJudgement("top-p", rung.parent, 0.035, observed_direction=rung.expect.direction,
-                                drift_class=rung.expect.accepted_classes[0])
+    as_expected = RungJudgement("top-p", rung.parent, 0.035, observed_direction=rung.expect.direction, drift_class=rung.expect.accepted_classes[0])
     assert expectation_findings(rung, as_expected, run, KNOBS) == []
     wrong = RungJudgement("top-p", rung.parent, 0.035, observed_direction="down", drift_class="framework")
     findings = expectation_findings(rung, wrong, run, KNOBS)

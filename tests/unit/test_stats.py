@@ -31,9 +31,7 @@ def coverage(n: int, rho: float, block_len: int | None, reps: int, seed: int) ->
     rng = np.random.default_rng(seed)
     hits = 0
     for rep in range(reps):
-        low, high = stats.block_bootstrap_mean_ci(
-            ar1(n, rho, 1.0, 0.1, rng), block_len=block_len, n_resamples=1000, seed=rep
-        )
+        low, high = stats.block_bootstrap_mean_ci(ar1(n, rho, 1.0, 0.1, rng), block_len=block_len, n_resamples=1000, seed=rep)
         hits += low <= 1.0 <= high
     return hits / reps
 
@@ -150,9 +148,7 @@ def test_diff_interval_excludes_zero_for_a_shifted_copy_and_holds_the_shift():
 def test_diff_interval_rarely_excludes_zero_between_runs_with_the_same_mean():
     rng = np.random.default_rng(5)
     false_alarms = sum(
-        stats.block_bootstrap_diff_ci(
-            ar1(60, 0.5, 0.02, 0.002, rng), ar1(60, 0.5, 0.02, 0.002, rng), n_resamples=1000, seed=rep
-        ).excludes_zero
+        stats.block_bootstrap_diff_ci(ar1(60, 0.5, 0.02, 0.002, rng), ar1(60, 0.5, 0.02, 0.002, rng), n_resamples=1000, seed=rep).excludes_zero
         for rep in range(150)
     )
     assert false_alarms / 150 <= 0.2, f"{false_alarms}/150 same-mean pairs called different"
