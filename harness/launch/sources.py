@@ -17,7 +17,12 @@ from pathlib import Path
 
 from harness.spec import SpecError
 
-STOP_GRACE_SECONDS = 20.0
+# How the harness stops a trainer's process group, mildest first. SIGINT is what Ctrl-C in a
+# terminal sends: Python trainers (VIME's train.py, the embedded one) raise KeyboardInterrupt and
+# run their cleanup, which stops helpers they started in sessions of their own (the embedded
+# non-colocate vLLM server), out of reach of a signal to this group. SIGTERM would end Python
+# at once, without that cleanup; it and SIGKILL follow only when the trainer does not end.
+STOP_SEQUENCE = ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, None))
 
 
 class LocalProcess:
@@ -64,16 +69,25 @@ class LocalProcess:
         return self._proc.wait()
 
     def stop(self) -> None:
-        """SIGTERM to our own process group, SIGKILL to it if it does not end within the grace."""
-        if self._proc.poll() is not None:
-            return
-        pgid = self._proc.pid  # start_new_session: the group id is the child's pid
-        os.killpg(pgid, signal.SIGTERM)
+        """SIGINT, then SIGTERM, then SIGKILL to our own process group (STOP_SEQUENCE), each only
+        while the trainer has not ended; the group is the one start_new_session gave the child."""
+        pgid = self._proc.pid
+        for signum, grace in STOP_SEQUENCE:
+            if self._proc.poll() is not None:
+                break
+            try:
+                os.killpg(pgid, signum)
+            except ProcessLookupError:
+                break
+            try:
+                self._proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                continue
+        self._proc.wait()
         try:
-            self._proc.wait(timeout=STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self._proc.wait()
+            os.killpg(pgid, signal.SIGKILL)  # the trainer has ended; anything left in its group has no owner
+        except ProcessLookupError:
+            pass
 
 
 def _process_start_ticks(pid: int) -> int | None:
