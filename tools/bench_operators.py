@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--sweep", action="store_true", help="also time the fused kernel's candidate configs (cuda)")
+    p.add_argument("--tokens", help="comma-separated T values: one bench per T (same H, V, seed), rows of all in one record")
     args = p.parse_args(argv)
 
     import torch
@@ -65,7 +66,17 @@ def main(argv=None) -> int:
     def progress(row):
         print(f"measured {row['name']}: " + ", ".join(f"{k}={row.get(k)}" for k in ("max_abs_err", "batch_invariant", "tp_invariant", "ms_median", "error", "why_unavailable") if row.get(k) is not None), flush=True)
 
-    record = bench.run_bench(bundle, args.device, names, args.temperature, args.warmup, args.reps, out_path=args.out, on_row=progress)
+    if args.tokens:
+        try:
+            tokens = [int(x) for x in args.tokens.split(",")]
+        except ValueError:
+            print(f"bench_operators: --tokens: expected comma-separated integers; got {args.tokens!r}", file=sys.stderr)
+            return 2
+        t, h, v = args.shape
+        bundles = [synthetic_bundle(BundleShape(n, h, v, seed=args.seed)) for n in tokens]
+        record = bench.run_token_sweep(bundles, args.device, names, args.temperature, args.warmup, args.reps, out_path=args.out, on_row=progress)
+    else:
+        record = bench.run_bench(bundle, args.device, names, args.temperature, args.warmup, args.reps, out_path=args.out, on_row=progress)
     if args.sweep and args.device == "cuda":
         from harness.operators.impl_reference import reference_logprobs
         from harness.operators.sweep import sweep

@@ -89,8 +89,10 @@ def _check_operands(hidden, weight, targets, temperature, tp_size) -> None:
         raise OperandError(f"hidden size differs: hidden has H={hidden.shape[1]}, weight has H={weight.shape[1]}")
     if targets.dim() != 1 or targets.shape[0] != hidden.shape[0]:
         raise OperandError(f"targets must be [T]={hidden.shape[0]}; got {tuple(targets.shape)}")
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= weight.shape[0]):
-        raise OperandError(f"targets must lie in [0, V={weight.shape[0]}); got range [{int(targets.min())}, {int(targets.max())}]")
+    if targets.numel():
+        lo, hi = (int(x) for x in torch.stack(torch.aminmax(targets)).tolist())  # one device sync, not two
+        if lo < 0 or hi >= weight.shape[0]:
+            raise OperandError(f"targets must lie in [0, V={weight.shape[0]}); got range [{lo}, {hi}]")
     if not temperature > 0:
         raise OperandError(f"temperature must be > 0; got {temperature}")
     if tp_size not in (1, 2, 4, 8) or weight.shape[0] % tp_size:

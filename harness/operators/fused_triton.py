@@ -185,6 +185,18 @@ def _partials_kernel_tma(
     tl.store(base + 2 * plane, z_t, mask=row_ok)
 
 
+_BOUNDS: dict = {}
+
+
+def _bounds_tensor(bounds: tuple, device) -> torch.Tensor:
+    """Chunk bounds on the device, made once per (bounds, device): a host-to-device copy per call
+    costs as much as the whole kernel at T=256."""
+    key = (bounds, str(device))
+    if key not in _BOUNDS:
+        _BOUNDS[key] = torch.tensor(bounds, dtype=torch.int32, device=device)
+    return _BOUNDS[key]
+
+
 def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, config: KernelConfig | None = None):
     """Partials (m, s, z_t), each [len(local_bounds)-1, T] fp32, computed on the GPU."""
     rows, width = hidden.shape
@@ -196,7 +208,7 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
     if hidden.dtype != weight_shard.dtype:
         raise ValueError(f"hidden and weight dtypes differ: {hidden.dtype} vs {weight_shard.dtype}")
     n_chunks = len(local_bounds) - 1
-    bounds = torch.tensor(local_bounds, dtype=torch.int32, device=hidden.device)
+    bounds = _bounds_tensor(tuple(local_bounds), hidden.device)
     out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=hidden.device)
     grid = (triton.cdiv(rows, config.block_t), n_chunks)
     if config.variant.startswith("tma"):
@@ -217,3 +229,190 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out[0], out[1], out[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Merge of the chunk partials (GPU): one program per row block, chunks folded in order.
+
+
+@triton.jit(do_not_specialize=["T"])
+def _merge_kernel(m_ptr, s_ptr, z_ptr, logp_ptr, lse_ptr, T, N_CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = rows < T
+    big = tl.load(m_ptr + rows, mask=ok, other=0.0)
+    for c in range(1, N_CHUNKS):
+        big = tl.maximum(big, tl.load(m_ptr + c * T + rows, mask=ok, other=0.0))
+    total = tl.load(s_ptr + rows, mask=ok, other=1.0) * tl.exp(tl.load(m_ptr + rows, mask=ok, other=0.0) - big)
+    target = tl.load(z_ptr + rows, mask=ok, other=0.0)
+    for c in range(1, N_CHUNKS):
+        m_c = tl.load(m_ptr + c * T + rows, mask=ok, other=0.0)
+        total = total + tl.load(s_ptr + c * T + rows, mask=ok, other=1.0) * tl.exp(m_c - big)
+        target = target + tl.load(z_ptr + c * T + rows, mask=ok, other=0.0)
+    lse = big + tl.log(total)
+    tl.store(logp_ptr + rows, target - lse, mask=ok)
+    tl.store(lse_ptr + rows, lse, mask=ok)
+
+
+def triton_merge(m, s, z_t):
+    """(selected log-prob [T], log-sum-exp [T]) from [N_CHUNKS, T] partials, chunk order, one launch."""
+    n_chunks, rows = m.shape
+    m, s, z_t = m.contiguous(), s.contiguous(), z_t.contiguous()
+    logp = torch.empty(rows, dtype=torch.float32, device=m.device)
+    lse = torch.empty(rows, dtype=torch.float32, device=m.device)
+    block = 128
+    _merge_kernel[(triton.cdiv(rows, block),)](m, s, z_t, logp, lse, rows, N_CHUNKS=n_chunks, BLOCK=block, num_warps=4)
+    return logp, lse
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward: per vocab slice, (1) grad_logits recomputed tile by tile and stored as a [T, slice]
+# 16-bit buffer, (2) grad_weight rows of the slice = grad_logits^T @ hidden (rows of T reduced in
+# fixed blocks from row 0), (3) grad_hidden group partial += grad_logits @ weight_slice.
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    # Vocab columns per step: the most whose [T, slice] grad_logits buffer fits g_buffer_bytes
+    # (a multiple of block_v, at least block_v, at most the group). No bit depends on it (see
+    # _grad_hidden_kernel); it only trades launches (small T) against memory (large T).
+    g_buffer_bytes: int = 64 * 2**20
+    slice_cols: int = 0  # > 0: a fixed slice width instead (experiments)
+    g_dtype: str = "fp16"  # grad_logits buffer: fp16 keeps 11 bits (bf16's 8 give ~1.5e-3 rel. error)
+    block_t: int = 128
+    block_v: int = 256
+    block_k: int = 64
+    num_warps: int = 8
+    num_stages: int = 3
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+BACKWARD_CONFIG = BackwardConfig()
+_G_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@triton.jit(do_not_specialize=["T", "v0", "width"])
+def _grad_logits_kernel(
+    h_desc, w_desc, g_ptr, tgt_ptr, lse_ptr, scale_ptr, T, H, v0, width, stride_g, inv_temp,
+    BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """grad_logits[t, c] = (onehot - softmax)[t, v0 + c] * grad_out[t] / temperature, one tile."""
+    row0 = tl.program_id(0) * BLOCK_T
+    c0 = tl.program_id(1) * BLOCK_V
+    rows = row0 + tl.arange(0, BLOCK_T)
+    row_ok = rows < T
+    acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
+    for ki in range(0, H // BLOCK_K):
+        acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0 + c0, ki * BLOCK_K]).T, acc)
+    z = acc * inv_temp
+    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
+    tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
+    cols = c0 + tl.arange(0, BLOCK_V)
+    grad = tl.exp(z - lse[:, None]) * -scale[:, None]
+    grad = tl.where(cols[None, :] + v0 == tgt[:, None], grad + scale[:, None], grad)
+    grad = tl.where(cols[None, :] < width, grad, 0.0)  # past the slice: zeros the products rely on
+    ptrs = g_ptr + rows[:, None].to(tl.int64) * stride_g + cols[None, :]
+    tl.store(ptrs, grad.to(g_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit(do_not_specialize=["T", "width"])
+def _grad_weight_kernel(
+    g_desc, h_desc, gw_ptr, T, H, width, stride_gw,
+    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """grad_weight[c, :] for c in one tile of the slice: sum over T in blocks of BLOCK_K from row 0."""
+    c0 = tl.program_id(0) * BLOCK_V
+    h0 = tl.program_id(1) * BLOCK_H
+    acc = tl.zeros([BLOCK_V, BLOCK_H], tl.float32)
+    for t0 in range(0, tl.cdiv(T, BLOCK_K) * BLOCK_K, BLOCK_K):
+        acc = tl.dot(g_desc.load([t0, c0]).T, h_desc.load([t0, h0]), acc)
+    cols = c0 + tl.arange(0, BLOCK_V)
+    hs = h0 + tl.arange(0, BLOCK_H)
+    ptrs = gw_ptr + cols[:, None].to(tl.int64) * stride_gw + hs[None, :]
+    tl.store(ptrs, acc.to(gw_ptr.dtype.element_ty), mask=cols[:, None] < width)
+
+
+@triton.jit(do_not_specialize=["T", "w_row0", "width"])
+def _grad_hidden_kernel(
+    g_desc, w_desc, p_ptr, T, H, w_row0, width,
+    ACCUMULATE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """partial[rows, h-tile] (+)= grad_logits[rows, slice] @ weight[slice, h-tile]; K from the slice start.
+
+    The accumulator resumes from the stored fp32 partial (an exact round trip), so a group's K loop is
+    the same sequence of fp32 accumulations however the group is cut into slices: the slice width
+    changes no bit of grad_hidden (checked by tests/operators and tools/fused_kernel_check.py).
+    """
+    row0 = tl.program_id(0) * BLOCK_T
+    h0 = tl.program_id(1) * BLOCK_H
+    rows = row0 + tl.arange(0, BLOCK_T)
+    ptrs = p_ptr + rows[:, None].to(tl.int64) * H + (h0 + tl.arange(0, BLOCK_H))[None, :]
+    ok = rows[:, None] < T
+    if ACCUMULATE:
+        acc = tl.load(ptrs, mask=ok, other=0.0)
+    else:
+        acc = tl.zeros([BLOCK_T, BLOCK_H], tl.float32)
+    for k0 in range(0, tl.cdiv(width, BLOCK_K) * BLOCK_K, BLOCK_K):
+        acc = tl.dot(g_desc.load([row0, k0]), w_desc.load([w_row0 + k0, h0]), acc)
+    tl.store(ptrs, acc, mask=ok)
+
+
+def triton_backward_groups(hidden, weight_shard, targets, lse, temperature, grad_out, local_group_bounds, grad_w, config: BackwardConfig | None = None):
+    """Yield each local group's grad_hidden partial ([T, H] fp32), writing grad_weight rows as it goes.
+
+    The GPU twin of fused_torch.torch_backward_groups (same plan, fused_plan.py). Extra memory: one
+    [T, slice] 16-bit grad_logits buffer, the group partial being accumulated, and (fp16 buffers) an
+    fp16 copy of hidden and of the current weight slice.
+    """
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    cfg = config or BACKWARD_CONFIG
+    rows, width = hidden.shape
+    if width % cfg.block_k or width % cfg.block_v:
+        raise ValueError(f"fused backward needs H divisible by {cfg.block_v}; got H={width}")
+    hidden = hidden.contiguous()
+    weight_shard = weight_shard.contiguous()
+    g_dtype = _G_DTYPES[cfg.g_dtype]
+    dev = hidden.device
+    widest = max(b - a for a, b in zip(local_group_bounds[:-1], local_group_bounds[1:]))
+    slice_cols = cfg.slice_cols or cfg.g_buffer_bytes // (max(rows, 1) * g_dtype.itemsize) // cfg.block_v * cfg.block_v
+    slice_cols = max(cfg.block_v, min(slice_cols, triton.cdiv(widest, cfg.block_v) * cfg.block_v))
+    g_buf = torch.empty(rows, slice_cols, dtype=g_dtype, device=dev)
+    hc = hidden if hidden.dtype == g_dtype else hidden.to(g_dtype)  # operands of the two products
+    scale = (grad_out.float() * (1.0 / temperature)).contiguous()
+    tgt = targets.contiguous()
+    lse = lse.contiguous()
+    bt, bv, bk = cfg.block_t, cfg.block_v, cfg.block_k
+    h_desc = TensorDescriptor.from_tensor(hidden, [bt, bk])
+    w_desc = TensorDescriptor.from_tensor(weight_shard, [bv, bk])
+    g_load_t = TensorDescriptor.from_tensor(g_buf, [bt, bk])  # grad_hidden: rows x K
+    g_load_w = TensorDescriptor.from_tensor(g_buf, [bk, bt])  # grad_weight: K(rows) x vocab tile
+    hc_desc = TensorDescriptor.from_tensor(hc, [bk, bv])
+    if g_dtype == weight_shard.dtype:
+        wc_buf, wc_desc = None, TensorDescriptor.from_tensor(weight_shard, [bk, bv])
+    else:  # one slice of the weight in the buffer's dtype; rows past a short last slice meet zero grad_logits
+        wc_buf = torch.zeros(slice_cols, width, dtype=g_dtype, device=dev)
+        wc_desc = TensorDescriptor.from_tensor(wc_buf, [bk, bv])
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    for g0, g1 in zip(local_group_bounds[:-1], local_group_bounds[1:]):
+        partial = torch.empty(rows, width, dtype=torch.float32, device=dev)
+        for s0 in range(g0, g1, slice_cols):
+            n = min(slice_cols, g1 - s0)
+            _grad_logits_kernel[(triton.cdiv(rows, bt), triton.cdiv(n, bv))](
+                h_desc, w_desc, g_buf, tgt, lse, scale, rows, width, s0, n, g_buf.stride(0), 1.0 / temperature,
+                BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, **opts,
+            )
+            gw = grad_w[s0 : s0 + n]
+            _grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](
+                g_load_w, hc_desc, gw, rows, width, n, gw.stride(0),
+                BLOCK_V=bt, BLOCK_H=bv, BLOCK_K=bk, **opts,
+            )
+            if wc_buf is not None:
+                wc_buf[:n].copy_(weight_shard[s0 : s0 + n])
+            _grad_hidden_kernel[(triton.cdiv(rows, bt), width // bv)](
+                g_load_t, wc_desc, partial, rows, width, s0 if wc_buf is None else 0, n,
+                ACCUMULATE=s0 != g0, BLOCK_T=bt, BLOCK_H=bv, BLOCK_K=bk, **opts,
+            )
+        yield partial

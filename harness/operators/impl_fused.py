@@ -1,10 +1,13 @@
 """The fused linear-logprob operator: online log-sum-exp over vocab tiles, fp32, batch/TP invariant.
 
 Forward: per-chunk partials from the Triton kernel (CUDA) or the torch version (elsewhere), merged
-in the fixed chunk order (fused_plan.py). Backward (for training): recompute each vocab slice's fp32
-logits from the saved operands and the saved log-sum-exp, form (onehot - softmax) * grad / T, and
-accumulate grad_hidden and grad_weight slice by slice, so no T x V tensor exists in backward either.
-The backward is deterministic run to run; it is not claimed batch-invariant (it uses library GEMMs).
+in the fixed chunk order (fused_plan.py). Backward (for training): per vocab slice, recompute the
+fp32 logits from the saved operands and log-sum-exp, form grad_logits = (onehot - softmax) *
+grad_out / T, and multiply it into grad_weight's rows of the slice (rows of T reduced in fixed blocks
+from row 0) and into grad_hidden's group partial (fused_plan.N_GROUPS groups, each accumulated from
+zero slice by slice, then added left to right). Fixed tiles everywhere, never chosen from T: a row's
+grad_hidden depends only on that row, grad_weight's reduction order is fixed, and a TP split
+reproduces the unsplit gradients bitwise (each rank computes its groups' partials).
 """
 
 from __future__ import annotations
@@ -12,21 +15,31 @@ from __future__ import annotations
 import torch
 
 from harness.operators.contract import Contract, Operator
-from harness.operators.fused_plan import merge_partials, shard_chunk_bounds
-from harness.operators.fused_torch import torch_partials
+from harness.operators.fused_plan import merge_partials, shard_chunk_bounds, shard_group_bounds
+from harness.operators.fused_torch import torch_backward_groups, torch_partials
 from harness.operators.registry import register
 
-BACKWARD_SLICE = 8192  # vocab columns per backward step: T x 8192 fp32 (256 MiB at T = 8192)
+
+def _on_triton(device: torch.device, dtype: torch.dtype) -> bool:
+    # The Triton kernels take 16-bit operands; an fp32 tl.dot would silently use TF32, so fp32
+    # operands take the torch path (exact fp32 GEMMs of fixed shape) on any device.
+    return device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
 
 
 def _partials_fn(device: torch.device, dtype: torch.dtype = torch.bfloat16):
-    # The Triton kernel takes 16-bit operands; an fp32 tl.dot would silently use TF32, so fp32
-    # operands take the torch path (exact fp32 GEMMs of fixed shape) on any device.
-    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+    if _on_triton(device, dtype):
         from harness.operators.fused_triton import triton_partials
 
         return triton_partials
     return torch_partials
+
+
+def _backward_groups_fn(device: torch.device, dtype: torch.dtype):
+    if _on_triton(device, dtype):
+        from harness.operators.fused_triton import triton_backward_groups
+
+        return triton_backward_groups
+    return torch_backward_groups
 
 
 def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=None):
@@ -39,52 +52,36 @@ def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=Non
         shard = weight[start : start + vocab // tp_size]
         gathered.append(partials_fn(hidden, shard, targets - start, local, temperature))
     # all-gather of partials: concatenate every rank's chunks in rank (= chunk) order
-    m, s, z_t = (torch.cat([g[i] for g in gathered], dim=0) for i in range(3))
+    m, s, z_t = (torch.cat([g[i] for g in gathered], dim=0) if tp_size > 1 else gathered[0][i] for i in range(3))
     return merge_partials(m, s, z_t)
 
 
-def _slice_logits(hidden, w_slice):
-    if hidden.is_cuda:
-        prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 logits from bf16 operands, as in forward
-        try:
-            return hidden.float() @ w_slice.float().T
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = prev
-    return hidden.float() @ w_slice.float().T
+def shard_backward(hidden, weight_shard, targets_local, lse, temperature, grad_out, local_groups, grad_w):
+    """Iterator over the shard's grad_hidden group partials; fills grad_w [shard V, H] as it goes."""
+    fn = _backward_groups_fn(hidden.device, hidden.dtype)
+    return fn(hidden, weight_shard, targets_local, lse, temperature, grad_out, local_groups, grad_w)
 
 
-def fused_backward(hidden, weight, targets, lse, temperature, grad_out):
-    """(grad_hidden, grad_weight) of sum(grad_out * selected_logprobs), in the operands' dtype."""
-    grad_dtype = hidden.dtype if hidden.is_cuda else torch.float32  # bf16 GEMMs on GPU, as Megatron
-    grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-    grad_w = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
-    h_g = hidden.to(grad_dtype)
-    g = grad_out.float()
-    for v0 in range(0, weight.shape[0], BACKWARD_SLICE):
-        w_slice = weight[v0 : v0 + BACKWARD_SLICE]
-        z = _slice_logits(hidden, w_slice) / temperature
-        grad_z = -torch.exp(z - lse[:, None]) * g[:, None]  # d logp_t / d z_v = onehot - softmax
-        local = targets - v0
-        hit = (local >= 0) & (local < w_slice.shape[0])
-        rows = torch.nonzero(hit).squeeze(1)
-        grad_z[rows, local[rows]] += g[rows]
-        grad_logits = (grad_z / temperature).to(grad_dtype)
-        grad_h += (grad_logits @ w_slice.to(grad_dtype)).float()
-        grad_w[v0 : v0 + BACKWARD_SLICE] = (grad_logits.T @ h_g).to(weight.dtype)
-        del z, grad_z, grad_logits
-    return grad_h.to(hidden.dtype), grad_w
+def fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size=1, grad_dtype=None):
+    """(grad_hidden fp32 [T, H], grad_weight [V, H] in grad_dtype, default the weight's dtype).
 
-
-def _path_name(device: torch.device, dtype: torch.dtype) -> str:
-    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
-        from harness.operators.fused_torch import BLOCK_T, BLOCK_V
-
-        return f"torch tiles {BLOCK_T}x{BLOCK_V}"
-    from harness.operators.fused_triton import default_config
-
-    c = default_config(device)
-    return f"triton {c.variant} {c.block_t}x{c.block_v}x{c.block_k} w{c.num_warps} s{c.num_stages}"
+    ``tp_size`` > 1 emulates the vocab-parallel backward in rank order: each shard's group partials,
+    gathered, added in group order (the same additions as tp_size = 1).
+    """
+    vocab = weight.shape[0]
+    grad_w = torch.empty(weight.shape, dtype=grad_dtype or weight.dtype, device=weight.device)
+    total = None
+    for rank in range(tp_size):
+        start, local = shard_group_bounds(vocab, tp_size, rank)
+        end = start + vocab // tp_size
+        for partial in shard_backward(hidden, weight[start:end], targets - start, lse, temperature, grad_out, local, grad_w[start:end]):
+            # fused_plan.sum_group_partials' left-to-right order, kept running so at most two
+            # [T, H] fp32 tensors exist at once
+            if total is None:
+                total = partial
+            else:
+                total += partial
+    return total, grad_w
 
 
 class FusedLinearLogprob(torch.autograd.Function):
@@ -92,29 +89,53 @@ class FusedLinearLogprob(torch.autograd.Function):
     def forward(ctx, hidden, weight, targets, temperature, tp_size):
         logp, lse = fused_forward(hidden, weight, targets, temperature, tp_size)
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature = temperature
+        ctx.temperature, ctx.tp_size = temperature, tp_size
         return logp
 
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, targets, lse = ctx.saved_tensors
-        grad_h, grad_w = fused_backward(hidden, weight, targets, lse, ctx.temperature, grad_out)
-        return grad_h, grad_w, None, None, None
+        grad_h, grad_w = fused_backward(hidden, weight, targets, lse, ctx.temperature, grad_out.contiguous(), ctx.tp_size)
+        grad_h = grad_h.to(hidden.dtype)
+        return (grad_h if ctx.needs_input_grad[0] else None), (grad_w if ctx.needs_input_grad[1] else None), None, None, None
+
+
+def _path_name(device: torch.device, dtype: torch.dtype) -> str:
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+        from harness.operators.fused_plan import N_CHUNKS
+        from harness.operators.fused_torch import BLOCK_T, BLOCK_V
+
+        return f"torch tiles {BLOCK_T}x{BLOCK_V}, {N_CHUNKS} chunks"
+    from harness.operators.fused_triton import default_config
+
+    c = default_config(device)
+    from harness.operators.fused_plan import N_CHUNKS
+    from harness.operators.fused_triton import BACKWARD_CONFIG as b
+
+    return (
+        f"triton {c.variant} {c.block_t}x{c.block_v}x{c.block_k} w{c.num_warps} s{c.num_stages}, {N_CHUNKS} chunks; "
+        f"bwd {b.g_dtype} grad_logits in slices of <= {b.g_buffer_bytes >> 20} MiB"
+    )
 
 
 @register("fused-linear-logprob")
 class FusedLinearLogprobOperator(Operator):
     contract = Contract(
-        summary="Fused linear-logprob: tiled GEMM + online log-sum-exp, fp32, fixed 8-chunk reduction plan",
+        summary="Fused linear-logprob: tiled GEMM + online log-sum-exp, fp32, fixed 120-chunk reduction plan; fused invariant backward",
         operand_dtype="as given (bf16 in production)",
         accumulate_dtype="float32",
         logits_dtype="none stored: fp32 tiles in registers (Triton) or one fp32 tile (torch)",
-        rounds_at=["fp32 GEMM accumulation per tile", "fp32 / T (as x * (1/T))", "fp32 online max/exp/sum", "fp32 merge of 8 chunk partials"],
+        rounds_at=[
+            "fp32 GEMM accumulation per tile", "fp32 / T (as x * (1/T))", "fp32 online max/exp/sum", "fp32 merge of 120 chunk partials",
+            "backward: grad_logits stored in fp16 per vocab slice (GPU), fp32 accumulation of both products, gradients returned in the operand dtype",
+        ],
         reduction_order=(
-            "vocabulary cut into 8 chunks at (c*V)//8; tiles from each chunk's start in fixed order; "
-            "chunks merged in chunk order by one elementwise sequence"
+            "vocabulary cut into 120 chunks at (c*V)//120; tiles from each chunk's start in fixed order; "
+            "chunks merged in chunk order by one elementwise sequence. Backward: grad_weight rows summed over "
+            "T in fixed row blocks from row 0; grad_hidden accumulated per group of V/8 columns in fixed "
+            "slices, the 8 group partials added left to right"
         ),
-        tp_handling="TP 1/2/4/8: each rank computes its chunks' partials; all-gather of partials, same merge",
+        tp_handling="TP 1/2/4/8: each rank computes its chunks' partials and its groups' gradient partials; all-gather of partials, same merge and sum",
         batch_invariant_by_design=True,
         tp_invariant_by_design=True,
         has_backward=True,
@@ -122,6 +143,11 @@ class FusedLinearLogprobOperator(Operator):
     )
 
     last_path = ""
+
+    def fp32_gradients(self, hidden, weight, targets, temperature, grad_out):
+        """(grad_hidden, grad_weight) in fp32, before autograd rounds them to the operands' dtype."""
+        lse = fused_forward(hidden, weight, targets, temperature, 1)[1]
+        return fused_backward(hidden, weight, targets, lse, temperature, grad_out, 1, torch.float32)
 
     def _selected_logprobs(self, hidden, weight, targets, temperature, tp_size):
         self.last_path = _path_name(hidden.device, hidden.dtype)

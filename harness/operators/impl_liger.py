@@ -8,8 +8,6 @@ mode: ``tp_size`` > 1 is refused, since emulating one would measure our emulatio
 
 from __future__ import annotations
 
-import torch
-
 from harness.operators.contract import Contract, OperandError, Operator
 from harness.operators.registry import register
 
@@ -26,6 +24,7 @@ class LigerFusedLinearCE(Operator):
         tp_handling="none (single device)",
         batch_invariant_by_design=False,
         tp_invariant_by_design=False,
+        has_backward=True,
         requires=["cuda", "triton", "liger_kernel"],
     )
 
@@ -35,6 +34,6 @@ class LigerFusedLinearCE(Operator):
         from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
         h = hidden if temperature == 1.0 else (hidden / temperature).to(hidden.dtype)
-        with torch.no_grad():
-            loss = liger_fused_linear_cross_entropy(h, weight, targets, reduction="none")
+        # Liger computes its gradients during the forward whenever an input requires grad
+        loss = liger_fused_linear_cross_entropy(h, weight, targets, reduction="none")
         return (-loss).float()

@@ -27,6 +27,7 @@ _BUILTIN_MODULES = (
     "harness.operators.impl_vllm",
     "harness.operators.impl_fp8",
     "harness.operators.impl_liger",
+    "harness.operators.impl_cce",
     "harness.operators.impl_fused",
 )
 

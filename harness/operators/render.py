@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-COLUMNS = ("operator", "mean err", "p99 err", "max err", "batch inv", "TP inv", "ms", "x GEMM", "extra MiB", "bwd rel err (h / W)")
+COLUMNS = (
+    "operator", "T", "mean err", "p99 err", "max err", "batch inv", "TP inv", "ms", "x GEMM", "extra MiB",
+    "fwd+bwd ms", "fwd+bwd x GEMM", "fwd+bwd extra MiB", "grad rel err (h / W)", "grad batch inv", "grad TP inv",
+)
+_N = len(COLUMNS) - 1
 
 
 def _num(x, fmt="{:.1e}") -> str:
@@ -23,15 +27,19 @@ def rows(record: dict) -> list[tuple[str, ...]]:
     out = []
     for r in record["results"]:
         if not r.get("available", True):
-            out.append((r["name"], *(["unavailable: " + r.get("why_unavailable", "")] + [""] * 9)[:9]))
+            out.append((r["name"], *(["unavailable: " + r.get("why_unavailable", "")] + [""] * _N)[:_N]))
             continue
         if "error" in r:
-            out.append((r["name"], *(["failed: " + r["error"][:80]] + [""] * 9)[:9]))
+            out.append((r["name"], *(["failed: " + r["error"][:80]] + [""] * _N)[:_N]))
             continue
-        bwd = "-" if r.get("backward_rel_err_hidden") is None else f"{r['backward_rel_err_hidden']:.1e} / {r['backward_rel_err_weight']:.1e}"
+        bwd = "-" if r.get("grad_rel_err_hidden") is None else f"{r['grad_rel_err_hidden']:.1e} / {r['grad_rel_err_weight']:.1e}"
+        if r.get("grad_rel_err_hidden_fp32") is not None:
+            bwd += f" (fp32: {r['grad_rel_err_hidden_fp32']:.1e} / {r['grad_rel_err_weight_fp32']:.1e})"
         extra = r.get("peak_extra_bytes")
+        extra_fb = r.get("fwd_bwd_peak_extra_bytes")
         out.append((
             r["name"] + (f" [{r['path']}]" if r.get("path") else ""),
+            str(r["shape"]["T"]),
             _num(r.get("mean_abs_err")),
             _num(r.get("p99_abs_err")),
             _num(r.get("max_abs_err")),
@@ -40,7 +48,12 @@ def rows(record: dict) -> list[tuple[str, ...]]:
             _num(r.get("ms_median"), "{:.2f}"),
             _num(r.get("x_gemm"), "{:.2f}"),
             "-" if extra is None else f"{extra / 2**20:.0f}",
+            _num(r.get("fwd_bwd_ms_median"), "{:.2f}"),
+            _num(r.get("fwd_bwd_x_gemm"), "{:.2f}"),
+            "-" if extra_fb is None else f"{extra_fb / 2**20:.0f}",
             bwd,
+            _inv(r.get("grad_batch_invariant"), r.get("grad_batch_rows_differing")),
+            "n/a" if r.get("grad_tp_invariant") is None else ("yes" if r["grad_tp_invariant"] else f"no {r.get('grad_tp_equal')}"),
         ))
     return out
 
@@ -48,11 +61,14 @@ def rows(record: dict) -> list[tuple[str, ...]]:
 def caption(record: dict) -> str:
     hw, b = record["hardware"], record["bundle"]
     where = hw.get("gpu") or f"CPU ({hw.get('cpu')})"
-    return (
-        f"{where}; T={b['T']} H={b['H']} V={b['V']} {b['dtype']}, {b['source']}; "
-        f"bf16 GEMM {record['gemm_ms_median']:.2f} ms; torch {record['libraries']['torch']}, "
-        f"triton {record['libraries'].get('triton')}; {record['created_utc']}"
-    )
+    if "gemm_ms_by_tokens" in record:  # a sweep over T
+        shape = record["results"][0]["shape"] if record["results"] else {}
+        dims = f"T in {b['tokens']} H={shape.get('H')} V={shape.get('V')} {shape.get('dtype')}, {b['source']}"
+        gemm = "GEMM ms by T " + ", ".join(f"{k}: {v:.2f}" for k, v in record["gemm_ms_by_tokens"].items())
+    else:
+        dims = f"T={b['T']} H={b['H']} V={b['V']} {b['dtype']}, {b['source']}"
+        gemm = f"bf16 GEMM {record['gemm_ms_median']:.2f} ms"
+    return f"{where}; {dims}; {gemm}; torch {record['libraries']['torch']}, triton {record['libraries'].get('triton')}; {record['created_utc']}"
 
 
 def markdown(record: dict) -> str:

@@ -7,7 +7,11 @@ ColumnParallelLinear output layer does.
   and of the sums of exp (Megatron-Core's _VocabParallelCrossEntropy). The SUM's order is the
   collective's, so the result depends on the TP size.
 - Fused: every rank computes its chunks' partials (fused_plan.py), the partials are all-gathered,
-  and each rank merges all 8 in chunk order: bitwise the TP=1 result.
+  and each rank merges all of them in chunk order: bitwise the TP=1 result.
+- Fused with gradients (:func:`fused_vocab_parallel_logprobs`, the Megatron drop-in): the same
+  forward; the backward computes the shard's grad_weight rows and its groups' grad_hidden partials,
+  all-gathers the partials and adds all N_GROUPS in group order on every rank, so log-probs,
+  grad_weight (each rank's shard) and grad_hidden are bitwise the TP=1 ones.
 
 ``timings`` (optional dict) receives per-call milliseconds of the collective part, for the
 all-reduce share of the time.
@@ -18,8 +22,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from harness.operators.fused_plan import merge_partials, shard_chunk_bounds
-from harness.operators.impl_fused import _partials_fn
+from harness.operators.fused_plan import merge_partials, shard_chunk_bounds, shard_group_bounds, sum_group_partials
+from harness.operators.impl_fused import _partials_fn, shard_backward
 from harness.operators.impl_megatron import shard_stats
 
 
@@ -68,6 +72,10 @@ def megatron_vocab_parallel(hidden, weight_shard, targets, temperature=1.0, grou
 
 
 def fused_vocab_parallel(hidden, weight_shard, targets, temperature=1.0, group=None, timings=None) -> torch.Tensor:
+    return _fused_forward_group(hidden, weight_shard, targets, temperature, group, timings)[0]
+
+
+def _fused_forward_group(hidden, weight_shard, targets, temperature, group, timings=None):
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     vocab = weight_shard.shape[0] * world
     start, local = shard_chunk_bounds(vocab, world, rank)
@@ -77,4 +85,41 @@ def fused_vocab_parallel(hidden, weight_shard, targets, temperature=1.0, group=N
     with _Stopwatch(hidden.device, timings):
         dist.all_gather(gathered, mine, group=group)
     allp = torch.cat(gathered, dim=1)  # rank order == chunk order
-    return merge_partials(allp[0], allp[1], allp[2])[0]
+    return merge_partials(allp[0], allp[1], allp[2])
+
+
+class FusedVocabParallelLogprob(torch.autograd.Function):
+    """Selected log-probs over a vocab-parallel LM head, with gradients bitwise equal to TP=1."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight_shard, targets, temperature, group):
+        logp, lse = _fused_forward_group(hidden, weight_shard, targets, temperature, group)
+        ctx.save_for_backward(hidden, weight_shard, targets, lse)
+        ctx.temperature, ctx.group = temperature, group
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        hidden, weight_shard, targets, lse = ctx.saved_tensors
+        group = ctx.group
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        vocab = weight_shard.shape[0] * world
+        start, local = shard_group_bounds(vocab, world, rank)
+        grad_w = torch.empty_like(weight_shard)
+        mine = torch.stack(list(shard_backward(hidden, weight_shard, targets - start, lse, ctx.temperature, grad_out.contiguous(), local, grad_w)))
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(gathered, mine, group=group)
+        grad_h = sum_group_partials(p for ranks in gathered for p in ranks)  # rank order == group order
+        return grad_h.to(hidden.dtype), grad_w, None, None, None
+
+
+def fused_vocab_parallel_logprobs(hidden, weight_shard, targets, temperature=1.0, group=None) -> torch.Tensor:
+    """The Megatron drop-in: log_softmax(hidden @ W.T / T)[targets] with W split by vocab over ``group``.
+
+    Megatron's vocab-parallel layout: rank r holds rows [r*V/tp, (r+1)*V/tp) of the output layer's
+    weight (``weight_shard``); ``hidden`` [T, H] and ``targets`` [T] (global ids) are the same on
+    every rank. Returns [T] fp32, the same on every rank. Gradients flow to ``hidden`` (already
+    summed over the ranks: pass the hidden states directly, not through
+    copy_to_tensor_model_parallel_region, which would sum them again) and to ``weight_shard``.
+    """
+    return FusedVocabParallelLogprob.apply(hidden, weight_shard, targets, float(temperature), group)

@@ -75,11 +75,13 @@ def run_rank(shape, temperature, reps, out_path):
         everyone = [torch.empty_like(out) for _ in range(world)]
         dist.all_gather(everyone, out)
         results[name] = {"out": out, "ranks_agree": all(torch.equal(e, out) for e in everyone), "ms_median": ms, "collective_ms_median": coll, "peak_extra_bytes_rank0": peak}
+    grad_check = _gradient_parity(h, bundle.weight, shard, t, temperature, rank, per)
     if rank == 0:
         ref = reference_logprobs(h, bundle.weight, t, temperature)
         record = {"schema": 1, "what": "vocab-parallel selected-logprob parity", "backend": dist.get_backend(), "tp": world,
                   "env": {k: os.environ.get(k) for k in MULTICAST_OFF}, **environment(device),
                   "bundle": {"source": bundle.source, **bundle.shape}, "temperature": temperature, "results": []}
+        record["gradients"] = grad_check
         for name, r in results.items():
             single = registry.get(name).selected_logprobs(h, bundle.weight, t, temperature, tp_size=1)
             err = (r["out"].double() - ref).abs()
@@ -96,6 +98,33 @@ def run_rank(shape, temperature, reps, out_path):
             json.dump(record, f, indent=1, default=str)
         for r in record["results"]:
             print(json.dumps(r), flush=True)
+
+
+def _gradient_parity(h, weight, shard, t, temperature, rank, per) -> dict:
+    """The drop-in's log-probs and gradients over the group vs the single-process TP=1 operator, bitwise.
+
+    Every rank checks its own shard's grad_weight rows and the (replicated) grad_hidden; the verdicts
+    are all-reduced (MIN) so rank 0 records whether every rank matched.
+    """
+    from harness.operators import registry
+    from harness.operators.vocab_parallel import fused_vocab_parallel_logprobs
+
+    gen = torch.Generator().manual_seed(1)
+    g = torch.randn(h.shape[0], generator=gen).to(h.device)
+    h_tp, w_tp = h.detach().clone().requires_grad_(), shard.detach().clone().requires_grad_()
+    logp_tp = fused_vocab_parallel_logprobs(h_tp, w_tp, t, temperature)
+    (logp_tp * g).sum().backward()
+    h_1, w_1 = h.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    logp_1 = registry.get("fused-linear-logprob").selected_logprobs(h_1, w_1, t, temperature, tp_size=1)
+    (logp_1 * g).sum().backward()
+    checks = torch.tensor([
+        int(torch.equal(logp_tp, logp_1)),
+        int(torch.equal(h_tp.grad, h_1.grad)),
+        int(torch.equal(w_tp.grad, w_1.grad[rank * per : (rank + 1) * per])),
+    ])
+    dist.all_reduce(checks, op=dist.ReduceOp.MIN)
+    return {"logp_bitwise_equal_tp1": bool(checks[0]), "grad_hidden_bitwise_equal_tp1": bool(checks[1]),
+            "grad_weight_shards_bitwise_equal_tp1": bool(checks[2])}
 
 
 def _spawned(rank, world, init_file, shape, temperature, reps, out_path):

@@ -30,3 +30,12 @@ def test_backward_is_only_taken_when_asked(small_bundle_cpu):
     b = small_bundle_cpu
     out = registry.get("fused-linear-logprob").selected_logprobs(b.hidden[:8], b.weight, b.targets[:8])
     assert out.dtype == torch.float32 and not out.requires_grad
+
+
+def test_fused_gradients_are_batch_and_tp_invariant_bitwise(small_bundle):
+    """A row's grad_hidden is the same alone as in the batch; TP 2 and 8 give TP=1's gradients; reruns agree."""
+    op = registry.get("fused-linear-logprob")
+    res = measure.backward_checks(op, small_bundle, temperature=0.9)
+    assert res["grad_batch_invariant"], res
+    assert res["grad_deterministic"], res
+    assert res["grad_tp_invariant"], res

@@ -35,10 +35,45 @@ SCRIPT = textwrap.dedent('''
         got = merge_partials(*triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg))[0]
         assert (got.double() - ref).abs().max() < 1e-5, (variant, (got.double() - ref).abs().max())
         assert (got - want).abs().max() < 1e-5, variant
-        start, local = shard_chunk_bounds(V, 4, 2)   # rank 2 of TP=4: chunks 4 and 5
+        start, local = shard_chunk_bounds(V, 4, 2)   # rank 2 of TP=4: chunks 60..89
         m, s, z = triton_partials(h, w[start:start + V // 4], t - start, local, 0.7, cfg)
         full_m = triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg)[0]
-        assert torch.equal(m, full_m[4:6]), variant
+        assert torch.equal(m, full_m[60:90]), variant
+    print("ok")
+''')
+
+# The backward's three kernels (grad_logits tile, grad_weight rows, grad_hidden group partial) against
+# the torch plan. fp32 operands: the interpreter's numpy has no bf16. Bitwise where the design says so:
+# a TP shard's partials and grad_weight rows equal the unsplit ones, a slice of rows equals the same rows
+# in the batch, and the slice width changes no bit.
+BACKWARD_SCRIPT = textwrap.dedent('''
+    import torch
+    from dataclasses import replace
+    from harness.operators.fused_plan import chunk_bounds, group_bounds, merge_partials, shard_group_bounds
+    from harness.operators.fused_torch import torch_backward_groups, torch_partials
+    from harness.operators.fused_triton import BackwardConfig, triton_backward_groups
+    gen = torch.Generator().manual_seed(0)
+    T, H, V = 21, 64, 1000   # groups of 125 columns: slices of 64 leave a masked tail in each group
+    h = torch.randn(T, H, generator=gen); w = torch.randn(V, H, generator=gen) * 0.1
+    t = torch.randint(0, V, (T,), generator=gen); g = torch.randn(T, generator=gen)
+    lse = merge_partials(*torch_partials(h, w, t, chunk_bounds(V), 0.7))[1]
+    want_w = torch.empty(V, H)
+    want = list(torch_backward_groups(h, w, t, lse, 0.7, g, group_bounds(V), want_w))
+    cfg = BackwardConfig(slice_cols=64, g_dtype="fp16", block_t=16, block_v=32, block_k=16, num_warps=4, num_stages=2)
+    got_w = torch.empty(V, H)
+    got = list(triton_backward_groups(h, w, t, lse, 0.7, g, group_bounds(V), got_w, cfg))
+    for a, b in zip(got, want):   # fp16 grad_logits: ~1e-3 relative per element
+        assert (a - b).abs().max() <= 2e-3 * b.abs().max(), float((a - b).abs().max() / b.abs().max())
+    assert (got_w - want_w).abs().max() <= 2e-3 * want_w.abs().max()
+    other_w = torch.empty(V, H)
+    other = list(triton_backward_groups(h, w, t, lse, 0.7, g, group_bounds(V), other_w, replace(cfg, slice_cols=32)))
+    assert all(torch.equal(a, b) for a, b in zip(other, got)) and torch.equal(other_w, got_w), "slice width changed bits"
+    start, local = shard_group_bounds(V, 2, 1)
+    shard_w = torch.empty(V // 2, H)
+    shard = list(triton_backward_groups(h, w[start:], t - start, lse, 0.7, g, local, shard_w, cfg))
+    assert all(torch.equal(a, b) for a, b in zip(shard, got[4:])) and torch.equal(shard_w, got_w[start:])
+    rows = list(triton_backward_groups(h[3:10], w, t[3:10], lse[3:10], 0.7, g[3:10], group_bounds(V), torch.empty(V, H), cfg))
+    assert all(torch.equal(a, b[3:10]) for a, b in zip(rows, got))
     print("ok")
 ''')
 
@@ -47,4 +82,11 @@ def test_triton_kernel_matches_the_torch_plan_under_the_interpreter():
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def test_triton_backward_matches_the_torch_plan_under_the_interpreter():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", BACKWARD_SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]

@@ -1,7 +1,9 @@
-"""Issue 9 on CPU: two real gloo processes, one vocab shard each.
+"""Issues 9 and 16 on CPU: real gloo process groups, one vocab shard per process.
 
 The fused operator's all-gather of chunk partials must reproduce the single-process TP=1 result
-bitwise on every rank; Megatron-native's all-reduced sums are recorded (they differ from TP=1).
+bitwise on every rank; the Megatron drop-in (fused_vocab_parallel_logprobs, autograd over the
+group) must reproduce TP=1's log-probs, grad_hidden and each rank's grad_weight rows bitwise.
+Megatron-native's all-reduced sums are recorded (they differ from TP=1).
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from harness.operators import vocab_parallel_run
 pytestmark = pytest.mark.operator
 
 
-def test_fused_over_gloo_tp2_equals_tp1_bitwise(tmp_path):
-    out = tmp_path / "tp2.json"
-    vocab_parallel_run.main(["--spawn", "2", "--shape", "96,128,2000", "--reps", "1", "--out", str(out)])
+@pytest.mark.parametrize("tp", [2, 4])
+def test_fused_over_gloo_equals_tp1_bitwise_forward_and_gradients(tmp_path, tp):
+    out = tmp_path / f"tp{tp}.json"
+    vocab_parallel_run.main(["--spawn", str(tp), "--shape", "96,128,2000", "--reps", "1", "--out", str(out)])
     record = json.loads(out.read_text())
     rows = {r["name"]: r for r in record["results"]}
     fused, megatron = rows["fused-linear-logprob"], rows["megatron-native"]
-    assert record["backend"] == "gloo" and record["tp"] == 2
+    assert record["backend"] == "gloo" and record["tp"] == tp
     assert fused["bitwise_equal_tp1"] and fused["ranks_agree"], fused
     assert megatron["ranks_agree"], megatron
+    grads = record["gradients"]
+    assert grads["logp_bitwise_equal_tp1"], grads
+    assert grads["grad_hidden_bitwise_equal_tp1"], grads
+    assert grads["grad_weight_shards_bitwise_equal_tp1"], grads

@@ -1,0 +1,222 @@
+"""Check and time the fused operator's kernels on one GPU in one process (development record).
+
+    python tools/fused_kernel_check.py --out /tmp/check.json [--configs fp16:2048,bf16:2048]
+
+Forward at every T of the sweep; forward+backward per backward configuration at the largest T:
+time vs the bf16 GEMM of the same T, fp32 gradient error vs fp64 autograd on the first 256 rows,
+bitwise checks (grad_hidden rows alone vs in the batch, two runs, TP 2/8 emulated vs TP 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokens", default="256,1024,2048,4096,8192")
+    p.add_argument("--configs", default="fp16:2048,bf16:2048,fp16:4096")
+    p.add_argument("--hv", default="2048,151936")
+    p.add_argument("--skip-main", action="store_true")
+    p.add_argument("--grid-chunks", default="", help="forward experiment: chunk counts, e.g. 8,40,120")
+    p.add_argument("--grid-stages", default="3,4")
+    p.add_argument("--grid-tokens", default="256,1024,8192")
+    p.add_argument("--breakdown", default="", help="backward kernels of one slice: g_dtype:slice:stages:bt:bv,...")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from harness.operators import bench, measure
+    from harness.operators import fused_triton as ft
+    from harness.operators.bundles import BundleShape, synthetic_bundle
+    from harness.operators.impl_fused import fused_backward, fused_forward
+
+    H, V = (int(x) for x in args.hv.split(","))
+    tokens = [int(x) for x in args.tokens.split(",")]
+    dev = torch.device("cuda")
+    big = synthetic_bundle(BundleShape(max(tokens), H, V)).to(dev)
+    rec = {"env": bench.environment(dev), "forward": [], "backward": []}
+
+    def save():
+        Path(args.out).write_text(json.dumps(rec, indent=1, default=str))
+
+    if args.grid_chunks:
+        forward_grid(big, rec, [int(x) for x in args.grid_tokens.split(",")], [int(x) for x in args.grid_chunks.split(",")], [int(x) for x in args.grid_stages.split(",")])
+        save()
+    if args.breakdown:
+        T = max(tokens)
+        h, w, t = big.hidden[:T], big.weight, big.targets[:T]
+        lse = fused_forward(h, w, t, 1.0, 1)[1]
+        cfgs = []
+        for spec in args.breakdown.split(","):
+            gd, sl, st, bt, bv = spec.split(":")
+            cfgs.append(replace(ft.BACKWARD_CONFIG, g_dtype=gd, slice_cols=int(sl), num_stages=int(st), block_t=int(bt), block_v=int(bv)))
+        kernel_breakdown(h, w, t, lse, torch.randn(T, device=dev), rec, cfgs)
+        save()
+    if args.skip_main:
+        return 0
+    for T in tokens:
+        h, w, t = big.hidden[:T], big.weight, big.targets[:T]
+        gemm = measure.time_ms(lambda: h @ w.T, dev, 3, 10)
+        fwd = measure.time_ms(lambda: fused_forward(h, w, t, 1.0, 1), dev, 3, 10)
+        full = fused_forward(h, w, t, 1.0, 1)[0]
+        n = min(517, T - 1)
+        alone = fused_forward(h[1 : 1 + n], w, t[1 : 1 + n], 1.0, 1)[0]
+        tp_ok = all(torch.equal(fused_forward(h, w, t, 1.0, tp)[0], full) for tp in (2, 8))
+        row = {"T": T, "gemm_ms": gemm, "fwd_ms": fwd, "x_gemm": fwd / gemm, "batch_inv": bool(torch.equal(alone, full[1 : 1 + n])), "tp_inv": tp_ok}
+        rec["forward"].append(row)
+        print("fwd", row, flush=True)
+        save()
+
+    T = max(tokens)
+    h, w, t = big.hidden[:T], big.weight, big.targets[:T]
+    gemm = measure.time_ms(lambda: h @ w.T, dev, 3, 10)
+    gen = torch.Generator().manual_seed(1)
+    g_out = torch.randn(T, generator=gen).to(dev)
+    # fp64 reference gradients on the first 256 rows
+    r = 256
+    h64, w64 = h[:r].double().requires_grad_(), w.double().requires_grad_()
+    lp = torch.log_softmax(h64 @ w64.T, dim=-1).gather(1, t[:r, None]).squeeze(1)
+    (lp * g_out[:r].double()).sum().backward()
+    ref_h, ref_w = h64.grad, w64.grad
+    del h64, w64, lp
+    torch.cuda.empty_cache()
+
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm())
+
+    for spec in args.configs.split(","):
+        gd, sl = spec.split(":")
+        ft.BACKWARD_CONFIG = replace(ft.BACKWARD_CONFIG, g_dtype=gd, slice_cols=int(sl))
+        row = {"config": ft.BACKWARD_CONFIG.as_dict()}
+        try:
+            def fwd_bwd():
+                logp, lse = fused_forward(h, w, t, 1.0, 1)
+                return fused_backward(h, w, t, lse, 1.0, g_out, 1)
+
+            row["fwd_bwd_ms"] = measure.time_ms(fwd_bwd, dev, 2, 5)
+            row["fwd_bwd_x_gemm"] = row["fwd_bwd_ms"] / gemm
+            lse = fused_forward(h, w, t, 1.0, 1)[1]
+            row["bwd_ms"] = measure.time_ms(lambda: fused_backward(h, w, t, lse, 1.0, g_out, 1), dev, 2, 5)
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            gh, gw = fwd_bwd()
+            torch.cuda.synchronize()
+            row["peak_extra_bytes_beyond_grads"] = torch.cuda.max_memory_allocated() - base - gh.numel() * 2 - gw.numel() * gw.element_size()
+            gh2, gw2 = fwd_bwd()
+            row["deterministic"] = bool(torch.equal(gh, gh2) and torch.equal(gw, gw2))
+            del gh2, gw2
+            n = 517
+            lse_a = fused_forward(h[1 : 1 + n], w, t[1 : 1 + n], 1.0, 1)[1]
+            gh_a, _ = fused_backward(h[1 : 1 + n], w, t[1 : 1 + n], lse_a, 1.0, g_out[1 : 1 + n], 1)
+            row["grad_h_batch_inv"] = bool(torch.equal(gh_a, gh[1 : 1 + n]))
+            del gw
+            for tp in (2, 8):
+                gh_t, gw_t = fused_backward(h, w, t, lse, 1.0, g_out, tp)
+                _, gw1 = fused_backward(h, w, t, lse, 1.0, g_out, 1)
+                row[f"grad_tp{tp}_inv"] = bool(torch.equal(gh_t, gh) and torch.equal(gw_t, gw1))
+                del gh_t, gw_t, gw1
+            lse_r = fused_forward(h[:r], w, t[:r], 1.0, 1)[1]
+            gh_r, gw_r = fused_backward(h[:r], w, t[:r], lse_r, 1.0, g_out[:r], 1, torch.float32)
+            row["grad_rel_err_hidden_fp32"] = rel(gh_r, ref_h)
+            row["grad_rel_err_weight_fp32"] = rel(gw_r, ref_w)
+            row["grad_rel_err_hidden_bf16"] = rel(gh_r.bfloat16(), ref_h)
+            row["grad_rel_err_weight_bf16"] = rel(gw_r.bfloat16(), ref_w)
+            # the slice width must change no bit: compare with 1024-column slices
+            saved = ft.BACKWARD_CONFIG
+            ft.BACKWARD_CONFIG = replace(saved, slice_cols=1024)
+            gh_s, gw_s = fused_backward(h, w, t, lse, 1.0, g_out, 1)
+            ft.BACKWARD_CONFIG = saved
+            gh_n, gw_n = fused_backward(h, w, t, lse, 1.0, g_out, 1)
+            row["slice_width_changes_no_bit"] = bool(torch.equal(gh_s, gh_n) and torch.equal(gw_s, gw_n))
+            del gh_r, gw_r, gh, gh_s, gw_s, gh_n, gw_n
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        torch.cuda.empty_cache()
+        rec["backward"].append(row)
+        print("bwd", row, flush=True)
+        save()
+    return 0
+
+
+
+def kernel_breakdown(h, w, t, lse, g_out, out: dict, configs) -> None:
+    """Time one vocab slice's three backward kernels alone, per configuration (x slices = the backward)."""
+    import torch
+    import triton
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from harness.operators import fused_triton as ft
+    from harness.operators import measure
+
+    rows, width = h.shape
+    for cfg in configs:
+        bt, bv, bk = cfg.block_t, cfg.block_v, cfg.block_k
+        gd = ft._G_DTYPES[cfg.g_dtype]
+        n = cfg.slice_cols
+        g_buf = torch.empty(rows, n, dtype=gd, device=h.device)
+        hc = h.to(gd)
+        wc = w[:n].to(gd)
+        gw = torch.empty(n, width, dtype=w.dtype, device=h.device)
+        part = torch.empty(rows, width, dtype=torch.float32, device=h.device)
+        scale = g_out.float()
+        opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        k1 = lambda: ft._grad_logits_kernel[(triton.cdiv(rows, bt), triton.cdiv(n, bv))](  # noqa: E731
+            TensorDescriptor.from_tensor(h, [bt, bk]), TensorDescriptor.from_tensor(w, [bv, bk]), g_buf, t, lse, scale,
+            rows, width, 0, n, g_buf.stride(0), 1.0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, **opts)
+        k2 = lambda: ft._grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](  # noqa: E731
+            TensorDescriptor.from_tensor(g_buf, [bk, bt]), TensorDescriptor.from_tensor(hc, [bk, bv]), gw, rows, width, n,
+            gw.stride(0), BLOCK_V=bt, BLOCK_H=bv, BLOCK_K=bk, **opts)
+        k3 = lambda: ft._grad_hidden_kernel[(triton.cdiv(rows, bt), width // bv)](  # noqa: E731
+            TensorDescriptor.from_tensor(g_buf, [bt, bk]), TensorDescriptor.from_tensor(wc, [bk, bv]), part, rows, width, 0, n,
+            ACCUMULATE=True, BLOCK_T=bt, BLOCK_H=bv, BLOCK_K=bk, **opts)
+        conv = lambda: w[:n].to(gd)  # noqa: E731
+        row = {"config": cfg.as_dict()}
+        try:
+            gemm_slice = measure.time_ms(lambda: h @ w[:n].T, h.device, 3, 20)
+            row.update(gemm_slice_ms=gemm_slice, k1_ms=measure.time_ms(k1, h.device, 3, 20), k2_ms=measure.time_ms(k2, h.device, 3, 20),
+                       k3_ms=measure.time_ms(k3, h.device, 3, 20), conv_ms=measure.time_ms(conv, h.device, 3, 20))
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        out.setdefault("breakdown", []).append(row)
+        print("slice", row, flush=True)
+
+
+def forward_grid(big, out: dict, tokens, chunk_counts, stages) -> None:
+    """Forward time vs the GEMM for other chunk counts and pipeline depths (the plan's choice)."""
+    from dataclasses import replace
+
+    from harness.operators import fused_triton as ft
+    from harness.operators import measure
+
+    for T in tokens:
+        h, w, t = big.hidden[:T], big.weight, big.targets[:T]
+        gemm = measure.time_ms(lambda: h @ w.T, h.device, 3, 10)
+        for n_chunks in chunk_counts:
+            bounds = [(c * w.shape[0]) // n_chunks for c in range(n_chunks + 1)]
+            for st in stages:
+                cfg = replace(ft.HOPPER_CONFIG, num_stages=st)
+                call = lambda: ft.triton_merge(*ft.triton_partials(h, w, t, bounds, 1.0, cfg))  # noqa: E731
+                kern = lambda: ft.triton_partials(h, w, t, bounds, 1.0, cfg)  # noqa: E731
+                row = {"T": T, "chunks": n_chunks, "stages": st, "gemm_ms": gemm}
+                try:
+                    row["ms"] = measure.time_ms(call, h.device, 3, 10)
+                    row["kernel_ms"] = measure.time_ms(kern, h.device, 3, 10)
+                    row["x_gemm"] = row["ms"] / gemm
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                out.setdefault("forward_grid", []).append(row)
+                print("grid", row, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
