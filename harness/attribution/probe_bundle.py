@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from harness.records.dumps import DumpError, load_dump
+from harness.records.debug_dumps import DumpError, load_dump
 
 KEYS = {
     "hidden": ("hidden", "hidden_states", "final_hidden"),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.records.dumps import DumpError, load_dump
+from harness.records.debug_dumps import DumpError, load_dump
 
 # One place for the key names: VIME's first, then the embedded trainer's extras.
 ROLLOUT_KEYS = {

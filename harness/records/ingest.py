@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.records.atomic import DIR_MODE
-from harness.records.dumps import DumpError, dump_records, is_dump_file, load_dump
+from harness.records.debug_dumps import DumpError, dump_records, is_dump_file, load_dump
 from harness.records.failures import primary_failure
 from harness.records.logparse import LogFileError, parse_log_file
 from harness.records.merge import merge_records

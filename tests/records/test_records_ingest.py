@@ -263,7 +263,7 @@ def test_generated_log_round_trips_through_ingest(tmp_path):
 
 
 def test_sample_mean_with_a_partial_list_mask_matches_the_array_path():
-    from harness.records.dumps import _masked_sample_mean
+    from harness.records.debug_dumps import _masked_sample_mean
 
     values, mask = [-0.5, -0.1, -9.0, -0.3], [1, 1, 0, 1]
     assert _masked_sample_mean(values, mask) == pytest.approx(-0.3)
