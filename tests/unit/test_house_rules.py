@@ -1,4 +1,4 @@
-"""House rules, enforced: thresholds are data that is used, and rungs explain themselves."""
+"""House rules, enforced: thresholds are data that is used, rungs explain themselves, and the layers keep apart."""
 
 from pathlib import Path
 
@@ -32,3 +32,40 @@ def test_the_ladder_has_one_root_and_reaches_the_recommended_baseline():
     roots = [r.id for r in KNOBS.rungs.values() if r.parent is None]
     assert roots == ["fp32-floor"]
     assert [r.id for r in KNOBS.chain("fp8-plus-filters")] == ["fp32-floor", "near-aligned", "fp8-rollout", "fp8-plus-filters"]
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Every harness module a file imports, at any depth (function-level imports included)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("harness")}
+    return found
+
+
+def test_judging_and_attribution_never_import_each_other():
+    # docs/architecture.md: the judge decides from numbers, attribution localises; neither needs the other.
+    for package, other in (("judge", "harness.attribution"), ("attribution", "harness.judge")):
+        for path in (REPO_ROOT / "harness" / package).rglob("*.py"):
+            crossing = sorted(m for m in _module_imports(path) if m == other or m.startswith(other + "."))
+            assert not crossing, f"harness/{package}/{path.name} imports {crossing}"
+
+
+def test_the_cli_and_the_commands_it_loads_do_not_import_it_back():
+    for path in (REPO_ROOT / "harness").rglob("*.py"):
+        if path.name != "__main__.py":
+            assert "harness.cli" not in _module_imports(path), f"{path.relative_to(REPO_ROOT)} imports harness.cli (an import cycle)"
+
+
+def test_no_module_reads_a_run_spec_as_a_dict():
+    import re
+
+    pattern = re.compile(r"\.spec or \{\}|\.spec\.get\(|\.spec\[[\"']")
+    for root in ("harness", "fixtures", "tests"):
+        for path in (REPO_ROOT / root).rglob("*.py"):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                assert not pattern.search(line), f"{path.relative_to(REPO_ROOT)}:{number}: read run.spec's typed fields (harness/records/recorded_spec.py), not a dict: {line.strip()}"
