@@ -37,12 +37,20 @@ def read_decisions(run) -> tuple[list[dict], list[str]]:
     return decisions, warnings
 
 
+def decision_fields(record: dict) -> tuple[str, str, str, str]:
+    """(requested, actual, decision, reason) under RL-Align's names or the short ones some logs use."""
+    requested = str(record.get("requested_backend") or record.get("requested") or "")
+    actual = str(record.get("actual_backend") or record.get("actual") or record.get("backend") or "")
+    decision = str(record.get("decision") or "")
+    reason = str(record.get("fallback_reason") or record.get("reason") or "")
+    return requested, actual, decision, reason
+
+
+def is_fallback(record: dict) -> bool:
+    requested, actual, decision, _ = decision_fields(record)
+    return decision.startswith("fallback") or bool(requested and actual and requested != actual)
+
+
 def fallbacks(decisions: list[dict]) -> list[dict]:
     """Decisions where the requested backend did not run: a fallback, or actual != requested."""
-    out = []
-    for record in decisions:
-        decision = str(record.get("decision", ""))
-        requested, actual = record.get("requested_backend"), record.get("actual_backend")
-        if decision.startswith("fallback") or (requested and actual and requested != actual):
-            out.append(record)
-    return out
+    return [record for record in decisions if is_fallback(record)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from harness.judge.decisions import decision_fields, is_fallback
+
 # vLLM's --dtype spellings (vLLM accepts these aliases) -> the table's words.
 _DTYPE_WORDS = {
     "bfloat16": "BF16",
@@ -53,28 +55,15 @@ def describe_precision(flags: dict) -> str:
     return f"{train} train + {rollout} rollout"
 
 
-def _decision_fields(record: dict) -> tuple[str, str, str, str]:
-    requested = str(record.get("requested_backend") or record.get("requested") or "")
-    actual = str(record.get("actual_backend") or record.get("actual") or record.get("backend") or "")
-    decision = str(record.get("decision") or "")
-    reason = str(record.get("fallback_reason") or record.get("reason") or "")
-    return requested, actual, decision, reason
-
-
-def is_fallback(record: dict) -> bool:
-    requested, actual, decision, _ = _decision_fields(record)
-    return decision.startswith("fallback") or bool(requested and actual and requested != actual)
-
-
 def describe_execution(decisions: list[dict]) -> str:
     """'ran fused-triton (optimized) x30' or 'FALLBACK to native x3/30: reason' - what actually ran."""
     if not decisions:
         return "no execution decision records"
-    ran = Counter(f"{_decision_fields(d)[1] or '?'} ({_decision_fields(d)[2] or '?'})" for d in decisions)
+    ran = Counter(f"{decision_fields(d)[1] or '?'} ({decision_fields(d)[2] or '?'})" for d in decisions)
     text = "ran " + ", ".join(f"{what} x{count}" for what, count in ran.most_common())
     fallbacks = [d for d in decisions if is_fallback(d)]
     if fallbacks:
-        reasons = sorted({_decision_fields(d)[3] or "no reason given" for d in fallbacks})
+        reasons = sorted({decision_fields(d)[3] or "no reason given" for d in fallbacks})
         text += f"; FALLBACK {len(fallbacks)}/{len(decisions)}: {'; '.join(reasons)}"
     return text
 
