@@ -73,6 +73,8 @@ def replaceable_run_dir(path: str | Path, option: str) -> Path:
     path = Path(path)
     writable_dir(path.parent if not path.exists() else path, option)
     if path.is_dir() and any(path.iterdir()) and not written_by_harness(path):
-        raise SpecError(f"{option} {path}: an existing directory that is not a run directory written by this tool; "
-                        f"refusing to replace it (its files would be deleted): choose a new or empty directory")
+        raise SpecError(
+            f"{option} {path}: an existing directory that is not a run directory written by this tool; "
+            f"refusing to replace it (its files would be deleted): choose a new or empty directory"
+        )
     return path

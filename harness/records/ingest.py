@@ -25,8 +25,8 @@ from harness.records.merge import merge_records
 from harness.records.models import Failure, Record
 from harness.records.redact import redact_text
 from harness.records.rundir import RunDir, utc_now, written_by_harness
-from harness.spec.errors import SpecError
 from harness.records.tbevents import is_event_file, read_event_file
+from harness.spec.errors import SpecError
 
 
 class IngestResult(BaseModel):

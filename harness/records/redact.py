@@ -30,8 +30,7 @@ def is_secret_name(name: str) -> bool:
 
 
 def redact_flags(flags: dict) -> dict:
-    return {name: REDACTED if is_secret_name(str(name)) and value not in (None, False, True) else value
-            for name, value in flags.items()}
+    return {name: REDACTED if is_secret_name(str(name)) and value not in (None, False, True) else value for name, value in flags.items()}
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -58,9 +57,11 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 def secret_values(flags: dict) -> set[str]:
     """The literal secret values in a flag dict, to be hidden wherever they appear in text."""
-    return {str(value) for name, value in flags.items()
-            if is_secret_name(str(name)) and isinstance(value, (str, int, float)) and not isinstance(value, bool)
-            and len(str(value)) >= 4}
+    return {
+        str(value)
+        for name, value in flags.items()
+        if is_secret_name(str(name)) and isinstance(value, (str, int, float)) and not isinstance(value, bool) and len(str(value)) >= 4
+    }
 
 
 # A secret as it shows up in a log line: `--wandb-key VALUE`, `--wandb-key=VALUE`,

@@ -20,7 +20,7 @@ the reader tolerates a torn last line.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -45,7 +45,7 @@ def written_by_harness(path: Path) -> bool:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class RunDir:
@@ -76,7 +76,7 @@ class RunDir:
     def file(self, name: str) -> Path:
         return self.path / name
 
-    def create(self) -> "RunDir":
+    def create(self) -> RunDir:
         self.dumps_dir.mkdir(parents=True, exist_ok=True)
         return self
 
@@ -153,7 +153,7 @@ class RunDir:
                 handle.close()
         self._log = self._metrics = None
 
-    def __enter__(self) -> "RunDir":
+    def __enter__(self) -> RunDir:
         return self
 
     def __exit__(self, *exc) -> None:

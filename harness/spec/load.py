@@ -14,8 +14,19 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.spec.errors import KnobError, SpecError, shown
-from harness.spec.schema import (ABFile, AcceptanceFile, BaseConfig, ClassificationFile, FlagLayer, Hardware, Rung, Stage, StagesFile,
-                                 Threshold, ThresholdsFile)
+from harness.spec.schema import (
+    ABFile,
+    AcceptanceFile,
+    BaseConfig,
+    ClassificationFile,
+    FlagLayer,
+    Hardware,
+    Rung,
+    Stage,
+    StagesFile,
+    Threshold,
+    ThresholdsFile,
+)
 from harness.spec.values import flag_value_problems
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -18,14 +18,31 @@ from harness.spec.errors import shown
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 # Whole numbers >= 1: VIME and Megatron divide by these or loop over them.
-POSITIVE_COUNTS = frozenset({
-    "num-rollout", "num-epoch", "rollout-batch-size", "n-samples-per-prompt", "global-batch-size",
-    "num-steps-per-rollout", "micro-batch-size", "rollout-max-response-len", "rollout-max-prompt-len",
-    "max-tokens-per-gpu", "tensor-model-parallel-size", "pipeline-model-parallel-size",
-    "context-parallel-size", "expert-model-parallel-size", "expert-tensor-parallel-size",
-    "actor-num-nodes", "actor-num-gpus-per-node", "rollout-num-gpus-per-engine", "num-experts",
-    "recompute-num-layers", "embedded-probe-samples",
-})
+POSITIVE_COUNTS = frozenset(
+    {
+        "num-rollout",
+        "num-epoch",
+        "rollout-batch-size",
+        "n-samples-per-prompt",
+        "global-batch-size",
+        "num-steps-per-rollout",
+        "micro-batch-size",
+        "rollout-max-response-len",
+        "rollout-max-prompt-len",
+        "max-tokens-per-gpu",
+        "tensor-model-parallel-size",
+        "pipeline-model-parallel-size",
+        "context-parallel-size",
+        "expert-model-parallel-size",
+        "expert-tensor-parallel-size",
+        "actor-num-nodes",
+        "actor-num-gpus-per-node",
+        "rollout-num-gpus-per-engine",
+        "num-experts",
+        "recompute-num-layers",
+        "embedded-probe-samples",
+    }
+)
 # Whole numbers >= 0: a seed, or a GPU count that colocate mode may leave at 0.
 NON_NEGATIVE_COUNTS = frozenset({"seed", "rollout-seed", "rollout-num-gpus"})
 # Numbers in [0, 1]: dropout probabilities and the share of GPU memory vLLM may take.

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bad_input_corpus import CORPUS, LIVE_TRAINERS, REPO, BadInput
 
 # A line longer than this is not "one clear line" (a 1 KB alias bomb once gave an 8 MB one).
@@ -23,14 +22,14 @@ KINDS = ("knob value", "knob file", "--set value", "cli path", "cli option", "ru
 
 
 def harness(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def snapshot(root: Path) -> dict[str, str]:
     """Every file under root, by relative path, with a hash of its bytes."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
 
 
 def finished_claims(root: Path, before: dict[str, str]) -> list[str]:

@@ -28,9 +28,26 @@ def group_alive(pgid: int) -> bool:
 def test_sigterm_stops_the_trainer_and_marks_the_run_interrupted(tmp_path: Path):
     runs = tmp_path / "runs"
     harness = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--stage", "p0", "--rung", "fp8-plus-filters",
-         "--set", "num-rollout=3", "--runs-dir", str(runs), "--rerun"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--stage",
+            "p0",
+            "--rung",
+            "fp8-plus-filters",
+            "--set",
+            "num-rollout=3",
+            "--runs-dir",
+            str(runs),
+            "--rerun",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     trainer_pgid = None
     try:
         deadline = time.monotonic() + FIRST_STEP_WITHIN_S
@@ -61,7 +78,7 @@ def test_sigterm_stops_the_trainer_and_marks_the_run_interrupted(tmp_path: Path)
             os.killpg(trainer_pgid, signal.SIGKILL)  # only the group this test's harness started
 
 
-PYTEST_SESSION = '''
+PYTEST_SESSION = """
 import sys
 from pathlib import Path
 from harness import DEFAULT_KNOBS_DIR
@@ -76,7 +93,7 @@ def test_a_long_run():
 
 def test_never_started_after_sigterm():
     Path({marker!r}).write_text("ran")
-'''
+"""
 
 
 def test_sigterm_to_pytest_stops_the_fixture_trainer_and_ends_the_session(tmp_path: Path):
@@ -85,9 +102,14 @@ def test_sigterm_to_pytest_stops_the_fixture_trainer_and_ends_the_session(tmp_pa
     runs, marker = tmp_path / "runs", tmp_path / "second-test-ran"
     trainer = REPO_ROOT / "tests" / "launch" / "printing_trainer.py"
     (tmp_path / "test_session.py").write_text(PYTEST_SESSION.format(trainer=str(trainer), runs=str(runs), marker=str(marker)))
-    session = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                str(tmp_path / "test_session.py")], cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path / "test_session.py")],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+    )
     try:
         deadline = time.monotonic() + 60
         metrics = []

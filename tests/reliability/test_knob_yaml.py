@@ -26,25 +26,41 @@ def test_a_repeated_key_names_both_lines():
 
 
 def test_aliases_that_expand_past_the_bound_are_refused_quickly():
-    levels = ['a0: &a0 [x, x, x, x, x, x, x, x, x, x]']
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
     with pytest.raises(yaml.YAMLError, match=f"past {MAX_EXPANDED_NODES} nodes"):
         load_yaml_text("\n".join(levels))
 
 
-@pytest.mark.parametrize("name, value, fragment", [
-    ("num-rollout", "three", "a whole number >= 1"), ("num-rollout", 0, "a whole number >= 1"),
-    ("n-samples-per-prompt", -1, "a whole number >= 1"), ("rollout-batch-size", float("inf"), "finite"),
-    ("seed", 2**63, "within int64"), ("seed", -1, ">= 0"), ("vllm-gpu-memory-utilization", 1.2, "[0, 1]"),
-    ("global-batch-size", True, "a number"),
-])
+@pytest.mark.parametrize(
+    "name, value, fragment",
+    [
+        ("num-rollout", "three", "a whole number >= 1"),
+        ("num-rollout", 0, "a whole number >= 1"),
+        ("n-samples-per-prompt", -1, "a whole number >= 1"),
+        ("rollout-batch-size", float("inf"), "finite"),
+        ("seed", 2**63, "within int64"),
+        ("seed", -1, ">= 0"),
+        ("vllm-gpu-memory-utilization", 1.2, "[0, 1]"),
+        ("global-batch-size", True, "a number"),
+    ],
+)
 def test_value_rules_name_the_rule(name, value, fragment):
     assert fragment in value_problem(name, value)
 
 
-@pytest.mark.parametrize("name, value", [
-    ("num-rollout", 3), ("seed", 0), ("rollout-top-p", 0.95), ("hf-checkpoint", "/path"), ("colocate", True),
-    ("num-rollout", None), ("vllm-gpu-memory-utilization", 0.5), ("rollout-top-k", -1),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("num-rollout", 3),
+        ("seed", 0),
+        ("rollout-top-p", 0.95),
+        ("hf-checkpoint", "/path"),
+        ("colocate", True),
+        ("num-rollout", None),
+        ("vllm-gpu-memory-utilization", 0.5),
+        ("rollout-top-k", -1),
+    ],
+)
 def test_good_values_pass(name, value):
     assert value_problem(name, value) is None

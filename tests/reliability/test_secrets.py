@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -29,28 +28,44 @@ TRAINER_SCRIPT = (
 )
 
 
-@pytest.mark.parametrize("name, secret", [
-    ("wandb-key", True), ("hf-token", True), ("WANDB_API_KEY", True), ("db-password", True), ("aws-credentials", True),
-    ("client_secret", True), ("input-key", False), ("label-key", False), ("max-tokens-per-gpu", False), ("seed", False),
-])
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("wandb-key", True),
+        ("hf-token", True),
+        ("WANDB_API_KEY", True),
+        ("db-password", True),
+        ("aws-credentials", True),
+        ("client_secret", True),
+        ("input-key", False),
+        ("label-key", False),
+        ("max-tokens-per-gpu", False),
+        ("seed", False),
+    ],
+)
 def test_secret_names(name, secret):
     assert is_secret_name(name) is secret
 
 
 def test_redaction_of_argv_and_text_keeps_everything_else():
     assert redact_argv(["--wandb-key", SECRET, "--input-key", "prompt", "--hf-token=abc", "--num-rollout", "3"]) == [
-        "--wandb-key", "<redacted>", "--input-key", "prompt", "--hf-token=<redacted>", "--num-rollout", "3"]
+        "--wandb-key",
+        "<redacted>",
+        "--input-key",
+        "prompt",
+        "--hf-token=<redacted>",
+        "--num-rollout",
+        "3",
+    ]
     line = f"cmd --wandb-key {SECRET} --input-key prompt WANDB_API_KEY={SECRET} {{'wandb_key': '{SECRET}'}}"
-    assert redact_text(line) == ("cmd --wandb-key <redacted> --input-key prompt WANDB_API_KEY=<redacted> "
-                                 "{'wandb_key': '<redacted>'}")
+    assert redact_text(line) == ("cmd --wandb-key <redacted> --input-key prompt WANDB_API_KEY=<redacted> {'wandb_key': '<redacted>'}")
 
 
 def test_a_launched_run_records_no_secret_but_the_trainer_gets_it(tmp_path, monkeypatch):
     received = tmp_path / "received.txt"
     monkeypatch.setenv("RECEIVED_ARGV", str(received))
     monkeypatch.setenv("NCCL_AUTH_TOKEN", ENV_SECRET)  # a relevant variable (NCCL_*) that is a secret
-    spec = resolve(load_knobs(DEFAULT_KNOBS_DIR), "p1", "near-aligned", "colocate", "embedded",
-                   {"num-rollout": 1, "wandb-key": SECRET})
+    spec = resolve(load_knobs(DEFAULT_KNOBS_DIR), "p1", "near-aligned", "colocate", "embedded", {"num-rollout": 1, "wandb-key": SECRET})
     runs = tmp_path / "runs"
     run_dir = ensure_run(spec, LaunchOptions(runs_dir=runs, trainer=(sys.executable, "-c", TRAINER_SCRIPT), progress=False))
     assert f"--wandb-key {SECRET}" in received.read_text()  # the launch kept the value
@@ -67,10 +82,12 @@ def test_a_launched_run_records_no_secret_but_the_trainer_gets_it(tmp_path, monk
 
 def test_an_ingested_log_is_copied_with_its_secrets_redacted(tmp_path):
     log = tmp_path / "vime.log"
-    log.write_text(f"[2026-12-01 09:00:00] train.py:40 - python3 train.py --wandb-key {SECRET} --num-rollout 1\n"
-                   f"[2026-12-01 09:00:00] train.py:41 - env: WANDB_API_KEY={SECRET}\n"
-                   "[2026-12-01 09:00:01] model.py:540 - step 0: {'train/loss': 0.1}\n"
-                   "[2026-12-01 09:00:02] train.py:98 - training finished\n")
+    log.write_text(
+        f"[2026-12-01 09:00:00] train.py:40 - python3 train.py --wandb-key {SECRET} --num-rollout 1\n"
+        f"[2026-12-01 09:00:00] train.py:41 - env: WANDB_API_KEY={SECRET}\n"
+        "[2026-12-01 09:00:01] model.py:540 - step 0: {'train/loss': 0.1}\n"
+        "[2026-12-01 09:00:02] train.py:98 - training finished\n"
+    )
     result = ingest(log, tmp_path / "run")
     assert result.ok
     copied = (tmp_path / "run" / "log.txt").read_text()
@@ -81,8 +98,7 @@ def test_an_ingested_log_is_copied_with_its_secrets_redacted(tmp_path):
 def test_a_failure_line_that_quotes_the_secret_is_recorded_redacted(tmp_path, monkeypatch):
     monkeypatch.setenv("RECEIVED_ARGV", str(tmp_path / "received.txt"))
     failing = TRAINER_SCRIPT + "print('ConnectionRefusedError: wandb login with ' + key + ' refused', flush=True)\nsys.exit(1)\n"
-    spec = resolve(load_knobs(DEFAULT_KNOBS_DIR), "p1", "near-aligned", "colocate", "embedded",
-                   {"num-rollout": 1, "wandb-key": SECRET})
+    spec = resolve(load_knobs(DEFAULT_KNOBS_DIR), "p1", "near-aligned", "colocate", "embedded", {"num-rollout": 1, "wandb-key": SECRET})
     run_dir = ensure_run(spec, LaunchOptions(runs_dir=tmp_path / "runs", trainer=(sys.executable, "-c", failing), progress=False))
     status = run_dir.load().status
     assert status.state == "failed" and status.failure.signature == "connection-refused"
