@@ -30,38 +30,28 @@ class RunSettings:
         return dict(self.__dict__)
 
 
-def _flags(run) -> dict:
-    return run.spec.flags if run is not None else {}
-
-
-def settings_from_flags(flags: dict) -> RunSettings:
-    def get(name, default):
-        value = flags.get(name)
-        return default if value is None else value
-
-    dtype = str(get("vllm-dtype", "auto"))
-    if dtype == "auto":  # vLLM's auto takes the checkpoint's dtype: the miniature's is fp32, Qwen3's bf16
-        dtype = "float32" if str(flags.get("hf-checkpoint", "")).startswith("embedded://") else "bfloat16"
-    return RunSettings(
-        temperature=float(get("rollout-temperature", 1.0)),
-        top_p=float(get("rollout-top-p", 1.0)),
-        top_k=int(get("rollout-top-k", -1)),
-        logprobs_mode=str(get("vllm-logprobs-mode", "processed_logprobs")),
-        rollout_dtype={"float": "float32", "half": "float16", "bf16": "bfloat16"}.get(dtype, dtype),
-        rollout_quantization=flags.get("vllm-quantization") or None,
-        trainer_dtype="bfloat16" if flags.get("bf16") else "float32",
-        tp_size=int(get("tensor-model-parallel-size", 1)),
-        replay_processed=bool(flags.get("embedded-replay-processed-logprobs")),
-    )
-
-
 def run_settings(run) -> RunSettings:
-    return settings_from_flags(_flags(run))
+    """What the run declared, from its typed spec; a flag it does not set takes VIME's default."""
+    spec = run.spec
+    dtype = str(spec.flag("vllm-dtype", "auto"))
+    if dtype == "auto":  # vLLM's auto takes the checkpoint's dtype: the miniature's is fp32, Qwen3's bf16
+        dtype = "float32" if str(spec.flag("hf-checkpoint", "")).startswith("embedded://") else "bfloat16"
+    return RunSettings(
+        temperature=float(spec.flag("rollout-temperature", 1.0)),
+        top_p=float(spec.flag("rollout-top-p", 1.0)),
+        top_k=int(spec.flag("rollout-top-k", -1)),
+        logprobs_mode=str(spec.flag("vllm-logprobs-mode", "processed_logprobs")),
+        rollout_dtype={"float": "float32", "half": "float16", "bf16": "bfloat16"}.get(dtype, dtype),
+        rollout_quantization=spec.flag("vllm-quantization") or None,
+        trainer_dtype="bfloat16" if spec.flag("bf16") else "float32",
+        tp_size=int(spec.flag("tensor-model-parallel-size", 1)),
+        replay_processed=bool(spec.flag("embedded-replay-processed-logprobs")),
+    )
 
 
 def load_tokenizer(run) -> tuple[object | None, str | None]:
     """The run's tokenizer (tokenizers.Tokenizer), or None and a named warning saying why."""
-    checkpoint = _flags(run).get("hf-checkpoint")
+    checkpoint = run.spec.flag("hf-checkpoint")
     for candidate in _model_dirs(run):
         if candidate and (Path(candidate) / "tokenizer.json").is_file():
             from tokenizers import Tokenizer
@@ -88,9 +78,8 @@ def model_vocab_size(run) -> int | None:
 
 
 def _model_dirs(run) -> list:
-    flags = _flags(run)
-    checkpoint = flags.get("hf-checkpoint")
-    record = (run.embedded_record or {}) if run is not None else {}
+    checkpoint = run.spec.flag("hf-checkpoint")
+    record = run.embedded_record or {}
     model = record.get("model") if isinstance(record.get("model"), dict) else {}
     candidates = [value for value in (model.get("path"), record.get("model_dir"), record.get("hf_checkpoint")) if value]
     if isinstance(checkpoint, str) and checkpoint.startswith("embedded://"):
