@@ -141,7 +141,7 @@ def test_run_directory_with_a_corrupt_file_is_named_and_its_steps_kept(vime_logs
     (tmp_path / "run" / "status.json").write_text("{not json")
     code, out, err = harness_cli("ingest", tmp_path / "run", "--json")
     assert code == 2 and err.startswith(f"error: {tmp_path / 'run'}/status.json: not valid JSON")
-    assert len([l for l in out.splitlines() if json.loads(l)["kind"] == "step"]) == 3
+    assert len([line for line in out.splitlines() if json.loads(line)["kind"] == "step"]) == 3
 
 
 # --- TensorBoard events, written by the same writer VIME uses (torch's SummaryWriter)

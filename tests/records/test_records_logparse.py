@@ -169,7 +169,7 @@ def test_a_log_cut_anywhere_keeps_every_record_before_the_cut(data):
     cut = data.draw(st.integers(0, len(text)))
     full = parse_log_lines(text.splitlines(keepends=True)).records
     partial = parse_log_lines(text[:cut].splitlines(keepends=True))
-    complete = [r for r in full if sum(len(l) + 1 for l in lines[: r.line]) <= cut]
+    complete = [r for r in full if sum(len(text) + 1 for text in lines[: r.line]) <= cut]
     assert [(r.kind, r.n, r.line) for r in partial.records][: len(complete)] == [(r.kind, r.n, r.line) for r in complete]
     assert len(partial.records) <= len(complete) + 1  # the cut line itself may still parse
     if partial.stopped_at is not None:
