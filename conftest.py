@@ -2,7 +2,7 @@
 
 pytest_plugins = [
     "fixtures.options",
-    "fixtures.record",
+    "fixtures.report",
     "fixtures.knobs",
     "fixtures.runs",
     "fixtures.experiment",

@@ -1,6 +1,6 @@
 """environment.properties in the Allure results directory: the report's "Environment" panel.
 
-Written at the end of a pytest session by fixtures/record.py (it knows --backend and --mode), and
+Written at the end of a pytest session by fixtures/report.py (it knows --backend and --mode), and
 by `python -m harness report` when the session did not write one. Figures come from the same
 probes as each run's environment record (harness/records/environment.py): package metadata, no
 heavy imports.

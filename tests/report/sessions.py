@@ -34,7 +34,7 @@ def run_session(workdir: Path, test_source: str, *args: str, timeout: float = 30
         "-p",
         "fixtures.options",
         "-p",
-        "fixtures.record",
+        "fixtures.report",
         "-p",
         "fixtures.knobs",
         "--rootdir",

@@ -1,4 +1,4 @@
-"""allure_attach and fixtures/record.py in real pytest sessions: what lands in the Allure results,
+"""allure_attach and fixtures/report.py in real pytest sessions: what lands in the Allure results,
 and that nothing is written (and nothing breaks) without --alluredir."""
 
 from __future__ import annotations
