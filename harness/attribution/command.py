@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import DEFAULT_KNOBS_DIR
+from harness.arguments import existing_dir
 from harness.records.rundir import RunDir
 from harness.spec import SpecError, load_knobs
 
@@ -51,7 +52,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        knobs = load_knobs(Path(args.knobs))
+        knobs = load_knobs(existing_dir(args.knobs, "--knobs", "a knobs directory (thresholds.yaml, ...)"))
     except SpecError as err:
         print("error: " + "\n  ".join(err.problems), file=sys.stderr)
         return 2
