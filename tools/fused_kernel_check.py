@@ -93,8 +93,8 @@ def main(argv=None) -> int:
         return float((a.double() - b).norm() / b.norm())
 
     for spec in args.configs.split(","):
-        gd, sl = spec.split(":")
-        ft.BACKWARD_CONFIG = replace(ft.BACKWARD_CONFIG, g_dtype=gd, slice_cols=int(sl))
+        gd, sl, st = (spec.split(":") + ["3"])[:3]
+        ft.BACKWARD_CONFIG = replace(ft.BACKWARD_CONFIG, g_dtype=gd, slice_cols=int(sl), num_stages=int(st))
         row = {"config": ft.BACKWARD_CONFIG.as_dict()}
         try:
             def fwd_bwd():
@@ -102,7 +102,8 @@ def main(argv=None) -> int:
                 return fused_backward(h, w, t, lse, 1.0, g_out, 1)
 
             row["fwd_bwd_ms"] = measure.time_ms(fwd_bwd, dev, 2, 5)
-            row["fwd_bwd_x_gemm"] = row["fwd_bwd_ms"] / gemm
+            row["gemm_ms_adjacent"] = gemm_now = measure.time_ms(lambda: h @ w.T, dev, 3, 10)
+            row["fwd_bwd_x_gemm"] = row["fwd_bwd_ms"] / gemm_now
             lse = fused_forward(h, w, t, 1.0, 1)[1]
             row["bwd_ms"] = measure.time_ms(lambda: fused_backward(h, w, t, lse, 1.0, g_out, 1), dev, 2, 5)
             torch.cuda.synchronize()

@@ -41,6 +41,9 @@ class Operator(abc.ABC):
 
     name: str
     contract: Contract
+    # True where out-of-range targets cannot make the operator touch memory outside its operands
+    # (it compares ids, never gathers by them): the range check then runs after the launch.
+    targets_checked_after_launch: bool = False
 
     def available(self) -> tuple[bool, str]:
         """(can it run here, why not). The default checks ``contract.requires``."""
@@ -65,8 +68,13 @@ class Operator(abc.ABC):
         int64 token ids. ``tp_size`` > 1 splits the vocabulary into that many equal shards in this
         process (rank order) and combines them the way the operator's vocab-parallel path does.
         """
-        _check_operands(hidden, weight, targets, temperature, tp_size)
-        return self._selected_logprobs(hidden, weight, targets.long(), float(temperature), int(tp_size))
+        _check_operands(hidden, weight, targets, temperature, tp_size, check_targets=not self.targets_checked_after_launch)
+        out = self._selected_logprobs(hidden, weight, targets.long(), float(temperature), int(tp_size))
+        if self.targets_checked_after_launch:
+            # The operator never indexes memory by a target id, so its kernels may run before the
+            # range check; the check's device sync then waits on them instead of idling the GPU.
+            _check_target_range(targets, weight.shape[0])
+        return out
 
     @abc.abstractmethod
     def _selected_logprobs(
@@ -82,17 +90,22 @@ class OperandError(ValueError):
     """Operands that no operator can take; the message names the argument and what was expected."""
 
 
-def _check_operands(hidden, weight, targets, temperature, tp_size) -> None:
+def _check_target_range(targets, vocab: int) -> None:
+    if targets.numel():
+        lo, hi = (int(x) for x in torch.stack(torch.aminmax(targets)).tolist())  # one device sync, not two
+        if lo < 0 or hi >= vocab:
+            raise OperandError(f"targets must lie in [0, V={vocab}); got range [{lo}, {hi}]")
+
+
+def _check_operands(hidden, weight, targets, temperature, tp_size, check_targets=True) -> None:
     if hidden.dim() != 2 or weight.dim() != 2:
         raise OperandError(f"hidden must be [T, H] and weight [V, H]; got hidden{tuple(hidden.shape)} weight{tuple(weight.shape)}")
     if hidden.shape[1] != weight.shape[1]:
         raise OperandError(f"hidden size differs: hidden has H={hidden.shape[1]}, weight has H={weight.shape[1]}")
     if targets.dim() != 1 or targets.shape[0] != hidden.shape[0]:
         raise OperandError(f"targets must be [T]={hidden.shape[0]}; got {tuple(targets.shape)}")
-    if targets.numel():
-        lo, hi = (int(x) for x in torch.stack(torch.aminmax(targets)).tolist())  # one device sync, not two
-        if lo < 0 or hi >= weight.shape[0]:
-            raise OperandError(f"targets must lie in [0, V={weight.shape[0]}); got range [{lo}, {hi}]")
+    if check_targets:
+        _check_target_range(targets, weight.shape[0])
     if not temperature > 0:
         raise OperandError(f"temperature must be > 0; got {temperature}")
     if tp_size not in (1, 2, 4, 8) or weight.shape[0] % tp_size:

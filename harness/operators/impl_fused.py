@@ -50,7 +50,7 @@ def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=Non
     for rank in range(tp_size):
         start, local = shard_chunk_bounds(vocab, tp_size, rank)
         shard = weight[start : start + vocab // tp_size]
-        gathered.append(partials_fn(hidden, shard, targets - start, local, temperature))
+        gathered.append(partials_fn(hidden, shard, targets - start if start else targets, local, temperature))
     # all-gather of partials: concatenate every rank's chunks in rank (= chunk) order
     m, s, z_t = (torch.cat([g[i] for g in gathered], dim=0) if tp_size > 1 else gathered[0][i] for i in range(3))
     return merge_partials(m, s, z_t)
@@ -100,6 +100,16 @@ class FusedLinearLogprob(torch.autograd.Function):
         return (grad_h if ctx.needs_input_grad[0] else None), (grad_w if ctx.needs_input_grad[1] else None), None, None, None
 
 
+_PATHS: dict = {}
+
+
+def _cached_path_name(device: torch.device, dtype: torch.dtype) -> str:
+    key = (str(device), dtype)
+    if key not in _PATHS:
+        _PATHS[key] = _path_name(device, dtype)
+    return _PATHS[key]
+
+
 def _path_name(device: torch.device, dtype: torch.dtype) -> str:
     if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
         from harness.operators.fused_plan import N_CHUNKS
@@ -143,6 +153,7 @@ class FusedLinearLogprobOperator(Operator):
     )
 
     last_path = ""
+    targets_checked_after_launch = True  # the kernels compare target ids with column ids, never gather by them
 
     def fp32_gradients(self, hidden, weight, targets, temperature, grad_out):
         """(grad_hidden, grad_weight) in fp32, before autograd rounds them to the operands' dtype."""
@@ -150,7 +161,7 @@ class FusedLinearLogprobOperator(Operator):
         return fused_backward(hidden, weight, targets, lse, temperature, grad_out, 1, torch.float32)
 
     def _selected_logprobs(self, hidden, weight, targets, temperature, tp_size):
-        self.last_path = _path_name(hidden.device, hidden.dtype)
+        self.last_path = _cached_path_name(hidden.device, hidden.dtype)
         if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
             return FusedLinearLogprob.apply(hidden, weight, targets, temperature, tp_size)
         return fused_forward(hidden, weight, targets, temperature, tp_size)[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from harness.operators import measure
-from harness.operators.fused_plan import chunk_bounds, merge_partials
+from harness.operators.fused_plan import merge_partials, shard_chunk_bounds
 from harness.operators.fused_triton import KernelConfig, triton_partials
 
 CANDIDATES = [
@@ -27,11 +27,9 @@ CANDIDATES = [
 
 def _fused(h, w, t, cfg, temperature=1.0, tp=1):
     vocab = w.shape[0]
-    bounds, parts = chunk_bounds(vocab), []
-    per = 8 // tp
+    parts = []
     for r in range(tp):
-        start = bounds[r * per]
-        local = [b - start for b in bounds[r * per : (r + 1) * per + 1]]
+        start, local = shard_chunk_bounds(vocab, tp, r)
         parts.append(triton_partials(h, w[start : start + vocab // tp], t - start, local, temperature, cfg))
     m, s, z = (torch.cat([p[i] for p in parts]) for i in range(3))
     return merge_partials(m, s, z)[0]
