@@ -12,8 +12,9 @@ from harness.operators.bundles import BundleShape, synthetic_bundle
 
 THRESHOLDS_FILE = Path(__file__).resolve().parents[2] / "knobs" / "operator_thresholds.yaml"
 
-# Small shapes so CI exercises every path: V=4000 leaves chunks of 500 columns, so the last tile
-# of each chunk is partly masked; T=200 is not a multiple of any row block.
+# Small shapes so CI exercises every path: V=4000 leaves forward chunks of 33-34 columns and backward
+# groups of 500, so every chunk's tile and every group's last slice is partly masked; T=200 is not a
+# multiple of any row block.
 SMALL = BundleShape(tokens=200, hidden=256, vocab=4000, seed=0)
 
 DEVICES = [
