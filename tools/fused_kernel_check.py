@@ -25,6 +25,7 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default="fp16:2048,bf16:2048,fp16:4096")
     p.add_argument("--hv", default="2048,151936")
     p.add_argument("--skip-main", action="store_true")
+    p.add_argument("--profile", action="store_true", help="GPU time per kernel of one fwd+bwd at the largest T (torch.profiler)")
     p.add_argument("--grid-chunks", default="", help="forward experiment: chunk counts, e.g. 8,40,120")
     p.add_argument("--grid-stages", default="3,4")
     p.add_argument("--grid-tokens", default="256,1024,8192")
@@ -59,6 +60,26 @@ def main(argv=None) -> int:
             gd, sl, st, bt, bv = spec.split(":")
             cfgs.append(replace(ft.BACKWARD_CONFIG, g_dtype=gd, slice_cols=int(sl), num_stages=int(st), block_t=int(bt), block_v=int(bv)))
         kernel_breakdown(h, w, t, lse, torch.randn(T, device=dev), rec, cfgs)
+        save()
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        T = max(tokens)
+        h, w, t = big.hidden[:T], big.weight, big.targets[:T]
+        g_out = torch.randn(T, device=dev)
+
+        def fwd_bwd():
+            logp, lse = fused_forward(h, w, t, 1.0, 1)
+            return fused_backward(h, w, t, lse, 1.0, g_out, 1)
+
+        fwd_bwd()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fwd_bwd()
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=12)
+        print(table)
+        rec["profile_table"] = table
         save()
     if args.skip_main:
         return 0
