@@ -121,7 +121,7 @@ def _gradient_parity(h, weight, shard, t, temperature, rank, per) -> dict:
         int(torch.equal(logp_tp, logp_1)),
         int(torch.equal(h_tp.grad, h_1.grad)),
         int(torch.equal(w_tp.grad, w_1.grad[rank * per : (rank + 1) * per])),
-    ])
+    ], device=h.device)  # NCCL reduces device tensors only
     dist.all_reduce(checks, op=dist.ReduceOp.MIN)
     return {"logp_bitwise_equal_tp1": bool(checks[0]), "grad_hidden_bitwise_equal_tp1": bool(checks[1]),
             "grad_weight_shards_bitwise_equal_tp1": bool(checks[2])}
