@@ -5,8 +5,10 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
   1. The rung's run (or its parent's) fails a framework probe (sample/token identity, weight
      version) -> framework, whatever the mean does: a sync fault confined to a few rollouts makes
      a non-stationary series whose mean barely clears the noise, and it is still a framework fault.
-  2. No measurable delta (CI includes zero, |delta| < rung_min_abs_delta, or within
-     rung_flat_max_rel_delta of the parent) -> none.
+  2. The delta's outcome against the minimum effect of interest E = max(rung_min_abs_delta,
+     rung_flat_max_rel_delta x parent mean), at the Holm-adjusted level of the rung's family
+     (harness.judge.outcome): flat -> none; inconclusive -> undetermined (no class is decided on
+     a delta the run cannot tell from no effect); up or down -> the steps below.
   3. Replaying the rollout's processed-logprob contract in the trainer removes at least
      semantic_replay_min_removed_fraction of the delta -> semantic.
   4. What survives aligned semantics: expected numerical when the rung changes only precision or
@@ -20,7 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.judge import outcome as outcomes
 from harness.judge import stats
+from harness.judge.completeness import series_problems
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
@@ -35,6 +39,7 @@ class RungJudgement:
     child_mean: float
     parent_mean: float | None = None
     diff: stats.DiffCI | None = None
+    outcome: outcomes.Outcome | None = None
     observed_direction: str = "flat"
     drift_class: str = "none"
     reasons: list[str] = field(default_factory=list)
@@ -43,7 +48,15 @@ class RungJudgement:
 
     def summary(self) -> str:
         head = f"{self.rung}: abs-diff mean {self.child_mean:.4g}"
-        if self.diff is not None:
+        if self.outcome is not None:
+            o = self.outcome
+            head += (
+                f" vs {self.parent} {self.parent_mean:.4g}: delta {self.diff.diff:+.4g} "
+                f"[{o.low:+.4g}, {o.high:+.4g}] at {o.confidence:.2%}, effect of interest +/-{o.effect:.3g}"
+            )
+            if o.direction == "inconclusive":
+                head += f"; INCONCLUSIVE: smallest detectable effect {o.detectable:.3g}"
+        elif self.diff is not None:
             head += f" vs {self.parent} {self.parent_mean:.4g}: delta {self.diff.diff:+.4g} [{self.diff.low:+.4g}, {self.diff.high:+.4g}]"
         return f"{head}; observed {self.observed_direction}, class {self.drift_class} ({'; '.join(self.reasons)})"
 
@@ -65,28 +78,100 @@ def changed_flags(child: Run, parent: Run) -> set[str]:
     return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
 
 
-def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], framework_checks: Callable[[Run], list[str]] | None = None) -> RungJudgement:
+def family_members(knobs: Knobs, stage: str, backend: str) -> list[str]:
+    """The rungs judged against a parent at `stage` on `backend`: one Holm family. A rung whose
+    parent does not run there (at this stage or on this backend) gets the smoke check instead and
+    makes no decision."""
+    from harness.spec.cluster import skip_reason
+
+    members = []
+    for rung_id, rung in sorted(knobs.rungs.items()):
+        if rung.parent is None or stage not in rung.stages or stage not in knobs.rungs[rung.parent].stages:
+            continue
+        if skip_reason(knobs, rung, backend) is None and skip_reason(knobs, knobs.rungs[rung.parent], backend) is None:
+            members.append(rung_id)
+    return members
+
+
+def _effect(knobs: Knobs, parent_mean: float) -> float:
+    return outcomes.effect_of_interest(parent_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
+
+
+def rung_difference(rung: Rung, knobs: Knobs, fetch: Callable[..., Run]) -> tuple[stats.DiffCI, float] | None:
+    """The rung's delta against its parent and its effect of interest, or None when either run
+    falls short of the completeness knobs (the rung's own judgement says why)."""
+    warmup = int(knobs.threshold("warmup_steps"))
+    child, parent = fetch(rung.id), fetch(rung.parent)
+    if series_problems(child, ABS_DIFF, knobs, rung.id) or series_problems(parent, ABS_DIFF, knobs, rung.parent):
+        return None
+    parent_values, child_values = _series(parent, warmup), _series(child, warmup)
+    diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=knobs.threshold("bootstrap_confidence"))
+    return diff, _effect(knobs, float(np.mean(parent_values)))
+
+
+def family_levels(knobs: Knobs, stage: str, backend: str, fetch: Callable[..., Run]) -> dict[str, outcomes.HolmLevel]:
+    """Holm levels of the stage's family. A member that cannot be judged (incomplete run) counts
+    with p = 1: it stays in the family size and never helps another decision pass."""
+    p_values = {}
+    for rung_id in family_members(knobs, stage, backend):
+        judged = rung_difference(knobs.rungs[rung_id], knobs, fetch)
+        p_values[rung_id] = 1.0 if judged is None else outcomes.decision_p_value(*judged)
+    return outcomes.holm_levels(p_values, 1.0 - knobs.threshold("bootstrap_confidence"))
+
+
+def judge_rung(
+    rung: Rung,
+    knobs: Knobs,
+    fetch: Callable[..., Run],
+    framework_checks: Callable[[Run], list[str]] | None = None,
+    holm: outcomes.HolmLevel | None = None,
+) -> RungJudgement:
     """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `framework_checks(run)`
-    returns the failed framework probes' messages (empty when sample identity and weights agree)."""
+    returns the failed framework probes' messages (empty when sample identity and weights agree);
+    `holm` is the rung's place in its family (family_levels); without it the rung is a family of one."""
     warmup = int(knobs.threshold("warmup_steps"))
     child = fetch(rung.id)
+    incomplete = series_problems(child, ABS_DIFF, knobs, rung.id)
     child_values = _series(child, warmup)
-    if len(child_values) < 3:
-        return RungJudgement(
-            rung.id, rung.parent, float("nan"), problems=[f"{rung.id}: only {len(child_values)} finite abs-diff values after warm-up"]
-        )
+    if incomplete:
+        return RungJudgement(rung.id, rung.parent, float(np.mean(child_values)) if child_values else float("nan"), problems=incomplete)
     judgement = RungJudgement(rung.id, rung.parent, float(np.mean(child_values)))
     judgement.evidence["child_run"] = child.id
     if rung.parent is None:
         judgement.reasons.append("root rung: judged against its absolute threshold, not a parent")
         return judgement
     parent = fetch(rung.parent)
+    incomplete = series_problems(parent, ABS_DIFF, knobs, rung.parent)
+    if incomplete:
+        judgement.problems = incomplete
+        return judgement
     parent_values = _series(parent, warmup)
     judgement.parent_mean = float(np.mean(parent_values))
     judgement.evidence["parent_run"] = parent.id
-    judgement.diff = diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=knobs.threshold("bootstrap_confidence"))
-    if diff.excludes_zero:
-        judgement.observed_direction = "up" if diff.diff > 0 else "down"
+    confidence = knobs.threshold("bootstrap_confidence")
+    judgement.diff = diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=confidence)
+    effect = _effect(knobs, judgement.parent_mean)
+    if holm is None:
+        holm = outcomes.HolmLevel(1, 1, 1.0 - confidence, True, (rung.id,))
+    judgement.outcome = result = outcomes.judge_outcome(diff, effect, holm.confidence, holm.reached)
+    judgement.observed_direction = result.direction
+    judgement.evidence["decision"] = {
+        "outcome": result.direction,
+        "effect_of_interest": effect,
+        "effect_rule": "max(thresholds.rung_min_abs_delta, thresholds.rung_flat_max_rel_delta x parent mean)",
+        "interval": [result.low, result.high],
+        "half_width": result.half_width,
+        "smallest_detectable_effect": result.detectable,
+        "p_value": result.p_value,
+        "holm_rank": holm.rank,
+        "family_size": holm.family_size,
+        "family": list(holm.family),
+        "adjusted_alpha": holm.alpha,
+        "adjusted_confidence": holm.confidence,
+        "holm_reached": holm.reached,
+    }
+    if not holm.reached:
+        judgement.reasons.append(f"Holm step-down stopped before rank {holm.rank} of {holm.family_size}: a smaller p-value in the family was not significant")
     if framework_checks is not None:
         for side in (child, parent):
             failed = framework_checks(side)
@@ -95,17 +180,15 @@ def judge_rung(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], framework_ch
                 judgement.drift_class = "framework"
                 judgement.reasons.append(f"framework probe failed on {side.id}: {failed[0]}")
                 return judgement
-    min_delta = knobs.threshold("rung_min_abs_delta")
-    flat_rel = knobs.threshold("rung_flat_max_rel_delta")
-    relative = abs(diff.diff) / judgement.parent_mean if judgement.parent_mean else float("inf")
-    if not diff.excludes_zero or abs(diff.diff) < min_delta or relative <= flat_rel:
-        judgement.reasons.append(
-            f"delta {diff.diff:+.3g} ({relative:.0%} of the parent) is not an effect: CI "
-            f"[{diff.low:+.3g}, {diff.high:+.3g}], thresholds.rung_min_abs_delta {min_delta}, "
-            f"thresholds.rung_flat_max_rel_delta {flat_rel:.0%}"
-        )
-        judgement.observed_direction = "flat"
+    family = f"Holm rank {holm.rank} of a family of {holm.family_size}, adjusted alpha {holm.alpha:.3g}"
+    if result.direction == "flat":
+        judgement.reasons.append(f"delta {diff.diff:+.3g} is no effect: {result.describe()} ({family})")
         return judgement
+    if result.direction == "inconclusive":
+        judgement.drift_class = "undetermined"
+        judgement.reasons.append(f"delta {diff.diff:+.3g}: {result.describe()} ({family}); no drift class is decided on it")
+        return judgement
+    judgement.reasons.append(f"delta {diff.diff:+.3g} is an effect: {result.describe()} ({family})")
     drifting, steadier = (child, parent) if diff.diff > 0 else (parent, child)
     drifting_rung = rung.id if diff.diff > 0 else rung.parent
 
@@ -182,8 +265,12 @@ def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: 
     findings = []
     expected = rung.expect
     if rung.parent is not None:
-        if expected.direction != "any" and judgement.observed_direction != expected.direction:
-            findings.append(f"expected direction {expected.direction!r} against {rung.parent}, observed {judgement.observed_direction!r}")
+        if not expected.accepts_direction(judgement.observed_direction):
+            wanted = " or ".join(repr(d) for d in expected.accepted_directions)
+            observed = judgement.observed_direction
+            if judgement.outcome is not None and observed == "inconclusive":
+                observed += f" (smallest detectable effect {judgement.outcome.detectable:.3g}, effect of interest {judgement.outcome.effect:.3g})"
+            findings.append(f"expected direction {wanted} against {rung.parent} (ladder/{rung.id}.yaml), observed {observed}")
         if not expected.accepts_class(judgement.drift_class):
             wanted = " or ".join(repr(c) for c in expected.accepted_classes)
             findings.append(f"expected drift class {wanted} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")

@@ -62,6 +62,10 @@ class DiffCI:
     confidence: float
     block_len_a: int
     block_len_b: int
+    # The bootstrap standard error and the t degrees of freedom the interval was built from, so the
+    # same difference can be re-judged at another level (Holm, harness.judge.outcome).
+    se: float = float("nan")
+    df: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,7 @@ def block_bootstrap_diff_ci(
     diff = float(array_b.mean() - array_a.mean())
     df = _pair_degrees_of_freedom(len(array_a), len_a, len(array_b), len_b)
     low, high = _t_interval(diff, means_b - means_a, df, confidence)
+    se = float(np.std(means_b - means_a, ddof=1))
     return DiffCI(
         diff=diff,
         low=low,
@@ -237,6 +242,8 @@ def block_bootstrap_diff_ci(
         confidence=confidence,
         block_len_a=len_a,
         block_len_b=len_b,
+        se=se,
+        df=df,
     )
 
 

@@ -13,8 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Mode = Literal["colocate", "non-colocate"]
 Backend = Literal["embedded", "vime", "records"]
-DriftClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator"]
-Direction = Literal["up", "down", "flat", "any"]  # any: the rung checks its class only
+# undetermined: the delta was inconclusive (harness.judge.outcome), so no class is decided on it.
+# undecided: a probe the class needs could not run (harness.attribution.probes names it: "undecided: needs X").
+DriftClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator", "undetermined", "undecided"]
+# The three outcomes of a direction plus inconclusive; any: every outcome (the rung checks its class only).
+Direction = Literal["up", "down", "flat", "inconclusive", "any"]
+DIRECTION_OUTCOMES = ("up", "down", "flat", "inconclusive")
 
 MODES: tuple[str, ...] = ("colocate", "non-colocate")
 BACKENDS: tuple[str, ...] = ("embedded", "vime", "records")
@@ -101,7 +105,9 @@ class Expectation(Strict):
     # of classes the rung accepts (a rung that only rules some classes out, e.g. temperature:
     # "no framework or semantic drift", whatever the arithmetic does on this machine).
     drift_class: DriftClass | list[DriftClass] = Field(alias="class")
-    direction: Direction
+    # One outcome, or the list the rung accepts (`[up, inconclusive]` would accept a run too short
+    # to tell); `any` accepts every outcome.
+    direction: Direction | list[Direction]
     # Absolute bounds on the rung's own run, judged whatever its parent shows (the ladder's roots:
     # the fp32 floor, near-aligned low and stable). Each names a threshold in thresholds.yaml, so the
     # number keeps its reason there. Mean abs-diff after warm-up at most max_abs_diff; the mean
@@ -122,6 +128,14 @@ class Expectation(Strict):
 
     def accepts_class(self, drift_class: str) -> bool:
         return drift_class in self.accepted_classes
+
+    @property
+    def accepted_directions(self) -> tuple[str, ...]:
+        listed = self.direction if isinstance(self.direction, list) else [self.direction]
+        return DIRECTION_OUTCOMES if "any" in listed else tuple(listed)
+
+    def accepts_direction(self, direction: str) -> bool:
+        return direction in self.accepted_directions
 
 
 class VimeCaveat(Strict):

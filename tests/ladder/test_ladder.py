@@ -8,17 +8,23 @@ and stable). The judge (harness.judge.ladder) decides all of it; this file asks 
 
 import pytest
 
-from harness.judge.ladder import expectation_findings, judge_rung
+from harness.judge.ladder import expectation_findings, family_levels, family_members, judge_rung
+
+# Holm levels per (stage, mode): every rung of a stage's family is one decision of one family.
+_FAMILIES: dict[tuple[str, str], dict] = {}
 
 
 @pytest.mark.ladder
-def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experiment_record):
+def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experiment_record, pytestconfig):
     stage, rung, mode = rung_case.stage, rung_case.rung, rung_case.mode
+    backend = pytestconfig.getoption("--backend")
 
     def fetch(rung_id, **overrides):
         return get_run(stage, rung_id, mode, **overrides)
 
-    if rung.parent is not None and stage not in knobs.rungs[rung.parent].stages:
+    if rung.parent is not None and rung.id not in family_members(knobs, stage, backend):
+        # The parent does not run at this stage, or is skipped on this backend (on-vime: skip):
+        # nothing to compare with, so the rung gets the smoke check.
         smoke_check(stage, rung, fetch(rung.id), knobs, experiment_record)
         return
     for rung_id in (rung.id, rung.parent):
@@ -29,7 +35,12 @@ def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experi
             assert state == "finished", f"{rung_id} at {stage}: run {run.id} is {state}" + (
                 f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else ""
             )
-    judgement = judge_rung(rung, knobs, fetch, framework_checks)
+    holm = None
+    if rung.parent is not None:
+        if (stage, mode) not in _FAMILIES:
+            _FAMILIES[stage, mode] = family_levels(knobs, stage, backend, fetch)
+        holm = _FAMILIES[stage, mode][rung.id]
+    judgement = judge_rung(rung, knobs, fetch, framework_checks, holm)
     experiment_record.rung(rung_case, judgement, fetch)
     assert not judgement.problems, "; ".join(judgement.problems)
 

@@ -1,0 +1,174 @@
+"""Three outcomes against the minimum effect of interest, Holm's step-down, and what the ladder
+judge makes of them (harness.judge.outcome, harness.judge.ladder, harness.judge.completeness)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from harness import DEFAULT_KNOBS_DIR
+from harness.judge import outcome
+from harness.judge.ladder import expectation_findings, family_levels, family_members, judge_rung
+from harness.judge.stats import DiffCI
+from harness.spec import load_knobs
+from harness.spec.schema import Expectation
+
+KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
+
+
+def diff_ci(diff, se, df=20.0):
+    return DiffCI(diff, diff - 2 * se, diff + 2 * se, False, 0.95, 1, 1, se=se, df=df)
+
+
+@pytest.mark.parametrize(
+    ("delta", "se", "expected"),
+    [
+        (0.010, 0.001, "up"),  # interval [~0.008, ~0.012] above E = 0.002
+        (-0.010, 0.001, "down"),
+        (0.0002, 0.0005, "flat"),  # [-0.0008, 0.0012] inside +/-0.002
+        (0.0025, 0.001, "inconclusive"),  # excludes zero but not E: an effect is not shown
+        (0.0, 0.003, "inconclusive"),  # centred on zero but too wide to bound the effect: not flat
+    ],
+)
+def test_three_outcomes_against_the_effect_of_interest(delta, se, expected):
+    result = outcome.judge_outcome(diff_ci(delta, se), effect=0.002, confidence=0.95)
+    assert result.direction == expected, result.describe()
+
+
+def test_an_inconclusive_outcome_says_the_smallest_effect_it_could_have_detected():
+    result = outcome.judge_outcome(diff_ci(0.0, 0.003), effect=0.002, confidence=0.95)
+    half = scipy_stats.t.ppf(0.975, 20.0) * 0.003
+    assert result.half_width == pytest.approx(half) and result.detectable == pytest.approx(0.002 + half)
+    assert "smallest effect this run could have detected" in result.describe()
+
+
+def test_the_p_value_agrees_with_the_interval_at_every_level():
+    for delta, se in [(0.004, 0.001), (0.0005, 0.0006), (0.0021, 0.002), (-0.009, 0.003)]:
+        ci = diff_ci(delta, se)
+        p = outcome.decision_p_value(ci, 0.002)
+        for alpha in (0.001, 0.01, 0.05, 0.2):
+            decisive = outcome.judge_outcome(ci, 0.002, 1 - alpha).direction != "inconclusive"
+            assert decisive == (p <= alpha), (delta, se, alpha, p)
+
+
+def test_effect_of_interest_is_the_larger_of_the_absolute_and_relative_floors():
+    assert outcome.effect_of_interest(1.6e-7, 1e-4, 0.25) == 1e-4
+    assert outcome.effect_of_interest(1.44e-3, 1e-4, 0.25) == pytest.approx(3.6e-4)
+
+
+def test_holm_step_down_levels_and_stop():
+    levels = outcome.holm_levels({"a": 0.001, "b": 0.02, "c": 0.011, "d": 0.3}, alpha=0.05)
+    assert [levels[n].rank for n in "acbd"] == [1, 2, 3, 4]
+    assert [levels[n].alpha for n in "acbd"] == pytest.approx([0.0125, 0.05 / 3, 0.025, 0.05])
+    assert all(levels[n].family_size == 4 for n in "abcd")
+    # a (0.001 <= 0.0125) and c (0.011 <= 0.0167) and b (0.02 <= 0.025) pass; d is tested, fails
+    assert [levels[n].reached for n in "acbd"] == [True, True, True, True]
+    failing_first = outcome.holm_levels({"a": 0.04, "b": 0.045}, alpha=0.05)
+    # a is tested at 0.025 and fails: b (0.045 <= 0.05 on its own) is never reached
+    assert failing_first["a"].reached and not failing_first["b"].reached
+
+
+def test_holm_keeps_the_family_wise_error_where_single_intervals_do_not():
+    # 7 true-null decisions with independent uniform p-values: any false call is a family error.
+    rng = np.random.default_rng(3)
+    single = holm = 0
+    trials = 4000
+    for _ in range(trials):
+        p = {str(i): float(v) for i, v in enumerate(rng.uniform(size=7))}
+        single += any(v <= 0.05 for v in p.values())
+        levels = outcome.holm_levels(p, 0.05)
+        holm += any(levels[n].reached and p[n] <= levels[n].alpha for n in p)
+    assert single / trials > 0.25  # 1 - 0.95^7 = 0.30
+    assert holm / trials <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / trials)
+
+
+def test_a_rung_accepts_a_list_of_directions_and_any_means_every_outcome():
+    listed = Expectation.model_validate({"class": "semantic", "direction": ["up", "inconclusive"]})
+    assert listed.accepts_direction("inconclusive") and not listed.accepts_direction("flat")
+    anything = Expectation.model_validate({"class": "framework", "direction": "any"})
+    assert all(anything.accepts_direction(d) for d in outcome.OUTCOMES)
+
+
+def noisy(mean, scale, rho=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    values = [mean]
+    for _ in range(60):
+        values.append(mean + rho * (values[-1] - mean) + rng.normal(0, scale * mean))
+    return lambda n: float(values[n])
+
+
+def fetcher(runs):
+    def fetch(rung, **overrides):
+        return runs[(rung, tuple(sorted(overrides.items())))]
+
+    return fetch
+
+
+def test_a_wide_interval_around_zero_is_inconclusive_not_flat_and_decides_no_class(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.013, 0.6, seed=1))
+    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [])
+    assert (judgement.observed_direction, judgement.drift_class) == ("inconclusive", "undetermined"), judgement.summary()
+    assert "INCONCLUSIVE: smallest detectable effect" in judgement.summary()
+    findings = expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
+    assert findings and "undetermined" in findings[0]
+
+
+def test_the_judgement_records_the_family_and_the_adjusted_level(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.013, 0.05, seed=1))
+    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
+    holm = outcome.HolmLevel(rank=3, family_size=7, alpha=0.05 / 5, reached=True, family=("a", "b", "temperature"))
+    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [], holm)
+    decision = judgement.evidence["decision"]
+    assert (decision["family_size"], decision["holm_rank"], decision["adjusted_alpha"]) == (7, 3, 0.01)
+    assert judgement.outcome.confidence == pytest.approx(0.99)
+    stopped = outcome.HolmLevel(rank=4, family_size=7, alpha=0.05 / 4, reached=False)
+    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [], stopped)
+    assert judgement.observed_direction == "inconclusive" and "Holm step-down stopped" in judgement.reasons[0]
+
+
+def test_the_p1_family_is_every_rung_judged_against_a_parent():
+    members = family_members(KNOBS, "p1", "embedded")
+    assert "fp32-floor" not in members  # a root: judged against its bounds only
+    assert {"near-aligned", "fp8-rollout", "top-p", "top-k", "temperature", "stale-weights", "fp8-plus-filters"} <= set(members)
+    # on VIME the fp32 floor is skipped, so near-aligned has no parent to be judged against
+    assert "near-aligned" not in family_members(KNOBS, "p1", "vime")
+
+
+def test_an_incomplete_member_counts_in_the_family_with_p_one(build_run):
+    good = build_run("good", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
+    nan_run = build_run("nan", rung="top-k", abs_diff=lambda n: float("nan") if n == 9 else 0.03)
+
+    def fetch(rung, **overrides):
+        return nan_run if rung == "top-k" else good
+
+    levels = family_levels(KNOBS, "p1", "embedded", fetch)
+    size = len(family_members(KNOBS, "p1", "embedded"))
+    assert levels["top-k"].family_size == size and levels["top-k"].rank == size
+
+
+def test_a_rung_with_a_nan_step_fails_naming_it(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
+    child = build_run("child", rung="top-k", abs_diff=lambda n: float("nan") if n in (7, 12) else 0.03)
+    runs = {("top-k", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["top-k"], KNOBS, fetcher(runs), lambda run: [])
+    assert judgement.problems and "2 missing step(s)" in judgement.problems[0] and "non-finite at steps 7, 12" in judgement.problems[0]
+
+
+def test_a_parent_with_unlogged_steps_fails_naming_them(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05), drop_metric_at=(4,))
+    child = build_run("child", rung="top-k", abs_diff=noisy(0.03, 0.05))
+    runs = {("top-k", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["top-k"], KNOBS, fetcher(runs), lambda run: [])
+    assert judgement.problems and "near-aligned" in judgement.problems[0] and "not logged at steps 4" in judgement.problems[0]
+
+
+def test_a_short_run_fails_with_its_count_and_the_knob(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
+    child = build_run("child", rung="top-k", steps=12, abs_diff=noisy(0.03, 0.05))
+    runs = {("top-k", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["top-k"], KNOBS, fetcher(runs), lambda run: [])
+    assert any("thresholds.min_judged_steps" in p and "10 finite step(s)" in p for p in judgement.problems), judgement.problems
