@@ -8,7 +8,7 @@ and stable). The judge (harness.judge.ladder) decides all of it; this file asks 
 
 import pytest
 
-from harness.judge.ladder import expectation_findings, family_levels, family_members, judge_rung
+from harness.judge.ladder import bound_findings, expectation_findings, family_levels, family_members, judge_rung
 
 # Holm levels per (stage, mode): every rung of a stage's family is one decision of one family.
 _FAMILIES: dict[tuple[str, str], dict] = {}
@@ -24,8 +24,12 @@ def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experi
 
     if rung.parent is not None and rung.id not in family_members(knobs, stage, backend):
         # The parent does not run at this stage, or is skipped on this backend (on-vime: skip):
-        # nothing to compare with, so the rung gets the smoke check.
-        smoke_check(stage, rung, fetch(rung.id), knobs, experiment_record)
+        # nothing to compare with, so the rung gets the smoke check, and its own bounds if it has any
+        # (near-aligned on VIME, where the fp32 floor cannot run).
+        run = fetch(rung.id)
+        smoke_check(stage, rung, run, knobs, experiment_record)
+        findings = bound_findings(rung, run, knobs)
+        assert not findings, "\n  ".join(findings)
         return
     for rung_id in (rung.id, rung.parent):
         if rung_id is not None:
