@@ -14,6 +14,7 @@ made.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -54,12 +55,34 @@ def allure_binary(repo_root: Path = REPO_ROOT) -> Path:
 
 
 def check_results(results: Path) -> int:
+    """The number of readable test results in `results`; a folder with none is an error (an empty
+    report would read as "nothing failed")."""
+    if results.exists() and not results.is_dir():
+        raise ReportError(f"{results}: is a file, expected the Allure results directory pytest's --alluredir wrote")
     if not results.is_dir():
         raise ReportError(f"{results}: no such results directory; run pytest with --alluredir={results} first (make baseline does)")
-    count = sum(1 for _ in results.glob("*-result.json"))
-    if count == 0:
+    files = sorted(results.glob("*-result.json"))
+    if not files:
         raise ReportError(f"{results}: holds no *-result.json; run pytest with --alluredir={results} first (make baseline does)")
-    return count
+    unreadable = [(file, why) for file in files if (why := _unreadable_result(file))]
+    if len(unreadable) == len(files):
+        file, why = unreadable[0]
+        raise ReportError(
+            f"{results}: none of its {len(files)} *-result.json files is a readable Allure result "
+            f"({file.name}: {why}); rerun pytest with --alluredir={results}"
+        )
+    return len(files) - len(unreadable)
+
+
+def _unreadable_result(file: Path) -> str | None:
+    """Why `file` is not an Allure test result (a JSON object with a name and a status), or None."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return f"not JSON ({type(err).__name__})"
+    if not isinstance(data, dict) or "name" not in data or "status" not in data:
+        return "a JSON value without the result's name and status"
+    return None
 
 
 def prepare_output(out: Path) -> None:

@@ -153,6 +153,16 @@ def ingest_out_users_dir(work: Path) -> list[str]:
     return ["ingest", str(REPO / "tests" / "data" / "vime_logs" / "colocate_3_rollouts.log"), "--out", str(users_directory(work))]
 
 
+def unreadable_results(work: Path) -> list[str]:
+    """An Allure results folder whose result files are all unreadable: torn, not JSON, no status."""
+    results = work / "results"
+    results.mkdir()
+    (results / "a-result.json").write_text('{"name": "test_x", "sta')
+    (results / "b-result.json").write_bytes(b"\x00\x01 not json")
+    (results / "c-result.json").write_text('["name", "status"]')
+    return ["report", "--results", str(results), "--out", str(work / "report")]
+
+
 def run_id(*set_pairs: str) -> str:
     """The run id `harness run --stage p0 --rung fp8-plus-filters` gets (asked of the harness)."""
     code = (
@@ -392,6 +402,25 @@ CORPUS: list[BadInput] = [
     ),
     BadInput(
         "ingest-path-missing", "cli path", cli("ingest", "{work}/absent.log", "--out", "{work}/out"), "{work}/absent.log: no such file or directory"
+    ),
+    BadInput(
+        "report-results-is-a-file",
+        "cli path",
+        cli("report", "--results", "{file}", "--out", "{work}/report"),
+        "{work}/a-file: is a file, expected the Allure results directory",
+    ),
+    BadInput(
+        "report-results-empty",
+        "report input",
+        lambda work: (work.joinpath("results").mkdir(), ["report", "--results", str(work / "results"), "--out", str(work / "report")])[-1],
+        "holds no *-result.json",
+    ),
+    BadInput("report-results-unreadable", "report input", unreadable_results, "none of its 3 *-result.json files is a readable Allure result"),
+    BadInput(
+        "report-out-is-users-directory",
+        "report input",
+        lambda work: ["report", "--results", str(REPO / "tests"), "--out", str(users_directory(work))],
+        "holds no *-result.json",
     ),
     BadInput("attribute-run-dir-is-a-file", "cli path", cli("attribute", "{file}"), "{work}/a-file"),
     BadInput("attribute-run-dir-missing", "cli path", cli("attribute", "{work}/nowhere"), "{work}/nowhere"),
