@@ -142,7 +142,7 @@ def attach_run(run) -> None:
                 f"failure: {failure.signature} at line {failure.line}: {failure.text}\n\n{excerpt}",
                 f"log excerpt around the failure ({failure.signature})",
             )
-    elif run.status is not None and run.status.state in ("failed", "interrupted"):
+    elif run.status is not None and run.status.state in ("failed", "interrupted", "unfinished"):
         tail = log_tail(log_path)
         if tail:
             attach_text(tail, f"log tail (run {run.status.state}, no failure signature found)")
