@@ -9,14 +9,16 @@ setup:
 	python3 tools/setup_env.py
 
 # The main job: the baseline ladder on the embedded backend (P1, colocate), the acceptance
-# criteria, the P3 A/B, then the HTML report.
+# criteria, the P3 A/B, then the HTML report. Writes reports/allure-results, reports/allure-report
+# and reports/experiment/ (experiment.json and index.html, whose path is the last line printed).
 baseline: setup
 	$(PYTEST) -m "p1 or acceptance or (p3 and ab)" --mode=colocate --alluredir=reports/allure-results --clean-alluredir; \
 	status=$$?; $(PY) -m harness report && exit $$status
 
-# Every test of the suite.
+# Every test of the suite. Its own record goes to reports/selftest/ (Allure results, summary,
+# experiment record), so it never overwrites the experiment's.
 test: setup
-	$(PYTEST) --alluredir=reports/allure-results --clean-alluredir
+	$(PYTEST) --alluredir=reports/selftest/allure-results --clean-alluredir
 
 # Lint and format check (pyproject.toml [tool.ruff]); CI runs it before the tests.
 lint: setup

@@ -1,4 +1,9 @@
-"""`python -m harness report`: build the HTML report; the last line printed is its index.html."""
+"""`python -m harness report`: build the HTML report and the experiment page; the last line printed
+is the experiment page's index.html (or the Allure report's, when the session wrote no record).
+
+    python -m harness report                          Allure report + reports/experiment/index.html
+    python -m harness report --compare DIR_A DIR_B    the page for record A (candidate) against B (baseline)
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,38 @@ from harness import REPO_ROOT
 
 DEFAULT_RESULTS = REPO_ROOT / "reports" / "allure-results"
 DEFAULT_OUT = REPO_ROOT / "reports" / "allure-report"
+DEFAULT_COMPARE_OUT = REPO_ROOT / "reports" / "experiment-compare" / "index.html"
+
+
+def build_experiment_page(record_dir: Path, out: Path, baseline_dir: Path | None = None) -> Path:
+    """Raises RecordError (one line) when a record cannot be read."""
+    from harness.report.experiment_page import write_page
+    from harness.report.experiment_record import load_record
+
+    record = load_record(record_dir)
+    baseline = load_record(baseline_dir) if baseline_dir is not None else None
+    return write_page(record, out, baseline)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.report.experiment_record import RecordError
+
+    candidate, baseline = (Path(p) for p in args.compare)
+    try:
+        page = build_experiment_page(candidate, Path(args.page_out or DEFAULT_COMPARE_OUT), baseline)
+    except RecordError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(page)
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report.experiment_record import FILE_NAME, FOLDER, RecordError
     from harness.report.report import ReportError, build_report
 
+    if args.compare:
+        return cmd_compare(args)
     try:
         index = build_report(Path(args.results), Path(args.out), single_file=not args.folder)
     except ReportError as err:
@@ -25,17 +57,43 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"summary table: {summary}")
     else:
         print("summary table: none (no experiment test recorded a summary row in this session)")
-    print(index)
+    print(f"Allure report: {index}")
+    # The session wrote its record beside the results (fixtures/report.py: <summary dir>/experiment/).
+    record_dir = Path(args.results).resolve().parent / FOLDER
+    if not (record_dir / FILE_NAME).exists():
+        print(f"experiment page: none ({record_dir / FILE_NAME} not written: no judged test ran in this session)")
+        return 0
+    try:
+        page = build_experiment_page(record_dir, Path(args.page_out) if args.page_out else record_dir / "index.html")
+    except RecordError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(page)
     return 0
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "report",
-        help="build the HTML report (Allure 3) from the Allure results",
-        description="Build the Allure 3 report from pytest's --alluredir results, copy summary.md beside it, and print the path of its index.html.",
+        help="build the HTML report (Allure 3) and the experiment page from a session's results",
+        description=(
+            "Build the Allure 3 report from pytest's --alluredir results, copy summary.md beside it, build the experiment page "
+            "(experiment/index.html beside the results, from experiment/experiment.json) and print its path last. "
+            "With --compare CANDIDATE BASELINE, only the page for one record against another."
+        ),
     )
     parser.add_argument("--results", default=str(DEFAULT_RESULTS), help=f"Allure results directory (default: {DEFAULT_RESULTS})")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"report folder, emptied first (default: {DEFAULT_OUT})")
     parser.add_argument("--folder", action="store_true", help="a multi-file report (serve it over HTTP) instead of one self-contained index.html")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("DIR_A", "DIR_B"),
+        help="render the experiment page of the record in DIR_A (candidate) against DIR_B (baseline); each folder holds experiment.json",
+    )
+    parser.add_argument(
+        "--page-out",
+        default=None,
+        help=f"where the experiment page goes (default: experiment/index.html beside the results; with --compare {DEFAULT_COMPARE_OUT})",
+    )
     parser.set_defaults(func=cmd_report)

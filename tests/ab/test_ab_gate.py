@@ -20,7 +20,7 @@ def contract(pair, knobs):
 
 def test_same_workload_contract(pair, contract, experiment_record):
     experiment_record.ab_rows(pair)
-    experiment_record.ab("same-workload contract", pair, passed=not contract, message="; ".join(contract) or "same workload")
+    experiment_record.ab("same-workload contract", pair, passed=not contract, message="; ".join(contract) or "same workload", key="contract")
     assert not contract, "A/B rejected:\n  " + "\n  ".join(contract)
 
 
@@ -29,7 +29,7 @@ def test_question(question, pair, contract, knobs, experiment_record):
     if contract:
         pytest.fail(f"not judged: the A/B is rejected ({contract[0]})", pytrace=False)
     answer = ab.QUESTIONS[question](*pair, knobs)
-    experiment_record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence)
+    experiment_record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence, key=question)
     assert answer.passed, f"{answer.question} {answer.message}"
 
 
@@ -41,5 +41,7 @@ def test_consistent_between_colocate_and_non_colocate(get_run, knobs, experiment
     rejected = {mode: ab.contract_problems(*p, knobs) for mode, p in pairs.items()}
     assert not any(rejected.values()), f"A/B rejected: {rejected}"
     answer = ab.mode_consistency(pairs, knobs)
-    experiment_record.ab(answer.question, pairs["colocate"], passed=answer.passed, message=answer.message, evidence=answer.evidence)
+    experiment_record.ab(
+        answer.question, pairs["colocate"], passed=answer.passed, message=answer.message, evidence=answer.evidence, key="mode-consistency"
+    )
     assert answer.passed, f"{answer.question} {answer.message}"

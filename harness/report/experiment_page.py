@@ -1,0 +1,384 @@
+"""The experiment page: one self-contained index.html drawn from an experiment record.
+
+    render_page(record, baseline=None) -> str      HTML (inline CSS and SVG, no script)
+    write_page(record, out, baseline=None) -> Path
+
+First screen (1400 x 1000): the seed's summary table with intervals, replicates and verdicts; the
+ladder figure beside the seed's five A/B questions. Below: worst tokens, the environment and argv
+of the baseline, the Allure tests behind every entry. With `baseline` (--compare) each row, rung
+and answer is shown against the baseline record's, with the delta and a verdict.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+from harness.report.experiment_record import SEED_QUESTIONS
+from harness.report.ladder_figure import ladder_svg
+
+ALLURE_INDEX = "../allure-report/index.html"  # the page sits in reports/experiment/
+MAX_BYTES = 2_000_000
+
+CSS = """
+*{box-sizing:border-box}
+body{font:13px/1.35 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#fafbfc}
+main{max-width:1400px;margin:0 auto;padding:10px 16px}
+h1{font-size:19px;margin:0 0 2px}
+h2{font-size:15px;margin:14px 0 6px;border-bottom:1px solid #dde2ea;padding-bottom:2px}
+.lead{color:#4a5568;margin:0 0 8px;font-size:12px}
+table{border-collapse:collapse;width:100%;background:#fff}
+th,td{border:1px solid #dde2ea;padding:2px 5px;text-align:left;vertical-align:top}
+#summary{table-layout:fixed;font-size:12px}#summary th{white-space:normal}
+#summary.compare{table-layout:auto}
+.ci{display:block;font-size:10.5px;color:#4a5568}
+th{background:#eef2f7;font-weight:600;font-size:12px;white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.notes{font-size:11px;color:#4a5568}
+.pass{color:#fff;background:#2f855a;border-radius:3px;padding:0 5px;font-weight:600;white-space:nowrap}
+.fail{color:#fff;background:#c53030;border-radius:3px;padding:0 5px;font-weight:600;white-space:nowrap}
+.skip{color:#fff;background:#718096;border-radius:3px;padding:0 5px;font-weight:600;white-space:nowrap}
+.none{color:#718096;font-style:italic}
+.row2{display:grid;grid-template-columns:minmax(0,58fr) minmax(0,42fr);gap:14px;margin-top:8px}
+svg.ladder{width:100%;height:auto;background:#fff;border:1px solid #dde2ea}
+.qa{list-style:none;margin:0;padding:0}
+.qa li{background:#fff;border:1px solid #dde2ea;border-radius:4px;padding:4px 7px;margin-bottom:5px}
+.qa .q{font-weight:600}
+.qa .m{font-size:12px;color:#2d3748}
+.qa .e{font-size:11px;color:#718096}
+pre{background:#fff;border:1px solid #dde2ea;padding:6px;font-size:11px;overflow:auto;max-height:340px}
+details summary{cursor:pointer;font-weight:600}
+.qa details summary{font-weight:400}
+.small{font-size:11px;color:#4a5568}
+.delta-better{color:#2f855a;font-weight:600}.delta-worse{color:#c53030;font-weight:600}
+"""
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def fmt(value, spec: str = ".4g", signed: bool = False) -> str:
+    if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+        return "—" if value is None else esc(value)
+    return f"{value:{'+' if signed else ''}{spec}}"
+
+
+def interval(ci, signed: bool = False) -> str:
+    if not ci or len(ci) != 2 or any(v is None for v in ci):
+        return ""
+    return f"<span class='ci'>[{fmt(ci[0], '.3g', signed)}, {fmt(ci[1], '.3g', signed)}]</span>"
+
+
+def badge(outcome: str | None) -> str:
+    outcome = outcome or "not reported"
+    css = {"passed": "pass", "failed": "fail", "skipped": "skip"}.get(outcome, "skip")
+    return f'<span class="{css}">{esc(outcome)}</span>'
+
+
+def test_cell(test: dict | None) -> str:
+    if not test:
+        return '<span class="none">no test recorded</span>'
+    return f'<a href="{ALLURE_INDEX}" title="{esc(test.get("nodeid"))}">{esc(test.get("title") or test.get("name"))}</a>'
+
+
+def compare_verdict(candidate: dict, baseline: dict, mean_key: str, ci_key: str) -> tuple[str, str]:
+    """(delta cell, verdict) of candidate minus baseline for one figure. The records hold means and
+    intervals, not the steps, so a difference is called only when the two intervals do not overlap."""
+    a, b = baseline.get(mean_key), candidate.get(mean_key)
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return "—", "not comparable (missing in one record)"
+    delta = f"{b - a:+.3g}" + (f" ({(b - a) / a:+.0%})" if a else "")
+    ca, cb = baseline.get(ci_key), candidate.get(ci_key)
+    if not ca or not cb:
+        return delta, "no interval in one record"
+    if cb[1] < ca[0]:
+        return f'<span class="delta-better">{delta}</span>', "lower (intervals apart)"
+    if cb[0] > ca[1]:
+        return f'<span class="delta-worse">{delta}</span>', "higher (intervals apart)"
+    return delta, "no clear change (intervals overlap)"
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+
+def headline(record: dict, baseline: dict | None) -> str:
+    outcomes = record.get("outcomes", {})
+    counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("passed", "failed", "skipped")}
+    session = record.get("session", {})
+    options = session.get("options", {})
+    title = "VIME train-inference mismatch: experiment record" + (" (candidate vs baseline record)" if baseline else "")
+    lead = (
+        f"{len(record['rungs'])} rung(s) judged, {len(record['ab'])} A/B answer(s); tests: {counts['passed']} passed, "
+        f"{counts['failed']} failed, {counts['skipped']} skipped. Mode {esc(options.get('mode'))}, backend {esc(options.get('backend'))}, "
+        f"recorded {esc(record.get('created'))}."
+    )
+    if baseline:
+        lead += f" Compared with the baseline record {esc(baseline.get('_path'))} (recorded {esc(baseline.get('created'))})."
+    return f"<h1>{title}</h1><p class='lead'>{lead}</p>"
+
+
+ROW_HEADERS = (
+    "Run",
+    "Hardware",
+    "Mode",
+    "Precision",
+    "Operator Path",
+    "Final Reward",
+    "logprob_abs_diff Mean [95% CI]",
+    "Δ vs parent [95% CI]",
+    "Step Time Mean",
+    "Replicates",
+    "Verdict",
+    "Notes",
+)
+
+SUMMARY_WIDTHS = (10, 11, 6.5, 9, 10, 5.5, 8.5, 9, 5, 6, 5.5, 14)
+
+
+def summary_table(record: dict, baseline: dict | None) -> str:
+    rows = record.get("rows", [])
+    if not rows:
+        return "<h2>Summary</h2><p class='none'>no summary row in this record (no judged test ran)</p>"
+    outcomes = record.get("outcomes", {})
+    base_rows = {r["run"]: r for r in (baseline or {}).get("rows", [])}
+    headers = list(ROW_HEADERS) + (["Baseline record mean [CI]", "Δ vs baseline record", "Change"] if baseline else [])
+    body = []
+    for row in rows:
+        test = row.get("test") or {}
+        cells = [
+            f"<td>{esc(row['run'])}</td>",
+            f"<td>{esc(row.get('hardware'))}</td>",
+            f"<td>{esc(row.get('mode'))}</td>",
+            f"<td class='wrap'>{esc(row.get('precision'))}</td>",
+            f"<td class='wrap'>{esc(row.get('operator_path'))}</td>",
+            f"<td class='num'>{fmt(row.get('final_reward'), '.3f')}</td>",
+            f"<td class='num'>{fmt(row.get('abs_diff_mean'))} {interval(row.get('abs_diff_ci'))}</td>",
+            f"<td class='num'>{fmt(row.get('delta_vs_parent'), '.3g', True)} {interval(row.get('delta_ci'), True)}</td>",
+            f"<td class='num'>{fmt(row.get('step_time_mean'), '.3g')} s</td>",
+            f"<td class='num'>{esc(row.get('replicates', 1))}</td>",
+            f"<td>{badge(outcomes.get(test.get('nodeid')))}</td>",
+            f"<td class='notes'>{esc(row.get('notes'))}</td>",
+        ]
+        if baseline:
+            other = base_rows.get(row["run"])
+            if other is None:
+                cells += ["<td class='none'>not in baseline record</td>", "<td>—</td>", "<td>—</td>"]
+            else:
+                delta, verdict = compare_verdict(row, other, "abs_diff_mean", "abs_diff_ci")
+                cells += [
+                    f"<td class='num'>{fmt(other.get('abs_diff_mean'))} {interval(other.get('abs_diff_ci'))}</td>",
+                    f"<td class='num'>{delta}</td>",
+                    f"<td>{esc(verdict)}</td>",
+                ]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    # Fixed column shares so the table fits 1400 px with the figure still on the first screen.
+    compare_class = " class='compare'" if baseline else ""
+    widths = "" if baseline else "<colgroup>" + "".join(f"<col style='width:{w}%'>" for w in SUMMARY_WIDTHS) + "</colgroup>"
+    note = (
+        "Replicates: 1 run per rung today; every interval is a 95% circular block-bootstrap interval over that run's steps after the "
+        "warm-up (docs/statistics.md), not a spread across replicate runs. Verdict: the outcome of the test that judged the row."
+    )
+    if baseline:
+        note += " Change against the baseline record: called only where the two intervals do not overlap (the records keep means and intervals, not steps)."
+    return (
+        f"<h2>Summary (the seed's table)</h2><table id='summary'{compare_class}>{widths}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"<p class='small'>{esc(note)}</p>"
+    )
+
+
+def ab_section(record: dict, baseline: dict | None) -> str:
+    answers = {a["key"]: a for a in record.get("ab", [])}
+    base_answers = {a["key"]: a for a in (baseline or {}).get("ab", [])}
+    outcomes = record.get("outcomes", {})
+    items = []
+    contract = answers.get("contract")
+    if contract:
+        items.append(
+            f"<li><span class='q'>Same workload (contract)</span> {badge(outcomes.get(contract['test']['nodeid']))}"
+            f"<div class='m'>{esc(contract['message'])}</div></li>"
+        )
+    for number, (key, question) in enumerate(SEED_QUESTIONS, 1):
+        answer = answers.get(key) if key else None
+        if answer is None:
+            why = "no test of this suite answers it" if key is None else "no answer to it in this record (its test did not run in this session)"
+            items.append(
+                f"<li><span class='q'>{number}. {esc(question)}</span> <span class='skip'>not answered</span><div class='e'>{why}</div></li>"
+            )
+            continue
+        outcome = outcomes.get(answer["test"]["nodeid"])
+        gated = "reported, not gated" if key == "timings" else ("yes" if answer["passed"] else "no")
+        extra = ""
+        if baseline and key in base_answers:
+            other = base_answers[key]
+            extra = f"<div class='e'>baseline record: {'yes' if other['passed'] else 'no'}: {esc(other['message'])}</div>"
+        items.append(
+            f"<li><span class='q'>{number}. {esc(question)}</span> {badge(outcome)} <b>{esc(gated)}</b>"
+            f"<div class='m'>{esc(answer['message'])}</div>"
+            f"<details class='e'><summary>evidence: runs {esc(answer.get('baseline_run'))} → {esc(answer.get('candidate_run'))}; "
+            f"test {test_cell(answer.get('test'))}</summary>{esc(_evidence(answer.get('evidence')))}</details>{extra}</li>"
+        )
+    return f"<section><h2>A/B gate: the seed's five questions</h2><ul class='qa' id='ab'>{''.join(items)}</ul></section>"
+
+
+def _evidence(evidence) -> str:
+    if not evidence:
+        return "none recorded"
+
+    def flat(value):
+        if isinstance(value, float):
+            return fmt(value, ".4g")
+        if isinstance(value, list):
+            return "[" + ", ".join(flat(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k}: {flat(v)}" for k, v in value.items()) + "}"
+        return str(value)
+
+    return flat(evidence)
+
+
+def ladder_section(record: dict, baseline: dict | None) -> str:
+    caption = (
+        "Mean abs-diff per rung after the warm-up with its 95% interval, coloured by the class the judge decided; arrows run from "
+        "parent to child; the fp32 and near-aligned floors are the measured means of those rungs, drawn only where this record has them."
+    )
+    missing = [name for name in ("fp32-floor", "near-aligned") if all(r["rung"] != name for r in record.get("rungs", []))]
+    if missing:
+        caption += f" Not in this record: {', '.join(missing)}."
+    return f"<section><h2>Ladder</h2>{ladder_svg(record, baseline)}<p class='small'>{esc(caption)}</p></section>"
+
+
+def rungs_table(record: dict, baseline: dict | None) -> str:
+    rungs = record.get("rungs", [])
+    if not rungs:
+        return "<h2>Rung judgements</h2><p class='none'>no rung judged in this record</p>"
+    outcomes = record.get("outcomes", {})
+    base = {(r["stage"], r["rung"]): r for r in (baseline or {}).get("rungs", [])}
+    headers = ["Stage", "Rung", "Parent", "Mean [CI]", "Δ vs parent [CI]", "Decided class", "Expected", "Observed", "Test"]
+    if baseline:
+        headers += ["Baseline record class", "Δ mean vs baseline record", "Change"]
+    body = []
+    for r in rungs:
+        cells = [
+            esc(r["stage"]),
+            esc(r["rung"]),
+            esc(r.get("parent") or "— (root)"),
+            f"{fmt(r.get('mean'))} {interval(r.get('ci'))}",
+            f"{fmt(r.get('delta'), '.3g', True)} {interval(r.get('delta_ci'), True)}",
+            esc(r.get("decided_class")),
+            esc(f"{' or '.join(r.get('expected_class') or [])}, {r.get('expected_direction')}"),
+            esc(r.get("observed_direction")),
+            f"{badge(outcomes.get(r['test']['nodeid']))} {test_cell(r.get('test'))}",
+        ]
+        if baseline:
+            other = base.get((r["stage"], r["rung"]))
+            if other is None:
+                cells += ["<span class='none'>not in baseline record</span>", "—", "—"]
+            else:
+                delta, verdict = compare_verdict(r, other, "mean", "ci")
+                cells += [esc(other.get("decided_class")), delta, esc(verdict)]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    return f"<h2>Rung judgements</h2><table id='rungs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def tokens_section(record: dict) -> str:
+    boundary = (
+        "<p><b>Boundary table</b> (the seven probes): <span class='none'>not recorded</span> in the experiment record; "
+        "<code>python -m harness attribute RUN_DIR</code> prints it for a run.</p>"
+    )
+    worst = record.get("worst_tokens")
+    if not worst or not worst.get("rows"):
+        return f"<h2>Boundary and worst tokens</h2>{boundary}<p><b>Worst tokens</b>: <span class='none'>not recorded</span> (the baseline run has no token dumps, or the A/B tests did not run).</p>"
+    columns = list(dict.fromkeys(k for row in worst["rows"] for k in row))
+    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td class='num'>{fmt(row.get(c)) if isinstance(row.get(c), float) else esc(row.get(c))}</td>" for c in columns) + "</tr>"
+        for row in worst["rows"]
+    )
+    return (
+        f"<h2>Boundary and worst tokens</h2>{boundary}<p><b>Worst tokens</b> of the baseline run {esc(worst.get('run_id'))} "
+        f"({esc(worst.get('rung'))}), largest |dlogp| first:</p><table id='worst'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def environment_section(record: dict) -> str:
+    envs = record.get("environment", [])
+    session = record.get("session", {})
+    parts = [f"<p class='small'>pytest session: <code>{esc(' '.join(session.get('argv') or []))}</code></p>"]
+    if not envs:
+        parts.append("<p class='none'>no environment recorded (no baseline run in this record)</p>")
+    for env in envs:
+        harness = env.get("harness") or {}
+        hardware = env.get("hardware") or {}
+        cpu, gpus = hardware.get("cpu") or {}, hardware.get("gpus") or {}
+        versions = env.get("versions") or {}
+        version_text = ", ".join(f"{k} {v.get('version') if isinstance(v, dict) else v}" for k, v in versions.items()) or "not recorded"
+        container = env.get("container") or {}
+        vime = env.get("vime") or {}
+        rows = [
+            ("Run", f"{env.get('run_id')} ({env.get('stage')}:{env.get('rung')}, {env.get('mode')}, {env.get('backend')})"),
+            ("Run directory", env.get("run_dir")),
+            ("Harness commit", f"{harness.get('commit') or 'not recorded'}{' (uncommitted changes)' if harness.get('dirty') else ''}"),
+            ("VIME commit", vime.get("commit") or vime.get("note") or "not recorded"),
+            ("Image", container.get("image") or container.get("note") or "not recorded"),
+            (
+                "Hardware",
+                f"{cpu.get('model')}, {cpu.get('cores')} cores, {cpu.get('memory_gib')} GiB; GPUs: {gpus.get('count', 0)} {gpus.get('models') or gpus.get('note') or ''}",
+            ),
+            ("Libraries", version_text),
+            ("Spec hash", env.get("spec_hash")),
+        ]
+        table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+        argv = "\n".join(env.get("argv") or []) or "not recorded"
+        parts.append(
+            f"<h3 style='font-size:13px;margin:8px 0 4px'>{esc(env.get('label'))}</h3><table>{table}</table>"
+            f"<details><summary>exact argv ({len(env.get('argv') or [])} items)</summary><pre>{esc(argv)}</pre></details>"
+        )
+    return "<h2>Environment</h2>" + "".join(parts)
+
+
+def allure_section(record: dict) -> str:
+    outcomes = record.get("outcomes", {})
+    titles = {}
+    for kind in ("rungs", "ab", "rows"):
+        for entry in record.get(kind, []):
+            test = entry.get("test")
+            if test and test.get("nodeid") not in titles:
+                titles[test["nodeid"]] = test.get("title") or test.get("name")
+    items = "".join(
+        f"<li>{badge(outcomes.get(n))} <a href='{ALLURE_INDEX}'>{esc(t)}</a> <span class='small'>{esc(n)}</span></li>" for n, t in titles.items()
+    )
+    return (
+        f"<h2>Into the Allure report</h2><p class='small'>The Allure report (<a href='{ALLURE_INDEX}'>{ALLURE_INDEX}</a>) holds each test's "
+        f"plots, run record, spec and log; find a test there by the title below.</p><ul>{items}</ul>"
+    )
+
+
+def render_page(record: dict, baseline: dict | None = None) -> str:
+    top = f"<div class='row2'>{ladder_section(record, baseline)}{ab_section(record, baseline)}</div>"
+    body = "".join(
+        [
+            headline(record, baseline),
+            summary_table(record, baseline),
+            top,
+            rungs_table(record, baseline),
+            tokens_section(record),
+            environment_section(record),
+            allure_section(record),
+        ]
+    )
+    title = "Experiment record" + (" (compare)" if baseline else "")
+    return f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>"
+
+
+def write_page(record: dict, out: str | Path, baseline: dict | None = None) -> Path:
+    from harness.records.atomic import atomic_write_text
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    page = render_page(record, baseline)
+    atomic_write_text(out, page)
+    return out
