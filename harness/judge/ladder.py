@@ -138,7 +138,15 @@ def judge_rung(
     judgement = RungJudgement(rung.id, rung.parent, float(np.mean(child_values)))
     judgement.evidence["child_run"] = child.id
     if rung.parent is None:
-        judgement.reasons.append("root rung: judged against its absolute threshold, not a parent")
+        judgement.reasons.append("root rung: judged against its absolute bounds, not a parent")
+        # A root is still a run of the pipeline: a sample or weight mismatch there would make every
+        # rung above it meaningless, so it gets the framework probes like any other rung.
+        if framework_checks is not None:
+            failed = framework_checks(child)
+            judgement.evidence["framework_checks"] = {child.id: failed or "pass"}
+            if failed:
+                judgement.drift_class = "framework"
+                judgement.reasons.append(f"framework probe failed on {child.id}: {failed[0]}")
         return judgement
     parent = fetch(rung.parent)
     incomplete = series_problems(parent, ABS_DIFF, knobs, rung.parent)
@@ -244,7 +252,13 @@ def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
         "max_rel_ci_halfwidth": (high - low) / 2 / summary.mean if summary.mean else float("inf"),
         "max_rel_trend": abs(summary.slope) * (steps[-1] - steps[0]) / summary.mean if summary.mean else float("inf"),
     }
-    what = {"max_abs_diff": "mean abs-diff", "max_rel_ci_halfwidth": "CI half-width / mean", "max_rel_trend": "trend over the run / mean"}
+    observed["min_abs_diff"] = summary.mean
+    what = {
+        "max_abs_diff": "mean abs-diff",
+        "max_rel_ci_halfwidth": "CI half-width / mean",
+        "max_rel_trend": "trend over the run / mean",
+        "min_abs_diff": "mean abs-diff",
+    }
     figures = (
         f"mean {summary.mean:.4g}, CI [{low:.4g}, {high:.4g}], trend {observed['max_rel_trend']:.0%} of the mean "
         f"over steps {steps[0]}-{steps[-1]}, per-step CV {summary.cv:.2f}"
@@ -252,26 +266,28 @@ def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
     findings = []
     for bound, name in bounds.items():
         limit = knobs.threshold(name)
-        if not observed[bound] <= limit:
+        is_floor = bound.startswith("min_")
+        if not (observed[bound] >= limit if is_floor else observed[bound] <= limit):
             findings.append(
-                f"{rung.id}: {what[bound]} {observed[bound]:.4g} > thresholds.{name} {limit:g} (ladder/{rung.id}.yaml expect.{bound}); {figures}"
+                f"{rung.id}: {what[bound]} {observed[bound]:.4g} {'<' if is_floor else '>'} thresholds.{name} {limit:g} "
+                f"(ladder/{rung.id}.yaml expect.{bound}); {figures}"
             )
     return findings
 
 
 def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs) -> list[str]:
-    """What the rung file expects that the judgement or the run contradicts: the direction and drift
-    class against the parent (when it has one), then the rung's absolute bounds. Empty: as expected."""
+    """What the rung file expects that the judgement or the run contradicts: the direction against
+    the parent (when it has one), the drift class, then the rung's absolute bounds. Empty: as expected."""
     findings = []
     expected = rung.expect
-    if rung.parent is not None:
-        if not expected.accepts_direction(judgement.observed_direction):
-            wanted = " or ".join(repr(d) for d in expected.accepted_directions)
-            observed = judgement.observed_direction
-            if judgement.outcome is not None and observed == "inconclusive":
-                observed += f" (smallest detectable effect {judgement.outcome.detectable:.3g}, effect of interest {judgement.outcome.effect:.3g})"
-            findings.append(f"expected direction {wanted} against {rung.parent} (ladder/{rung.id}.yaml), observed {observed}")
-        if not expected.accepts_class(judgement.drift_class):
-            wanted = " or ".join(repr(c) for c in expected.accepted_classes)
-            findings.append(f"expected drift class {wanted} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
+    if rung.parent is not None and not expected.accepts_direction(judgement.observed_direction):
+        wanted = " or ".join(repr(d) for d in expected.accepted_directions)
+        observed = judgement.observed_direction
+        if judgement.outcome is not None and observed == "inconclusive":
+            observed += f" (smallest detectable effect {judgement.outcome.detectable:.3g}, effect of interest {judgement.outcome.effect:.3g})"
+        findings.append(f"expected direction {wanted} against {rung.parent} (ladder/{rung.id}.yaml), observed {observed}")
+    # The class is checked on a root too: its framework probes decide it (the fp32 floor: none).
+    if not expected.accepts_class(judgement.drift_class):
+        wanted = " or ".join(repr(c) for c in expected.accepted_classes)
+        findings.append(f"expected drift class {wanted} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
     return findings + bound_findings(rung, run, knobs)

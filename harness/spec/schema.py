@@ -116,10 +116,12 @@ class Expectation(Strict):
     max_abs_diff: str | None = None
     max_rel_ci_halfwidth: str | None = None
     max_rel_trend: str | None = None
+    # A floor under the mean: the fp32 floor's exactly-zero drift means a side compared with itself.
+    min_abs_diff: str | None = None
 
     def bound_names(self) -> dict[str, str]:
         """{field: threshold name} of the bounds this rung declares."""
-        fields = ("max_abs_diff", "max_rel_ci_halfwidth", "max_rel_trend")
+        fields = ("max_abs_diff", "max_rel_ci_halfwidth", "max_rel_trend", "min_abs_diff")
         return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
 
     @property

@@ -216,7 +216,7 @@ def test_rung_bounds_come_from_the_rung_file_and_name_the_threshold(build_run):
     from harness.judge.ladder import bound_findings
 
     floor = KNOBS.rungs["fp32-floor"]
-    assert floor.expect.bound_names() == {"max_abs_diff": "fp32_floor_max_abs_diff"}
+    assert floor.expect.bound_names() == {"max_abs_diff": "fp32_floor_max_abs_diff", "min_abs_diff": "fp32_floor_min_abs_diff"}
     quiet = build_run("quiet", rung="fp32-floor", abs_diff=lambda n: 1.8e-7 + 1e-9 * (n % 3))
     assert bound_findings(floor, quiet, KNOBS) == []
     loud = build_run("loud", rung="fp32-floor", abs_diff=noisy(1.5e-3))

@@ -172,3 +172,21 @@ def test_a_short_run_fails_with_its_count_and_the_knob(build_run):
     runs = {("top-k", ()): child, ("near-aligned", ()): parent}
     judgement = judge_rung(KNOBS.rungs["top-k"], KNOBS, fetcher(runs), lambda run: [])
     assert any("thresholds.min_judged_steps" in p and "10 finite step(s)" in p for p in judgement.problems), judgement.problems
+
+
+def test_an_fp32_floor_of_exactly_zero_fails_its_lower_bound(build_run):
+    rung = KNOBS.rungs["fp32-floor"]
+    zero = build_run("zero", rung="fp32-floor", abs_diff=lambda n: 0.0)
+    findings = expectation_findings(rung, judge_rung(rung, KNOBS, fetcher({("fp32-floor", ()): zero})), zero, KNOBS)
+    assert any("thresholds.fp32_floor_min_abs_diff" in line and "< " in line for line in findings), findings
+    floor = build_run("floor", rung="fp32-floor", abs_diff=noisy(4.7e-7, 0.1))
+    assert not expectation_findings(rung, judge_rung(rung, KNOBS, fetcher({("fp32-floor", ()): floor})), floor, KNOBS)
+
+
+def test_the_fp32_floor_runs_the_framework_probes(build_run):
+    rung = KNOBS.rungs["fp32-floor"]
+    floor = build_run("floor", rung="fp32-floor", abs_diff=noisy(4.7e-7, 0.1))
+    judgement = judge_rung(rung, KNOBS, fetcher({("fp32-floor", ()): floor}), lambda run: ["probe 1 (sample identity): tokens differ"])
+    assert judgement.drift_class == "framework" and "probe 1" in judgement.reasons[-1]
+    findings = expectation_findings(rung, judgement, floor, KNOBS)
+    assert any("decided 'framework'" in line for line in findings), findings
