@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.judge import stats
+from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks, read_decisions
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
@@ -107,6 +108,11 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     return problems
 
 
+def _incomplete(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> list[str]:
+    """Missing or non-finite steps on either side (thresholds.max_missing_steps, min_judged_steps)."""
+    return series_problems(baseline, metric, knobs, "baseline") + series_problems(candidate, metric, knobs, "candidate")
+
+
 def _compare(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float]:
     warmup = int(knobs.threshold("warmup_steps"))
     _, a = after_warmup(baseline.series(metric), warmup)
@@ -117,8 +123,11 @@ def _compare(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[
 
 
 def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
-    diff, a, b = _compare(baseline, candidate, ABS_DIFF, knobs)
     question = "Does the candidate reduce train_rollout_logprob_abs_diff?"
+    incomplete = _incomplete(baseline, candidate, ABS_DIFF, knobs)
+    if incomplete:
+        return Answer(question, False, "; ".join(incomplete))
+    diff, a, b = _compare(baseline, candidate, ABS_DIFF, knobs)
     if diff is None:
         return Answer(question, False, "too few steps to compare")
     passed = diff.excludes_zero and diff.diff < 0
@@ -129,8 +138,11 @@ def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
 
 
 def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
-    diff, a, b = _compare(baseline, candidate, RAW_REWARD, knobs)
     question = "Does it preserve or improve rollout/raw_reward?"
+    incomplete = _incomplete(baseline, candidate, RAW_REWARD, knobs)
+    if incomplete:
+        return Answer(question, False, "; ".join(incomplete))
+    diff, a, b = _compare(baseline, candidate, RAW_REWARD, knobs)
     if diff is None:
         return Answer(question, False, "too few steps to compare")
     allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
@@ -142,17 +154,60 @@ def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     return Answer(question, passed, message, {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high]})
 
 
+# Step, rollout, log-prob recompute and weight-sync time: what an operator path can slow down.
+TIMING_METRICS = ("perf/step_time", "perf/rollout_time", "perf/log_probs_time", "perf/update_weights_time")
+
+
+def _aa_spread(values: list[float], knobs: Knobs) -> float:
+    """The baseline's own relative noise: its two halves' relative difference, the larger end of
+    that interval in magnitude (0 when the halves cannot be compared: the knob's floor applies)."""
+    first, second = stats.split_halves(values)
+    check = stats.aa_check(first, second, rel_tol=knobs.threshold("aa_max_rel_diff"), confidence=knobs.threshold("bootstrap_confidence"))
+    if not np.isfinite(check.rel_ci_low):
+        return 0.0
+    return max(abs(check.rel_ci_low), abs(check.rel_ci_high))
+
+
 def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
-    """Reported, not gated: on a 2-core CPU the numbers say little about a GPU kernel."""
-    parts, evidence = [], {}
-    for metric in ("perf/rollout_time", "perf/log_probs_time", "perf/step_time"):
-        diff, a, b = _compare(baseline, candidate, metric, knobs)
-        if diff is None:
-            parts.append(f"{metric}: not logged")
+    """The candidate is no slower than the baseline beyond the allowed slowdown: the upper end of
+    the difference's interval at most max(ab_timing_max_rel_slowdown, the baseline's A/A spread)
+    x the baseline's mean, for each timing. A timing either side does not log is not judged, and
+    fails: an unmeasured slowdown is not an absent one."""
+    question = "Does it improve rollout throughput or logprob recomputation time?"
+    warmup = int(knobs.threshold("warmup_steps"))
+    knob = knobs.threshold("ab_timing_max_rel_slowdown")
+    parts, evidence, failed = [], {}, []
+    for metric in TIMING_METRICS:
+        if not baseline.series(metric) or not candidate.series(metric):
+            failed.append(metric)
+            parts.append(f"{metric}: not logged by the {'baseline' if not baseline.series(metric) else 'candidate'}")
             continue
-        evidence[metric] = {"baseline": a, "candidate": b, "ci": [diff.low, diff.high]}
-        parts.append(f"{metric} {a:.3g}s -> {b:.3g}s (CI [{diff.low:+.3g}, {diff.high:+.3g}])")
-    return Answer("Does it improve rollout throughput or logprob recomputation time?", True, "; ".join(parts), evidence)
+        incomplete = _incomplete(baseline, candidate, metric, knobs)
+        if incomplete:
+            failed.append(metric)
+            parts.append("; ".join(incomplete))
+            continue
+        diff, a, b = _compare(baseline, candidate, metric, knobs)
+        spread = _aa_spread(after_warmup(baseline.series(metric), warmup)[1], knobs)
+        allowed_rel = max(knob, spread)
+        allowed = allowed_rel * abs(a)
+        ok = diff.high <= allowed
+        verdict = "faster" if diff.high < 0 else ("within the allowed slowdown" if ok else "slower")
+        if not ok:
+            failed.append(metric)
+        evidence[metric] = {
+            "baseline": a,
+            "candidate": b,
+            "ci": [diff.low, diff.high],
+            "aa_spread": spread,
+            "allowed_rel_slowdown": allowed_rel,
+            "passed": ok,
+        }
+        parts.append(
+            f"{metric} {a:.3g}s -> {b:.3g}s (CI [{diff.low:+.3g}, {diff.high:+.3g}]; allowed +{allowed:.3g}s = "
+            f"max(thresholds.ab_timing_max_rel_slowdown {knob:.0%}, A/A spread {spread:.0%}) of the baseline): {verdict}"
+        )
+    return Answer(question, not failed, "; ".join(parts), evidence)
 
 
 def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:

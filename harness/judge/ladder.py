@@ -179,7 +179,9 @@ def judge_rung(
         "holm_reached": holm.reached,
     }
     if not holm.reached:
-        judgement.reasons.append(f"Holm step-down stopped before rank {holm.rank} of {holm.family_size}: a smaller p-value in the family was not significant")
+        judgement.reasons.append(
+            f"Holm step-down stopped before rank {holm.rank} of {holm.family_size}: a smaller p-value in the family was not significant"
+        )
     if framework_checks is not None:
         for side in (child, parent):
             failed = framework_checks(side)
