@@ -2,8 +2,10 @@
 
 Prints each probe's verdict, the decided drift class (and the probe that decided it), then the
 audit's token-weighted and sample-mean figures. `--json` prints one object with at least `class`
-and `decided_by`, plus `probes`, `boundary`, `audit` and `warnings`. Exit 0 when the probes ran
-(whatever they decided), 2 with one line when the run directory cannot be used.
+and `decided_by`, plus `label` ("undecided: needs ..."), `needs`, `probes`, `boundary`, `audit` and
+`warnings`. Exit 0 when the probes ran (whatever they decided); 1 when the run has no readable
+dump (class "undecided: no readable dump": nothing was checked); 2 with one line when the run
+directory cannot be used.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from harness.arguments import existing_dir
 from harness.records.rundir import RunDir
 from harness.spec import SpecError, load_knobs
 
-STATUS_STYLE = {"pass": "green", "fail": "red", "skipped": "yellow"}
+STATUS_STYLE = {"pass": "green", "fail": "red", "not checked": "yellow"}
 
 
 def register(subparsers) -> None:
@@ -47,7 +49,8 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         return 2
     if not (run_dir / "dumps").is_dir():
         print(
-            f"error: {run_dir}/dumps: missing; the probes need the run's token dumps (VIME: --save-debug-rollout-data and --save-debug-train-data)",
+            f"error: {run_dir}/dumps: missing; undecided: no readable dump (the probes need the run's token dumps; "
+            "VIME: --save-debug-rollout-data and --save-debug-train-data)",
             file=sys.stderr,
         )
         return 2
@@ -58,6 +61,14 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         return 2
     run = RunDir(run_dir).load()  # loaded once; the probes and the audit share it
     report = run_probes(run, knobs)
+    if report.needs == ["a readable dump"]:
+        # Nothing was checked: say so and fail, never print a class the dumps could not support.
+        reasons = "; ".join(report.warnings) or "no rollout_*.pt or train_*.pt dump"
+        if args.json:
+            print(json.dumps({"class": "undecided", "label": "undecided: no readable dump", "decided_by": None, "warnings": report.warnings}, indent=1))
+        else:
+            print(f"class: undecided: no readable dump ({reasons})")
+        return 1
     audit = audit_run(run)
     if args.json:
         data = report.to_json()
@@ -81,8 +92,8 @@ def _print_text(report, audit) -> None:
         style = STATUS_STYLE[probe.status]
         table.add_row(str(probe.number), probe.name, f"[{style}]{probe.status}[/{style}]", probe.verdict)
     console.print(table)
-    decided = f"probe {report.decided_by}" if report.decided_by else "no probe failed"
-    console.print(f"class: [bold]{report.drift_class}[/bold] (decided by {decided})" + (f"; boundary: {report.boundary}" if report.boundary else ""))
+    decided = f"probe {report.decided_by}" if report.decided_by else "no probe failed" if report.drift_class != "undecided" else "no probe"
+    console.print(f"class: [bold]{report.label}[/bold] (decided by {decided})" + (f"; boundary: {report.boundary}" if report.boundary else ""))
     steps = Table(title="dlogp audit per step (token-weighted rlk_audit_* and VIME's sample-mean)")
     for column in ("rollout", "tokens", "|dlogp| mean", "p50", "p90", "p99", "max", "sample-mean", "logged", "match"):
         steps.add_column(column, justify="right")

@@ -8,11 +8,17 @@
     6 sampling contract              probe bundle (+ dumps): top-k/top-p sets, processed vs raw, T
     7 paths on fixed tokens          probe bundle: the operator registry's paths side by side
 
+Each probe's status is pass, fail or "not checked" (it could not run: no field on both sides, no
+probe bundle, a bundle that does not reproduce itself); a probe that was not checked is never a pass.
+
 Decision (the seed's guardrail: rule out framework and semantic causes before blaming arithmetic):
 framework probes 1, 2 decide first, then the semantic probe 6, then the numerical probes 3, 4, 5, 7
-in order; the first that fails decides. A numerical boundary is `expected-numerical` when it is a
-side's declared reduced precision (bf16/fp16 logits, FP8), `candidate-operator` only when 1, 2 and 6
-passed and the boundary is not explained by a declared policy. No failure: `none`.
+in order; the first that fails decides. A failed framework or contract probe is a finding on its
+own. A numerical class needs 1, 2 and 6 to have passed and every numerical probe before the failing
+one to have been checked: the boundary is `expected-numerical` when it is a side's declared reduced
+precision (bf16/fp16 logits, FP8), else `candidate-operator`. No failure: `none` only when every
+probe was checked. Otherwise the class is `undecided` and the report names what it needs
+("undecided: needs probe 6 (...)").
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from harness.records.runload import Run
 from harness.spec.load import Knobs
 from harness.spec.schema import DriftClass
 
-Status = Literal["pass", "fail", "skipped"]
+NOT_CHECKED = "not checked"  # the probe could not run; never counted as a pass
+Status = Literal["pass", "fail", "not checked"]
 PROBE_NAMES = {
     1: "sample and token identity",
     2: "model state",
@@ -59,13 +66,21 @@ class ProbeReport(BaseModel):
     drift_class: DriftClass
     decided_by: int | None
     boundary: str | None = None
-    # False when a probe was skipped: `none` then means "nothing failed among the probes that ran".
+    # False when a probe was not checked.
     complete: bool = True
+    # What an `undecided` class lacks ("probe 6 (top-p/top-k ...)", "a readable dump").
+    needs: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The class as printed: `undecided: needs probe 6 (...)` names what is missing."""
+        return f"undecided: needs {', '.join(self.needs)}" if self.drift_class == "undecided" else self.drift_class
 
     def to_json(self) -> dict:
         data = self.model_dump()
         data["class"] = self.drift_class
+        data["label"] = self.label
         return data
 
 
@@ -91,7 +106,7 @@ def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdi
         return _verdict(number, "fail", f"{what} differs between rollout and trainer in {', '.join(fields)}: {mismatches[0].line()}", evidence)
     relevant = [k for k in comparison.compared if group_fields(group, k)]
     if not relevant:
-        return _verdict(number, "skipped", f"no {what} field is recorded on both sides; nothing to compare", evidence)
+        return _verdict(number, NOT_CHECKED, f"no {what} field is recorded on both sides; nothing to compare", evidence)
     return _verdict(number, "pass", f"{what} agrees on {', '.join(sorted(relevant))}", evidence)
 
 
@@ -183,7 +198,7 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
     evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results]}
     if not evaluated:
         reasons = "; ".join(sorted({r.get("skipped", "") for r in results})) or "no probe bundle"
-        return _verdict(number, "skipped", f"{what}: not evaluated ({reasons})", evidence)
+        return _verdict(number, NOT_CHECKED, f"{what}: not evaluated ({reasons})", evidence)
     localised = [r for r in evaluated if r["localised"]]
     skipped = len(results) - len(evaluated)
     what = (
@@ -267,27 +282,40 @@ def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, m
             "sampling contract (retained top-k/top-p set)",
         )
     if not evaluated:
-        return _verdict(6, "skipped", "no probe bundle with both sides' log-probs; contract not checked", evidence)
+        return _verdict(6, NOT_CHECKED, "no probe bundle with both sides' log-probs; contract not checked", evidence)
     return _verdict(6, "pass", "trainer and rollout follow the same sampling contract (temperature, top-k/top-p)", evidence)
 
 
-def decide(verdicts: list[ProbeVerdict], settings: RunSettings) -> tuple[DriftClass, int | None, str | None]:
+def probe_label(number: int) -> str:
+    return f"probe {number} ({PROBE_NAMES[number]})"
+
+
+def decide(verdicts: list[ProbeVerdict], settings: RunSettings) -> tuple[DriftClass, int | None, str | None, list[str]]:
+    """(class, deciding probe, boundary, what an undecided class needs)."""
     by_number = {v.number: v for v in verdicts}
+    unchecked: list[int] = []  # probes before the current one in decision order that could not run
     for number in DECISION_ORDER:
         verdict = by_number.get(number)
-        if verdict is None or verdict.status != "fail":
+        if verdict is None or verdict.status == NOT_CHECKED:
+            unchecked.append(number)
+            continue
+        if verdict.status != "fail":
             continue
         if number in (1, 2):
-            return "framework", number, verdict.boundary or verdict.name
-        if number == 6:
-            return "semantic", number, verdict.boundary
+            return "framework", number, verdict.boundary or verdict.name, []
+        if number == 6:  # a contract the two sides do not share is a finding whatever else could not run
+            return "semantic", number, verdict.boundary, []
+        if unchecked:
+            # A numerical boundary is only a class once framework, contract and the boundaries
+            # upstream of it are ruled out; one of them could not be checked.
+            return "undecided", number, verdict.boundary, [probe_label(n) for n in unchecked]
         policy = verdict.evidence.get("policy")
         if policy in REDUCED_POLICIES:
-            return "expected-numerical", number, verdict.boundary
-        if all(by_number.get(n) is not None and by_number[n].status == "pass" for n in (1, 2, 6)):
-            return "candidate-operator", number, verdict.boundary
-        return "none", None, None  # a boundary, but identity/state/contract were not verified: no promotion
-    return "none", None, None
+            return "expected-numerical", number, verdict.boundary, []
+        return "candidate-operator", number, verdict.boundary, []
+    if unchecked:
+        return "undecided", None, None, [probe_label(n) for n in unchecked]
+    return "none", None, None, []
 
 
 def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
@@ -300,16 +328,19 @@ def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
     verdicts = framework_probes(dumps, bundles, comparison)
     verdicts += bundle_probes(bundles, problems, settings, limits, dumps, comparison)
     verdicts.sort(key=lambda v: v.number)
-    drift_class, decided_by, boundary = decide(verdicts, settings)
+    drift_class, decided_by, boundary, needs = decide(verdicts, settings)
+    if not any(step.files for step in dumps.steps.values()):  # no rollout_*.pt / train_*.pt could be read
+        drift_class, decided_by, boundary, needs = "undecided", None, None, ["a readable dump"]
     warnings = list(dumps.warnings) + problems + [f"run: {p}" for p in run.problems]
     if not bundles and not problems:
-        warnings.append(f"{run.path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 skipped (code: probe_bundle_missing)")
+        warnings.append(f"{run.path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 not checked (code: probe_bundle_missing)")
     return ProbeReport(
         run=run.id,
         probes=verdicts,
         drift_class=drift_class,
         decided_by=decided_by,
         boundary=boundary,
-        complete=all(v.status != "skipped" for v in verdicts),
+        complete=all(v.status != NOT_CHECKED for v in verdicts),
+        needs=needs,
         warnings=warnings,
     )

@@ -64,8 +64,11 @@ def test_vime_dumps_without_bundles_skip_what_they_cannot_show(tmp_path, knobs):
     report = run_probes(RunDir(build_run(tmp_path, vime_format=True)).load(), knobs)
     statuses = {p.number: p.status for p in report.probes}
     assert statuses[1] == "pass"  # tokens, masks and rollout log-probs are in VIME's own dumps
-    assert all(statuses[n] == "skipped" for n in (2, 3, 4, 5, 6, 7))
+    assert all(statuses[n] == "not checked" for n in (2, 3, 4, 5, 6, 7))
     assert report.complete is False
+    # Nothing failed, but a probe that could not run is no pass: the class names what it needs.
+    assert report.drift_class == "undecided" and report.decided_by is None
+    assert report.label.startswith("undecided: needs probe 2 (model state), probe 6 ("), report.label
     assert any("probe_bundle_missing" in w for w in report.warnings)
 
 
@@ -111,7 +114,7 @@ def test_malformed_probe_bundle_is_named_and_skips_only_bundle_probes(tmp_path, 
     report = run_probes(RunDir(path).load(), knobs)
     assert any("probe_0.pt" in w and "malformed_probe_bundle" in w for w in report.warnings)
     assert (report.drift_class, report.decided_by) == ("framework", 1)  # the dumps still show the shift
-    assert {p.number: p.status for p in report.probes}[3] == "skipped"
+    assert {p.number: p.status for p in report.probes}[3] == "not checked"
 
 
 def _train_metadata(path, steps, make):
@@ -164,6 +167,42 @@ def test_bundle_that_does_not_reproduce_its_trainer_is_not_used_to_localise(tmp_
     # An upstream divergence that a faithful bundle would localise, but the bundle's weight is one
     # AdamW step (1e-4 per element) away from the weight that produced its trainer log-probs.
     report = run_probes(RunDir(build_run(tmp_path, hidden_noise=1e-2, bundle_weight_step=1e-4)).load(), knobs)
-    assert {p.number: p.status for p in report.probes}[3] == "skipped"
+    assert {p.number: p.status for p in report.probes}[3] == "not checked"
     assert any("bundle_inconsistent" in w for w in report.warnings)
     assert report.drift_class != "candidate-operator"
+
+
+def test_a_numerical_boundary_with_the_contract_unchecked_is_undecided(tmp_path, knobs):
+    # fp32 upstream divergence (candidate-operator when every probe runs), but probe 6 could not run:
+    # the boundary is reported, the class is not promoted.
+    from harness.attribution.probes import NOT_CHECKED, decide
+    from harness.attribution.probe_run import RunSettings
+
+    report = run_probes(RunDir(build_run(tmp_path, hidden_noise=1e-2)).load(), knobs)
+    verdicts = [p.model_copy(update={"status": NOT_CHECKED}) if p.number == 6 else p for p in report.probes]
+    drift_class, decided_by, boundary, needs = decide(verdicts, RunSettings())
+    assert (drift_class, decided_by) == ("undecided", 3) and boundary == report.boundary
+    assert needs == ["probe 6 (top-p/top-k retained sets and processed-logprob contract)"]
+
+
+def test_a_framework_or_contract_failure_decides_even_with_probes_unchecked(tmp_path, knobs):
+    from harness.attribution.probes import NOT_CHECKED, decide
+    from harness.attribution.probe_run import RunSettings
+
+    report = run_probes(RunDir(build_run(tmp_path, top_p=0.8)).load(), knobs)
+    verdicts = [p.model_copy(update={"status": NOT_CHECKED}) if p.number in (2, 3) else p for p in report.probes]
+    assert decide(verdicts, RunSettings(top_p=0.8))[:2] == ("semantic", 6)
+
+
+def test_cli_on_a_run_without_a_readable_dump_is_undecided_and_fails(tmp_path):
+    path = build_run(tmp_path, steps=1)
+    for dump in (path / "dumps").glob("*.pt"):
+        dump.write_bytes(b"not a torch file")
+    out = subprocess.run([sys.executable, "-m", "harness", "attribute", str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and out.stdout.startswith("class: undecided: no readable dump"), (out.stdout, out.stderr[-2000:])
+    data = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "harness", "attribute", str(path), "--json"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        ).stdout
+    )
+    assert data["label"] == "undecided: no readable dump" and any("unreadable_dump" in w for w in data["warnings"])
