@@ -29,6 +29,9 @@ class BadInput:
     build: Callable[[Path], list[str]]  # work dir -> CLI arguments
     names: str  # the error line contains this; "{work}" stands for the work directory
     ended: bool = False  # the input shows the run ended (its end line): a finished record is true
+    # A command that answers with a verdict rather than an input error (`attribute` that could
+    # check nothing): a non-zero exit and one line naming it, on stdout or stderr.
+    verdict: bool = False
 
 
 # --- helpers that build inputs -----------------------------------------------------------------
@@ -541,5 +544,25 @@ CORPUS: list[BadInput] = [
             ["ingest", str(work / "d"), "--out", str(work / "o")],
         )[-1],
         "not a readable torch dump",
+    ),
+    # attribution inputs
+    BadInput(
+        "attribute-rollout-id-string",
+        "attribution",
+        dump_case(lambda: {"rollout_id": "x", "samples": samples(2)}, command="attribute"),
+        "undecided: no readable dump",
+        verdict=True,
+    ),
+    BadInput(
+        "attribute-no-readable-dump",
+        "attribution",
+        lambda work: (
+            work.joinpath("run", "dumps").mkdir(parents=True),
+            work.joinpath("run", "dumps", "rollout_0.pt").write_bytes(b"junk"),
+            work.joinpath("run", "status.json").write_text('{"state": "finished"}'),
+            ["attribute", str(work / "run")],
+        )[-1],
+        "undecided: no readable dump",
+        verdict=True,
     ),
 ]

@@ -18,7 +18,7 @@ from bad_input_corpus import CORPUS, LIVE_TRAINERS, REPO, BadInput
 
 # A line longer than this is not "one clear line" (a 1 KB alias bomb once gave an 8 MB one).
 MAX_LINE_CHARS = 600
-KINDS = ("knob value", "knob file", "--set value", "cli path", "cli option", "run directory", "log", "dump", "report input")
+KINDS = ("knob value", "knob file", "--set value", "cli path", "cli option", "run directory", "log", "dump", "report input", "attribution")
 
 
 def harness(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -70,10 +70,16 @@ def test_bad_input_gets_one_line_and_loses_nothing(case: BadInput, tmp_path: Pat
     done = harness(*args)
     output = done.stdout + done.stderr
     assert "Traceback" not in output, output[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 2, f"exit {done.returncode}:\n{output[-2000:]}"
-    assert len(errors) == 1, f"expected one error line, got {len(errors)}:\n{done.stderr[-2000:]}"
-    assert case.names.format(work=tmp_path) in errors[0], errors[0]
+    if case.verdict:
+        lines = [line for line in output.splitlines() if case.names.format(work=tmp_path) in line]
+        assert done.returncode != 0, f"exit 0:\n{output[-2000:]}"
+        assert len(lines) == 1 and "class: none" not in output, output[-2000:]
+        errors = lines
+    else:
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 2, f"exit {done.returncode}:\n{output[-2000:]}"
+        assert len(errors) == 1, f"expected one error line, got {len(errors)}:\n{done.stderr[-2000:]}"
+        assert case.names.format(work=tmp_path) in errors[0], errors[0]
     assert len(errors[0]) <= MAX_LINE_CHARS, f"{len(errors[0])} chars"
     after = snapshot(tmp_path)
     lost = [rel for rel in before if rel not in after]
