@@ -189,12 +189,9 @@ def run_over_users_dir(work: Path) -> list[str]:
 LIVE_TRAINERS: list[subprocess.Popen] = []  # stopped by the test module after each case
 
 
-def run_while_earlier_trainer_alive(work: Path) -> list[str]:
+def live_run_dir(path: Path) -> Path:
     """A run directory (state running) whose trainer, a process of this test, still runs."""
-    runs = work / "runs"
-    runs.mkdir()
-    path = runs / run_id("num-rollout=2")
-    path.mkdir()
+    path.mkdir(parents=True)
     (path / "log.txt").write_text("step 0: {'train/loss': 0.1}\n")
     (path / "status.json").write_text(json.dumps({"state": "running", "started": "2026-12-01T00:00:00+00:00"}))
     trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
@@ -202,7 +199,17 @@ def run_while_earlier_trainer_alive(work: Path) -> list[str]:
     stat = Path(f"/proc/{trainer.pid}/stat").read_text()
     ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
     (path / "trainer.json").write_text(json.dumps({"pid": trainer.pid, "pgid": trainer.pid, "start_ticks": ticks}))
-    return ["run", "--stage", "p0", "--rung", "fp8-plus-filters", "--set", "num-rollout=2", "--runs-dir", str(runs)]
+    return path
+
+
+def run_while_earlier_trainer_alive(work: Path) -> list[str]:
+    live_run_dir(work / "runs" / run_id("num-rollout=2"))
+    return ["run", "--stage", "p0", "--rung", "fp8-plus-filters", "--set", "num-rollout=2", "--runs-dir", str(work / "runs")]
+
+
+def ingest_out_onto_live_run(work: Path) -> list[str]:
+    live = live_run_dir(work / "runs" / "embedded-colocate-0123456789ab")
+    return ["ingest", str(REPO / "tests" / "data" / "vime_logs" / "colocate_3_rollouts.log"), "--out", str(live)]
 
 
 # --- logs ----------------------------------------------------------------------------------------
@@ -458,6 +465,7 @@ CORPUS: list[BadInput] = [
         "num-rolout",
     ),
     BadInput("run-over-users-directory", "run directory", run_over_users_dir, "is not a run directory written by this tool"),
+    BadInput("ingest-out-onto-a-live-run", "run directory", ingest_out_onto_live_run, "a run directory whose trainer still writes to it"),
     BadInput("run-while-earlier-trainer-alive", "run directory", run_while_earlier_trainer_alive, "is still running"),
     # VIME logs
     BadInput(
