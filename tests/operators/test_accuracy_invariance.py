@@ -64,5 +64,6 @@ def test_processed_variant_matches_its_own_reference_where_the_kept_sets_agree(s
     out = op.selected_logprobs(b.hidden, b.weight, b.targets)
     err = measure.error_stats(out, measure.reference_for(op, b, 1.0, ref_cache))
     assert err["compared_tokens"] > 0
-    # Filtering removes some targets (-inf); a target kept on one side and not the other is counted.
-    assert err["compared_tokens"] + err["finite_mismatch_tokens"] <= b.hidden.shape[0]
+    # Filtering removes some targets (-inf); where both sides keep the target the error is rounding
+    # only: a missing renormalisation over the kept set would be of order a nat.
+    assert err["mean_abs_err"] <= threshold("processed_max_mean_abs_err"), err
