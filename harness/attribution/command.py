@@ -65,7 +65,9 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         # Nothing was checked: say so and fail, never print a class the dumps could not support.
         reasons = "; ".join(report.warnings) or "no rollout_*.pt or train_*.pt dump"
         if args.json:
-            print(json.dumps({"class": "undecided", "label": "undecided: no readable dump", "decided_by": None, "warnings": report.warnings}, indent=1))
+            print(
+                json.dumps({"class": "undecided", "label": "undecided: no readable dump", "decided_by": None, "warnings": report.warnings}, indent=1)
+            )
         else:
             print(f"class: undecided: no readable dump ({reasons})")
         return 1

@@ -193,6 +193,24 @@ def framework_checks(run: Run) -> list[ProbeVerdict]:
     return framework_probes(dumps, load_bundles(dumps)[0])
 
 
+def contract_check(run: Run, knobs: Knobs) -> ProbeVerdict:
+    """Probe 6 alone on a run's dumps and probe bundles, for the ladder's sampling rungs on backends
+    with no replay run (VIME, ingested records): pass, fail, or not checked (never a pass by default)."""
+    from harness.attribution.probe_contract import flag_membership, probe_contract
+
+    settings = run_settings(run)
+    dumps = read_run_dumps(run.path / "dumps")
+    if not any(step.files for step in dumps.steps.values()):
+        reason = "; ".join(dumps.warnings) or "no rollout_*.pt or train_*.pt dump"
+        return _verdict(6, NOT_CHECKED, f"no readable dump ({reason}); contract not checked")
+    limits = thresholds(knobs)
+    bundles, problems = load_bundles(dumps)
+    comparison = compare_sides(dumps, bundles)
+    results = [{"file": b.path.name, **probe_contract(b, settings, limits["floor"], limits["min_removed"])} for b in bundles]
+    results += [{"file": p.split(":")[0], "skipped": p, "evidence": {}} for p in problems]
+    return _contract_verdict(results, flag_membership(dumps, settings), settings, comparison.group("contract"))
+
+
 def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdict:
     evaluated = [r for r in results if not r.get("skipped")]
     evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results]}

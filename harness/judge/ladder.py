@@ -10,7 +10,10 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
      (harness.judge.outcome): flat -> none; inconclusive -> undetermined (no class is decided on
      a delta the run cannot tell from no effect); up or down -> the steps below.
   3. Replaying the rollout's processed-logprob contract in the trainer removes at least
-     semantic_replay_min_removed_fraction of the delta -> semantic.
+     semantic_replay_min_removed_fraction of the delta -> semantic. Where no replay run exists
+     (VIME, records), probe 6 on the drifting run's dumps decides: fail -> semantic; not checked
+     -> undecided (needs probe 6); pass on a rung whose flags are not precision/workload knobs ->
+     undecided (never candidate-operator by elimination).
   4. What survives aligned semantics: expected numerical when the rung changes only precision or
      workload flags (knobs/classification.yaml), otherwise candidate operator.
 """
@@ -73,6 +76,10 @@ def replay_is_identity(flags: dict) -> bool:
     )
 
 
+def _explained_flags(knobs: Knobs) -> set[str]:
+    return set(knobs.classification.precision_flags.flags) | set(knobs.classification.workload_flags.flags)
+
+
 def changed_flags(child: Run, parent: Run) -> set[str]:
     a, b = child.spec.flags, parent.spec.flags
     return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
@@ -125,10 +132,13 @@ def judge_rung(
     fetch: Callable[..., Run],
     framework_checks: Callable[[Run], list[str]] | None = None,
     holm: outcomes.HolmLevel | None = None,
+    contract_check: Callable[[Run], tuple[str, str]] | None = None,
 ) -> RungJudgement:
     """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `framework_checks(run)`
     returns the failed framework probes' messages (empty when sample identity and weights agree);
-    `holm` is the rung's place in its family (family_levels); without it the rung is a family of one."""
+    `holm` is the rung's place in its family (family_levels); without it the rung is a family of one;
+    `contract_check(run)` is probe 6 on the run's dumps, (status, verdict): the only evidence on a
+    sampling rung where no replay run exists (VIME, records); without it such a rung is undecided."""
     warmup = int(knobs.threshold("warmup_steps"))
     child = fetch(rung.id)
     incomplete = series_problems(child, ABS_DIFF, knobs, rung.id)
@@ -218,13 +228,33 @@ def judge_rung(
         judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)), "removed_fraction": removed})
         judgement.reasons.append(f"replaying the processed contract on {drifting_rung} removes {removed:.0%} of the delta")
     else:
+        # No replay run on this backend: probe 6 on the drifting run's dumps decides the contract or
+        # nothing does; a sampling rung is never candidate-operator by elimination of flag names.
+        status, verdict = contract_check(drifting) if contract_check is not None else ("not checked", "no contract probe was given")
+        judgement.evidence["contract_probe"] = {"run": drifting.id, "status": status, "verdict": verdict}
+        if status == "fail":
+            judgement.drift_class = "semantic"
+            judgement.reasons.append(f"probe 6 on {drifting.id}'s dumps: {verdict}")
+            return judgement
+        if status != "pass":
+            judgement.drift_class = "undecided"
+            judgement.reasons.append(f"undecided: needs probe 6 (sampling contract) on {drifting.id}: {verdict}")
+            return judgement
+        judgement.reasons.append(f"probe 6 passes on {drifting.id}'s dumps: {verdict}")
         removed = None
-        judgement.reasons.append("no processed-logprob replay on this backend: semantics judged by the attribution probes")
+        unexplained = changed_flags(child, parent) - _explained_flags(knobs)
+        if unexplained:
+            judgement.drift_class = "undecided"
+            judgement.reasons.append(
+                f"undecided: not semantic, and the changed flags {sorted(unexplained)} are neither precision nor workload knobs; "
+                "what survives needs the numerical probes 3-7, which need probe bundles this backend does not record"
+            )
+            return judgement
     if removed is not None and removed >= knobs.threshold("semantic_replay_min_removed_fraction"):
         judgement.drift_class = "semantic"
         return judgement
     changed = changed_flags(child, parent)
-    explained = set(knobs.classification.precision_flags.flags) | set(knobs.classification.workload_flags.flags)
+    explained = _explained_flags(knobs)
     judgement.evidence["changed_flags"] = sorted(changed)
     if changed and changed <= explained:
         judgement.drift_class = "expected-numerical"

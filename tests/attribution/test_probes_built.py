@@ -175,8 +175,8 @@ def test_bundle_that_does_not_reproduce_its_trainer_is_not_used_to_localise(tmp_
 def test_a_numerical_boundary_with_the_contract_unchecked_is_undecided(tmp_path, knobs):
     # fp32 upstream divergence (candidate-operator when every probe runs), but probe 6 could not run:
     # the boundary is reported, the class is not promoted.
-    from harness.attribution.probes import NOT_CHECKED, decide
     from harness.attribution.probe_run import RunSettings
+    from harness.attribution.probes import NOT_CHECKED, decide
 
     report = run_probes(RunDir(build_run(tmp_path, hidden_noise=1e-2)).load(), knobs)
     verdicts = [p.model_copy(update={"status": NOT_CHECKED}) if p.number == 6 else p for p in report.probes]
@@ -186,8 +186,8 @@ def test_a_numerical_boundary_with_the_contract_unchecked_is_undecided(tmp_path,
 
 
 def test_a_framework_or_contract_failure_decides_even_with_probes_unchecked(tmp_path, knobs):
-    from harness.attribution.probes import NOT_CHECKED, decide
     from harness.attribution.probe_run import RunSettings
+    from harness.attribution.probes import NOT_CHECKED, decide
 
     report = run_probes(RunDir(build_run(tmp_path, top_p=0.8)).load(), knobs)
     verdicts = [p.model_copy(update={"status": NOT_CHECKED}) if p.number in (2, 3) else p for p in report.probes]
@@ -206,3 +206,14 @@ def test_cli_on_a_run_without_a_readable_dump_is_undecided_and_fails(tmp_path):
         ).stdout
     )
     assert data["label"] == "undecided: no readable dump" and any("unreadable_dump" in w for w in data["warnings"])
+
+
+def test_contract_check_is_probe_6_alone(tmp_path, knobs):
+    # The ladder's evidence on sampling rungs without a replay run: fail on a processed top-p
+    # contract the trainer ignores; not checked (never pass) on VIME dumps with no probe bundle.
+    from harness.attribution.probes import NOT_CHECKED, contract_check
+
+    failed = contract_check(RunDir(build_run(tmp_path / "top-p", steps=1, top_p=0.8)).load(), knobs)
+    assert (failed.number, failed.status) == (6, "fail"), failed.verdict
+    unchecked = contract_check(RunDir(build_run(tmp_path / "vime", steps=1, top_p=0.8, vime_format=True)).load(), knobs)
+    assert unchecked.status == NOT_CHECKED, unchecked.verdict

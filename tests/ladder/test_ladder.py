@@ -15,7 +15,7 @@ _FAMILIES: dict[tuple[str, str], dict] = {}
 
 
 @pytest.mark.ladder
-def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experiment_record, pytestconfig):
+def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, contract_check, experiment_record, pytestconfig):
     stage, rung, mode = rung_case.stage, rung_case.rung, rung_case.mode
     backend = pytestconfig.getoption("--backend")
 
@@ -44,7 +44,7 @@ def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, experi
         if (stage, mode) not in _FAMILIES:
             _FAMILIES[stage, mode] = family_levels(knobs, stage, backend, fetch)
         holm = _FAMILIES[stage, mode][rung.id]
-    judgement = judge_rung(rung, knobs, fetch, framework_checks, holm)
+    judgement = judge_rung(rung, knobs, fetch, framework_checks, holm, contract_check)
     experiment_record.rung(rung_case, judgement, fetch)
     assert not judgement.problems, "; ".join(judgement.problems)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from harness import DEFAULT_KNOBS_DIR
 from harness.judge.acceptance import CHECKS, JudgeContext
@@ -245,3 +246,31 @@ def test_expectation_findings_check_direction_and_class_against_the_parent(build
     wrong = RungJudgement("top-p", rung.parent, 0.035, observed_direction="down", drift_class="framework")
     findings = expectation_findings(rung, wrong, run, KNOBS)
     assert len(findings) == 2 and "direction" in findings[0] and "drift class" in findings[1]
+
+
+def _vime_top_p(build_run):
+    parent = with_flags(build_run("parent", rung="near-aligned", backend="vime", abs_diff=noisy(0.013)), **{"rollout-top-p": 1.0})
+    child = with_flags(build_run("child", rung="top-p", backend="vime", abs_diff=noisy(0.035)), **{"rollout-top-p": 0.95})
+    return child, {("top-p", ()): child, ("near-aligned", ()): parent}
+
+
+@pytest.mark.parametrize(
+    "contract, expected",
+    [
+        (("fail", "semantic: 12 sampled tokens lie outside the rollout's own top-k/top-p set"), "semantic"),
+        (("not checked", "no probe bundle with both sides' log-probs; contract not checked"), "undecided"),
+        (("pass", "trainer and rollout follow the same sampling contract"), "undecided"),
+        (None, "undecided"),
+    ],
+)
+def test_a_top_p_rung_without_a_replay_run_is_decided_by_probe_6_or_undecided(build_run, contract, expected):
+    # VIME and records have no replay run: probe 6 on the dumps decides, never the flag names.
+    child, runs = _vime_top_p(build_run)
+    check = None if contract is None else (lambda run: contract)
+    judgement = judge_rung(KNOBS.rungs["top-p"], KNOBS, fetcher(runs), lambda run: [], None, check)
+    assert judgement.observed_direction == "up", judgement.summary()
+    assert judgement.drift_class == expected, judgement.summary()
+    if expected == "undecided":
+        assert "undecided" in judgement.reasons[-1]
+    if contract is not None:
+        assert judgement.evidence["contract_probe"]["run"] == child.id
