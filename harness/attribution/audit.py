@@ -3,7 +3,9 @@
 Two views, named apart (docs/attribution.md):
 * token-weighted (`rlk_audit_*`, the names RL-Align's audit uses for the same figures): every active
   token of a step counts once - mean/max/p50/p90/p99 of |dlogp|, ratio0 = exp(dlogp), clipfrac0,
-  approx_kl0 = ratio0 - 1 - dlogp, active_token_count, mask_coverage;
+  approx_kl0 = ratio0 - 1 - dlogp, active_token_count, mask_coverage; beside them the signed mean
+  `dlogp_mean` and, over the run, `signed` (harness.attribution.signed_dlogp: signed and absolute
+  dlogp against entropy, or the rollout log-prob as its proxy, and response position);
 * sample-mean (`sample_mean_abs_diff`): VIME's own reduction of the logged
   `train/train_rollout_logprob_abs_diff` (harness.layout.sample_mean), compared with the logged value.
 
@@ -19,6 +21,7 @@ from pydantic import BaseModel, Field
 from harness.attribution.consistency import compare_run, tokenizer_checks
 from harness.attribution.probe_context import correlations, worst_tokens
 from harness.attribution.run_dumps import RunDumps, SamplePair, read_run_dumps
+from harness.attribution.signed_dlogp import signed_view
 from harness.layout.sample_mean import sample_mean_abs_diff
 from harness.records.metric_names import ABS_DIFF
 
@@ -36,6 +39,7 @@ class StepAudit(BaseModel):
     samples: int
     rlk_audit_active_token_count: int
     rlk_audit_mask_coverage: float | None = None
+    dlogp_mean: float | None = None  # signed: trainer minus rollout
     rlk_audit_dlogp_abs_mean: float | None = None
     rlk_audit_dlogp_abs_max: float | None = None
     rlk_audit_dlogp_abs_p50: float | None = None
@@ -55,6 +59,7 @@ class Audit(BaseModel):
     per_step: list[StepAudit] = Field(default_factory=list)
     # Token-weighted over every step of the run.
     rlk_audit_active_token_count: int = 0
+    dlogp_mean: float | None = None  # signed: trainer minus rollout
     rlk_audit_dlogp_abs_mean: float | None = None
     rlk_audit_dlogp_abs_max: float | None = None
     rlk_audit_dlogp_abs_p50: float | None = None
@@ -65,6 +70,7 @@ class Audit(BaseModel):
     rlk_audit_approx_kl0: float | None = None
     worst_tokens: list[dict] = Field(default_factory=list)
     correlations: dict[str, dict] = Field(default_factory=dict)
+    signed: dict = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
 
     def table(self) -> list[dict]:
@@ -87,6 +93,7 @@ def _token_stats(dlogp: np.ndarray) -> dict:
     ratio = np.exp(dlogp)
     p50, p90, p99 = np.quantile(abs_d, [0.5, 0.9, 0.99])  # linear interpolation, as torch.quantile
     return {
+        "dlogp_mean": float(dlogp.mean()),
         "rlk_audit_dlogp_abs_mean": float(abs_d.mean()),
         "rlk_audit_dlogp_abs_max": float(abs_d.max()),
         "rlk_audit_dlogp_abs_p50": float(p50),
@@ -233,6 +240,7 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None, model_voca
         rlk_audit_active_token_count=int(dlogp.size),
         worst_tokens=worst_tokens(tokens, tokenizer),
         correlations=correlations(tokens),
+        signed=signed_view(tokens),
         warnings=warnings,
         **_token_stats(dlogp),
     )

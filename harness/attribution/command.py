@@ -117,6 +117,14 @@ def _print_text(report, audit) -> None:
             fmt(row.matches_logged),
         )
     console.print(steps)
+    signed = audit.signed
+    if signed:
+        rhos = ", ".join(f"{name} rho {value['spearman_rho']:+.3f}" for name, value in signed["correlations"].items())
+        console.print(
+            f"dlogp (trainer - rollout) over {signed['tokens']} tokens: signed mean {signed['dlogp_mean']:+.3g}, "
+            f"|dlogp| mean {signed['dlogp_abs_mean']:.3g}; Spearman: {rhos or 'none computable'} "
+            f"(entropy: {signed['entropy_source'] or 'none'})"
+        )
     for token in audit.worst_tokens[:3]:
         console.print(
             f"worst token: rollout {token['rollout_id']} sample {token['sample_position']} position "

@@ -61,6 +61,7 @@ TRAIN_KEYS = {
     "consistency": ("consistency_metadata",),
     "index": ("sample_indices", "index", "indices"),
     "experts": ("routed_experts",),
+    "entropy": ("entropy", "entropies"),
 }
 _ROLLOUT_FILE = re.compile(r"rollout_(\d+)\.pt$")
 _TRAIN_FILE = re.compile(r"train_(\d+)_(\d+)\.pt$")
@@ -143,7 +144,7 @@ def _normalise(raw: dict, keys: dict, source: str) -> Side:
             value = as_array(value, np.int64)
         elif name == "sampled_rank":  # vLLM gives no rank for some tokens: NaN, not 0
             value = as_array([np.nan if v is None else v for v in value] if isinstance(value, list) else value)
-        elif name in ("loss_mask", "log_probs", "rollout_log_probs", "in_top_k", "in_top_p", "in_filter"):
+        elif name in ("loss_mask", "log_probs", "rollout_log_probs", "in_top_k", "in_top_p", "in_filter", "entropy"):
             value = as_array(value)
         elif name == "consistency" and isinstance(value, dict) and set(value) == {"rollout", "trainer"}:
             value = value["trainer"]  # the train dump carries both sides' records: this side's is "trainer"

@@ -171,3 +171,38 @@ def test_unreadable_and_cp_sliced_dumps_are_named(tmp_path):
     rewrite(path / "dumps" / "train_0_0.pt", slice_like_cp)
     found = codes(audit_run(RunDir(path).load()))
     assert {"unreadable_dump", "shape_mismatch"} <= found
+
+
+def test_signed_dlogp_beside_the_absolute_with_a_named_entropy_proxy(tmp_path):
+    # dlogp (trainer - rollout): sample 0 [+1, -1, -2, -3], sample 1 [+0.5]; no entropy in the dumps.
+    path = hand_run(
+        tmp_path,
+        train_lp=[[-1.0, -3.0, -5.0, -7.0], [-0.5]],
+        rollout_lp=[[-2.0, -2.0, -3.0, -4.0], [-1.0]],
+        mask=[[1, 1, 1, 1], [1]],
+    )
+    audit = audit_run(RunDir(path).load())
+    signed = audit.signed
+    assert signed["dlogp_mean"] == pytest.approx((1 - 1 - 2 - 3 + 0.5) / 5)
+    assert signed["dlogp_abs_mean"] == pytest.approx((1 + 1 + 2 + 3 + 0.5) / 5)
+    assert audit.dlogp_mean == pytest.approx(signed["dlogp_mean"]) and audit.per_step[0].dlogp_mean == pytest.approx(-0.9)
+    assert signed["entropy_source"].startswith("proxy: rollout log-prob")
+    # positions [0, 1, 2, 3, 0] against signed dlogp [1, -1, -2, -3, 0.5]: ranks fall with position.
+    assert signed["correlations"]["signed_dlogp_vs_position"]["spearman_rho"] == pytest.approx(-0.9746794344808963)
+    # rollout log-probs [-2, -2, -3, -4, -1] rise with the signed dlogp
+    assert signed["correlations"]["signed_dlogp_vs_rollout_log_prob"]["spearman_rho"] > 0.8
+    assert "signed_dlogp_vs_entropy" not in signed["correlations"]
+
+
+def test_signed_dlogp_uses_the_dumped_entropy_when_there(tmp_path):
+    path = hand_run(tmp_path, train_lp=[[-1.0, -3.0, -5.0, -7.0]], rollout_lp=[[-2.0, -2.0, -3.0, -4.0]], mask=[[1, 1, 1, 1]])
+
+    def add_entropy(data):
+        data["rollout_data"]["entropy"] = [torch.tensor([0.1, 0.5, 0.9, 1.3])]
+
+    rewrite(path / "dumps" / "train_0_0.pt", add_entropy)
+    signed = audit_run(RunDir(path).load()).signed
+    assert signed["entropy_source"].startswith("train dump entropy")
+    # signed dlogp [1, -1, -2, -3] falls as entropy rises: rho -1 exactly
+    assert signed["correlations"]["signed_dlogp_vs_entropy"]["spearman_rho"] == pytest.approx(-1.0)
+    assert signed["correlations"]["abs_dlogp_vs_entropy"]["spearman_rho"] == pytest.approx(3 / math.sqrt(10))  # ties in |dlogp| [1, 1, 2, 3]
