@@ -56,8 +56,10 @@ def rung_entry(case, judgement, row, test: dict) -> dict:
         "ci": list(row.abs_diff_ci) if row.abs_diff_ci else None,
         "parent_mean": judgement.parent_mean,
         "delta": diff.diff if diff else None,
-        "delta_ci": [diff.low, diff.high] if diff else None,
-        "confidence": diff.confidence if diff else None,
+        # The interval the direction was decided on: at the Holm-adjusted level of the stage's family.
+        "delta_ci": [judgement.outcome.low, judgement.outcome.high] if judgement.outcome else ([diff.low, diff.high] if diff else None),
+        "confidence": judgement.outcome.confidence if judgement.outcome else (diff.confidence if diff else None),
+        "decision": judgement.evidence.get("decision"),
         "decided_class": judgement.drift_class,
         "expected_class": expected if isinstance(expected, list) else [expected],
         "observed_direction": judgement.observed_direction,
