@@ -30,6 +30,8 @@ h2{font-size:15px;margin:14px 0 6px;border-bottom:1px solid #dde2ea;padding-bott
 .lead{color:#4a5568;margin:0 0 8px;font-size:12px}
 table{border-collapse:collapse;width:100%;background:#fff}
 th,td{border:1px solid #dde2ea;padding:2px 5px;text-align:left;vertical-align:top}
+td{overflow-wrap:anywhere}
+code{overflow-wrap:anywhere}
 #summary{table-layout:fixed;font-size:12px}#summary th{white-space:normal}
 #summary.compare{table-layout:auto}
 .ci{display:block;font-size:10.5px;color:#4a5568}
@@ -51,6 +53,7 @@ pre{background:#fff;border:1px solid #dde2ea;padding:6px;font-size:11px;overflow
 details summary{cursor:pointer;font-weight:600}
 .qa details summary{font-weight:400}
 .small{font-size:11px;color:#4a5568}
+.scroll{overflow-x:auto;max-width:100%}#worst{font-size:11px;width:auto}
 .delta-better{color:#2f855a;font-weight:600}.delta-worse{color:#c53030;font-weight:600}
 """
 
@@ -134,7 +137,7 @@ ROW_HEADERS = (
     "Notes",
 )
 
-SUMMARY_WIDTHS = (10, 11, 6.5, 9, 10, 5.5, 8.5, 9, 5, 6, 5.5, 14)
+SUMMARY_WIDTHS = (10, 10.5, 6, 9, 10, 5.5, 10, 9, 5, 6.5, 5.5, 13)
 
 
 def summary_table(record: dict, baseline: dict | None) -> str:
@@ -209,7 +212,7 @@ def ab_section(record: dict, baseline: dict | None) -> str:
             )
             continue
         outcome = outcomes.get(answer["test"]["nodeid"])
-        gated = "reported, not gated" if key == "timings" else ("yes" if answer["passed"] else "no")
+        gated = "yes" if answer["passed"] else "no"
         extra = ""
         if baseline and key in base_answers:
             other = base_answers[key]
@@ -300,7 +303,7 @@ def tokens_section(record: dict) -> str:
     )
     return (
         f"<h2>Boundary and worst tokens</h2>{boundary}<p><b>Worst tokens</b> of the baseline run {esc(worst.get('run_id'))} "
-        f"({esc(worst.get('rung'))}), largest |dlogp| first:</p><table id='worst'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"({esc(worst.get('rung'))}), largest |dlogp| first:</p><div class='scroll'><table id='worst'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
     )
 
 
