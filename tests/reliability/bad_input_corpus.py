@@ -166,6 +166,14 @@ def unreadable_results(work: Path) -> list[str]:
     return ["report", "--results", str(results), "--out", str(work / "report")]
 
 
+def report_over_users_dir(work: Path) -> list[str]:
+    """A readable results folder, and --out naming a folder of the user's."""
+    results = work / "allure-results"
+    results.mkdir()
+    (results / "a-result.json").write_text(json.dumps({"name": "test_x", "status": "passed", "uuid": "a"}))
+    return ["report", "--results", str(results), "--out", str(users_directory(work))]
+
+
 def run_id(*set_pairs: str) -> str:
     """The run id `harness run --stage p0 --rung fp8-plus-filters` gets (asked of the harness)."""
     code = (
@@ -426,12 +434,7 @@ CORPUS: list[BadInput] = [
         "holds no *-result.json",
     ),
     BadInput("report-results-unreadable", "report input", unreadable_results, "none of its 3 *-result.json files is a readable Allure result"),
-    BadInput(
-        "report-out-is-users-directory",
-        "report input",
-        lambda work: ["report", "--results", str(REPO / "tests"), "--out", str(users_directory(work))],
-        "holds no *-result.json",
-    ),
+    BadInput("report-out-is-users-directory", "report input", report_over_users_dir, "not empty and not made by `python -m harness report`"),
     BadInput("attribute-run-dir-is-a-file", "cli path", cli("attribute", "{file}"), "{work}/a-file"),
     BadInput("attribute-run-dir-missing", "cli path", cli("attribute", "{work}/nowhere"), "{work}/nowhere"),
     BadInput(
