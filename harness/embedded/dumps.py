@@ -54,6 +54,7 @@ def train_dump(template: str, rollout_id: int, rank: int, samples: list[Sample],
             "sampling_params": sampling,
             "sampled_token_rank_trainer": v.rank.tolist(), "sampled_token_rank_rollout": s.rollout_ranks,
             "inside_filter_set": v.inside_filter_set.tolist(),
+            "entropy": v.entropy.tolist(),  # the trainer's per-token entropy: the audit correlates dlogp with it
             "vocab_shard": v.vocab_shard.tolist(), "tp_size": tp,
             "consistency_metadata": {"rollout": v.rollout_fingerprint, "trainer": v.fingerprint},
         })

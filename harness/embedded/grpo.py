@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.layout.sample_mean import masked_sample_mean as sample_mean  # VIME's reduction; the property tests guard it
+
 
 def grpo_advantages(rewards: list[float], group_size: int, std_normalise: bool) -> list[float]:
     r = torch.tensor(rewards, dtype=torch.float64).view(-1, group_size)
@@ -18,15 +20,6 @@ def grpo_advantages(rewards: list[float], group_size: int, std_normalise: bool) 
     if std_normalise:
         centred = centred / (r.std(dim=1, keepdim=True) + 1e-6)
     return centred.flatten().tolist()
-
-
-def sample_mean(values: list[torch.Tensor], masks: list[torch.Tensor], per_token: bool = False) -> torch.Tensor:
-    """VIME's reduction over a list of per-sample token tensors."""
-    if per_token:
-        total = sum((v * m).sum() for v, m in zip(values, masks))
-        return total / max(sum(float(m.sum()) for m in masks), 1.0)
-    per_sample = [(v * m).sum() / m.sum().clamp(min=1) for v, m in zip(values, masks)]
-    return torch.stack(per_sample).mean()
 
 
 @dataclass(frozen=True)

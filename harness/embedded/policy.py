@@ -14,6 +14,7 @@ import torch
 from harness.embedded import logprobs as lp
 from harness.embedded.megatron_cpu import causal_mask, on_cpu
 from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
+from harness.layout.token_shift import response_gather_positions
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,11 @@ class Policy:
         positions = torch.arange(width).unsqueeze(0).expand(len(seqs), -1)
         rows, cols, targets = [], [], []
         for i, (_, p, r) in enumerate(seqs):
-            for j in range(r):
-                col = max(p + j - 1 + spec.slice_shift, 0)
-                rows.append(i)
-                cols.append(col)
-                targets.append(ids[i, col + 1 + spec.target_shift].item())
+            # The layout's token shift (logit t predicts token t+1), as the property tests check it.
+            logit_cols, target_cols = response_gather_positions(p, r, spec.slice_shift, spec.target_shift)
+            rows.extend([i] * r)
+            cols.extend(logit_cols)
+            targets.extend(ids[i, c].item() for c in target_cols)
         rows_t, cols_t, targets_t = torch.tensor(rows), torch.tensor(cols), torch.tensor(targets)
         context = torch.enable_grad() if grad else torch.no_grad()
         with context, on_cpu():

@@ -10,8 +10,10 @@ Mirrors `get_sum_of_sample_mean` in VIME's `backends/megatron_utils/cp_utils.py`
 * `--calculate-per-token-loss`: a plain token mean, sum over every masked token of the step
   divided by the step's masked-token count.
 
-The embedded trainer's metric and the token audit both call this function, so "the audit's
-sample-mean reproduces the logged metric" is a statement about one implementation.
+The embedded trainer reduces its loss terms and logs its metrics with `masked_sample_mean` (the
+same rule on tensors, in their own dtype, differentiable); the token audit calls
+`sample_mean_abs_diff` (fp64). Both live here, so the property tests guard the code the trainer
+runs and "the audit's sample-mean reproduces the logged metric" compares one definition.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["sample_mean_abs_diff", "per_sample_means"]
+__all__ = ["sample_mean_abs_diff", "per_sample_means", "masked_sample_mean"]
 
 
 def _checked_pairs(
@@ -77,3 +79,14 @@ def sample_mean_abs_diff(
         return float(total / torch.clamp_min(torch.as_tensor(count), 1.0))
     means = _means(pairs)
     return float(sum(means) / len(means))
+
+
+def masked_sample_mean(values: Sequence[torch.Tensor], masks: Sequence[torch.Tensor], per_token: bool = False) -> torch.Tensor:
+    """The same reduction as the trainer runs it: on per-sample token tensors, in their dtype, with
+    autograd (the policy loss is reduced by it). Per sample, sum(v * m) / max(sum(m), 1), then the
+    mean over samples; `per_token` is the token mean over the step."""
+    if per_token:
+        total = sum((v * m).sum() for v, m in zip(values, masks))
+        return total / max(sum(float(m.sum()) for m in masks), 1.0)
+    per_sample = [(v * m).sum() / m.sum().clamp(min=1) for v, m in zip(values, masks)]
+    return torch.stack(per_sample).mean()

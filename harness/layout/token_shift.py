@@ -24,6 +24,7 @@ __all__ = [
     "response_token_slice",
     "align_loss_mask",
     "selected_token_logprobs",
+    "response_gather_positions",
 ]
 
 
@@ -50,6 +51,23 @@ def response_token_slice(total_len: int, response_len: int) -> slice:
     """Token positions of the response inside the row: the targets of `response_logprob_slice`."""
     _check_lengths(total_len, response_len)
     return slice(total_len - response_len, total_len)
+
+
+def response_gather_positions(
+    prompt_len: int, response_len: int, slice_shift: int = 0, target_shift: int = 0
+) -> tuple[list[int], list[int]]:
+    """(logit positions, target token positions) the trainer gathers for one row's response.
+
+    Unshifted, these are `response_logprob_slice` and `response_token_slice` of the row. The two
+    shifts are the embedded trainer's injected framework faults: `slice_shift=-1` reads the
+    response slice one position early (clamped at position 0), `target_shift=1` gathers the next
+    token instead of the sampled one.
+    """
+    total_len = prompt_len + response_len
+    logits = response_logprob_slice(total_len, response_len)
+    shift = response_token_slice(total_len, response_len).start - logits.start  # logit t predicts token t+1
+    columns = [max(logits.start + j + slice_shift, 0) for j in range(response_len)]
+    return columns, [c + shift + target_shift for c in columns]
 
 
 def align_loss_mask(loss_mask: torch.Tensor, total_len: int) -> torch.Tensor:

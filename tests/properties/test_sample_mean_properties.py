@@ -86,10 +86,14 @@ def test_cp_sliced_reduction_as_vime_does_it_equals_the_full_sample_mean(batch, 
 @given(batch=batches(), per_token=st.booleans())
 @settings(max_examples=200, deadline=None)
 def test_the_embedded_trainers_reduction_agrees_with_this_one(batch, per_token):
-    # The embedded trainer keeps a differentiable copy of the reduction for its loss and logs the
-    # metric with it; the audit uses this module. They must agree for any batch, or "the audit's
-    # sample-mean reproduces the logged abs-diff" would compare two different definitions.
+    # The embedded trainer reduces its loss and logs the metric with the layout's differentiable
+    # masked_sample_mean (the very function, not a copy); the audit uses sample_mean_abs_diff (fp64).
+    # They must agree for any batch, or "the audit's sample-mean reproduces the logged abs-diff"
+    # would compare two different definitions.
     from harness.embedded.grpo import sample_mean as trainer_sample_mean
+    from harness.layout.sample_mean import masked_sample_mean
+
+    assert trainer_sample_mean is masked_sample_mean
 
     diffs, masks = batch
     trainer = float(trainer_sample_mean(tensors(diffs), tensors(masks), per_token))
@@ -108,3 +112,21 @@ def test_a_short_and_a_long_response_weigh_the_same_unless_per_token():
 def test_mismatched_lengths_name_the_sample():
     with pytest.raises(ValueError, match="sample 1 has 2 diff values but a loss mask of 3"):
         sample_mean_abs_diff(tensors([[0.1], [0.1, 0.2]]), tensors([[1], [1, 1, 1]]))
+
+
+@given(batch=batches(), per_token=st.booleans())
+@settings(max_examples=100, deadline=None)
+def test_the_trainers_reduction_equals_the_reference_and_carries_gradients(batch, per_token):
+    from harness.layout.sample_mean import masked_sample_mean
+
+    diffs, masks = batch
+    values = [t.requires_grad_() for t in tensors(diffs)]
+    reduced = masked_sample_mean(values, tensors(masks), per_token)
+    assert reduced.dtype == torch.float32  # reduced in the trainer's dtype, not upcast
+    assert float(reduced) == pytest.approx(reference(diffs, masks, per_token), rel=1e-5, abs=1e-6)
+    reduced.backward()
+    # d(metric)/d(value) is the token's weight: mask / max(sample mask count, 1) / samples (or / step count).
+    count = max(sum(sum(m) for m in masks), 1)
+    for value, mask in zip(values, masks):
+        weight = [m / count if per_token else m / max(sum(mask), 1) / len(masks) for m in mask]
+        assert value.grad.tolist() == pytest.approx(weight, rel=1e-5, abs=1e-7)

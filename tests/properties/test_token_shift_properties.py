@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from harness.layout.token_shift import (
     align_loss_mask,
+    response_gather_positions,
     response_logprob_slice,
     response_token_slice,
     selected_token_logprobs,
@@ -75,3 +76,20 @@ def test_selected_logprobs_equal_a_position_by_position_reference(prompt_len, re
 def test_a_row_without_a_prompt_token_is_refused_with_the_reason():
     with pytest.raises(ValueError, match="at least one token"):
         response_logprob_slice(total_len=4, response_len=4)
+
+
+@given(prompt_len=prompt_lengths, response_len=response_lengths, slice_shift=st.sampled_from([0, -1]), target_shift=st.sampled_from([0, 1]))
+@settings(max_examples=200, deadline=None)
+def test_the_trainers_gather_positions_are_the_layout_slices_plus_only_the_injected_shifts(prompt_len, response_len, slice_shift, target_shift):
+    # harness.embedded.policy gathers its log-probs at exactly these positions.
+    from harness.embedded import policy
+
+    assert policy.response_gather_positions is response_gather_positions
+    total = prompt_len + response_len
+    columns, targets = response_gather_positions(prompt_len, response_len, slice_shift, target_shift)
+    expected = [max(c + slice_shift, 0) for c in range(*response_logprob_slice(total, response_len).indices(total))]
+    note(f"columns={columns} targets={targets}")
+    assert columns == expected
+    assert targets == [c + 1 + target_shift for c in columns]
+    if slice_shift == 0 and target_shift == 0:
+        assert targets == list(range(*response_token_slice(total, response_len).indices(total)))
