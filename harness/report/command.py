@@ -57,12 +57,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"summary table: {summary}")
     else:
         print("summary table: none (no experiment test recorded a summary row in this session)")
-    print(f"Allure report: {index}")
     # The session wrote its record beside the results (fixtures/report.py: <summary dir>/experiment/).
     record_dir = Path(args.results).resolve().parent / FOLDER
     if not (record_dir / FILE_NAME).exists():
         print(f"experiment page: none ({record_dir / FILE_NAME} not written: no judged test ran in this session)")
+        print(index)
         return 0
+    print(f"Allure report: {index}")
     try:
         page = build_experiment_page(record_dir, Path(args.page_out) if args.page_out else record_dir / "index.html")
     except RecordError as err:

@@ -178,3 +178,30 @@ def test_session_writes_the_experiment_record(tmp_path, workers):
     assert [e["run_id"] for e in record["environment"]] == [rungs["fp32-floor"]["run_id"]]
     assert record["environment"][0]["argv"], "the baseline's exact argv is recorded"
     assert record["worst_tokens"] is None, "runs without token dumps have no worst tokens, and none are invented"
+
+
+ONE_ROW_TEST = """
+from harness.report.summary import SummaryRow
+
+def test_one_row(record_summary_row):
+    record_summary_row(SummaryRow(run="baseline", hardware="CPU", mode="colocate", precision="BF16 train + FP8 rollout", operator_path="default"))
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or not (REPO_ROOT / "node_modules" / ".bin" / "allure").exists(),
+    reason="node or the npm package allure is not installed (python3 tools/setup_env.py installs both)",
+)
+def test_report_prints_the_experiment_page_last(record_dir, tmp_path, capsys):
+    """What `make baseline` ends with: the Allure report, then the page drawn from the record the
+    session left beside the results (reports/experiment/)."""
+    reports = tmp_path / "reports"
+    done = run_session(tmp_path, ONE_ROW_TEST, "--alluredir", str(reports / "allure-results"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    shutil.copytree(record_dir, reports / "experiment", ignore=shutil.ignore_patterns("index.html"))
+    assert main(["report", "--results", str(reports / "allure-results"), "--out", str(reports / "allure-report")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2] == f"Allure report: {reports / 'allure-report' / 'index.html'}"
+    assert lines[-1] == str(reports / "experiment" / "index.html")
+    page = (reports / "experiment" / "index.html").read_text()
+    assert "../allure-report/index.html" in page and "<script" not in page
