@@ -50,8 +50,8 @@ def near_aligned_shape(runs_dir: Path | None) -> tuple[float, float, str]:
     if runs_dir is not None:
         from harness.judge.verdict import after_warmup
         from harness.records.metric_names import ABS_DIFF
-        from harness.records.rundir import RunDir
         from harness.records.recorded_spec import recorded_spec
+        from harness.records.rundir import RunDir
         from harness.records.runload import read_yaml_mapping
 
         for spec_file in sorted(runs_dir.glob("*/spec.yaml")):
