@@ -18,14 +18,15 @@ DEFAULT_OUT = REPO_ROOT / "reports" / "allure-report"
 DEFAULT_COMPARE_OUT = REPO_ROOT / "reports" / "experiment-compare" / "index.html"
 
 
-def build_experiment_page(record_dir: Path, out: Path, baseline_dir: Path | None = None) -> Path:
-    """Raises RecordError (one line) when a record cannot be read."""
-    from harness.report.experiment_page import write_page
+def build_experiment_page(record_dir: Path, out: Path, baseline_dir: Path | None = None, allure_report: Path | None = None) -> Path:
+    """Raises RecordError (one line) when a record cannot be read. `allure_report`: the built
+    report whose test ids the page links to (default: ../allure-report beside the page)."""
+    from harness.report.experiment_page import allure_ids, write_page
     from harness.report.experiment_record import load_record
 
     record = load_record(record_dir)
     baseline = load_record(baseline_dir) if baseline_dir is not None else None
-    return write_page(record, out, baseline)
+    return write_page(record, out, baseline, allure_ids(allure_report or Path(out).parent.parent / "allure-report"))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

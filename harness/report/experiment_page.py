@@ -80,10 +80,37 @@ def badge(outcome: str | None) -> str:
     return f'<span class="{css}">{esc(outcome)}</span>'
 
 
+# Allure title -> the report's test result id, set by render_page from the built report's
+# test-results.json: a link then opens that test (#/<id>); without it, the report's front page.
+_ALLURE_IDS: dict[str, str] = {}
+
+
+def allure_href(title: str | None) -> str:
+    test_id = _ALLURE_IDS.get(title or "")
+    return f"{ALLURE_INDEX}#/{test_id}" if test_id else ALLURE_INDEX
+
+
 def test_cell(test: dict | None) -> str:
     if not test:
         return '<span class="none">no test recorded</span>'
-    return f'<a href="{ALLURE_INDEX}" title="{esc(test.get("nodeid"))}">{esc(test.get("title") or test.get("name"))}</a>'
+    title = test.get("title") or test.get("name")
+    return f'<a href="{allure_href(title)}" title="{esc(test.get("nodeid"))}">{esc(title)}</a>'
+
+
+def allure_ids(report_dir: str | Path) -> dict[str, str]:
+    """Title -> test result id from an Allure 3 report's test-results.json ({"byId": {id: {name}}});
+    titles that name several results are left out (their link stays the front page)."""
+    import json
+
+    try:
+        by_id = json.loads((Path(report_dir) / "test-results.json").read_text()).get("byId", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    names: dict[str, list[str]] = {}
+    for test_id, result in by_id.items():
+        if isinstance(result, dict) and result.get("name"):
+            names.setdefault(result["name"], []).append(test_id)
+    return {name: ids[0] for name, ids in names.items() if len(ids) == 1}
 
 
 def compare_verdict(candidate: dict, baseline: dict, mean_key: str, ci_key: str) -> tuple[str, str]:
@@ -352,7 +379,7 @@ def allure_section(record: dict) -> str:
             if test and test.get("nodeid") not in titles:
                 titles[test["nodeid"]] = test.get("title") or test.get("name")
     items = "".join(
-        f"<li>{badge(outcomes.get(n))} <a href='{ALLURE_INDEX}'>{esc(t)}</a> <span class='small'>{esc(n)}</span></li>" for n, t in titles.items()
+        f"<li>{badge(outcomes.get(n))} <a href='{allure_href(t)}'>{esc(t)}</a> <span class='small'>{esc(n)}</span></li>" for n, t in titles.items()
     )
     return (
         f"<h2>Into the Allure report</h2><p class='small'>The Allure report (<a href='{ALLURE_INDEX}'>{ALLURE_INDEX}</a>) holds each test's "
@@ -360,7 +387,9 @@ def allure_section(record: dict) -> str:
     )
 
 
-def render_page(record: dict, baseline: dict | None = None) -> str:
+def render_page(record: dict, baseline: dict | None = None, test_ids: dict[str, str] | None = None) -> str:
+    _ALLURE_IDS.clear()
+    _ALLURE_IDS.update(test_ids or {})
     top = f"<div class='row2'>{ladder_section(record, baseline)}{ab_section(record, baseline)}</div>"
     body = "".join(
         [
@@ -377,11 +406,11 @@ def render_page(record: dict, baseline: dict | None = None) -> str:
     return f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>"
 
 
-def write_page(record: dict, out: str | Path, baseline: dict | None = None) -> Path:
+def write_page(record: dict, out: str | Path, baseline: dict | None = None, test_ids: dict[str, str] | None = None) -> Path:
     from harness.records.atomic import atomic_write_text
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    page = render_page(record, baseline)
+    page = render_page(record, baseline, test_ids)
     atomic_write_text(out, page)
     return out

@@ -205,3 +205,17 @@ def test_report_prints_the_experiment_page_last(record_dir, tmp_path, capsys):
     assert lines[-1] == str(reports / "experiment" / "index.html")
     page = (reports / "experiment" / "index.html").read_text()
     assert "../allure-report/index.html" in page and "<script" not in page
+
+
+def test_links_open_the_test_in_the_allure_report(record_dir, tmp_path):
+    """A title the report names once links to that test (#/<id>); a title it names twice links to
+    the front page, since either test could be meant."""
+    record = load_record(record_dir)
+    unique, shared = record["ab"][1]["test"]["title"], record["rungs"][0]["test"]["title"]
+    report = tmp_path / "reports" / "allure-report"
+    report.mkdir(parents=True)
+    by_id = {"a1": {"id": "a1", "name": unique}, "b1": {"id": "b1", "name": shared}, "b2": {"id": "b2", "name": shared}}
+    (report / "test-results.json").write_text(json.dumps({"byId": by_id}))
+    page = build_experiment_page(record_dir, tmp_path / "reports" / "experiment" / "index.html").read_text()
+    assert "../allure-report/index.html#/a1" in page
+    assert "#/b1" not in page and "#/b2" not in page
