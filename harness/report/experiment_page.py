@@ -26,7 +26,7 @@ CSS = """
 body{font:13px/1.35 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#fafbfc}
 main{max-width:1400px;margin:0 auto;padding:10px 16px}
 h1{font-size:19px;margin:0 0 2px}
-h2{font-size:15px;margin:14px 0 6px;border-bottom:1px solid #dde2ea;padding-bottom:2px}
+h2{font-size:15px;margin:8px 0 4px;border-bottom:1px solid #dde2ea;padding-bottom:2px}
 .lead{color:#4a5568;margin:0 0 8px;font-size:12px}
 table{border-collapse:collapse;width:100%;background:#fff}
 th,td{border:1px solid #dde2ea;padding:2px 5px;text-align:left;vertical-align:top}
@@ -164,7 +164,7 @@ ROW_HEADERS = (
     "Notes",
 )
 
-SUMMARY_WIDTHS = (10, 10.5, 6, 9, 10, 5.5, 10, 9, 5, 6.5, 5.5, 13)
+SUMMARY_WIDTHS = (10, 10.5, 6, 9, 10, 5.5, 10, 9, 6, 6.5, 5.5, 12)
 
 
 def summary_table(record: dict, baseline: dict | None) -> str:
@@ -228,7 +228,7 @@ def ab_section(record: dict, baseline: dict | None) -> str:
     if contract:
         items.append(
             f"<li><span class='q'>Same workload (contract)</span> {badge(outcomes.get(contract['test']['nodeid']))}"
-            f"<div class='m'>{esc(contract['message'])}</div></li>"
+            f"<div class='m'>{esc(_short(contract['message']))}</div></li>"
         )
     for number, (key, question) in enumerate(SEED_QUESTIONS, 1):
         answer = answers.get(key) if key else None
@@ -246,11 +246,22 @@ def ab_section(record: dict, baseline: dict | None) -> str:
             extra = f"<div class='e'>baseline record: {'yes' if other['passed'] else 'no'}: {esc(other['message'])}</div>"
         items.append(
             f"<li><span class='q'>{number}. {esc(question)}</span> {badge(outcome)} <b>{esc(gated)}</b>"
-            f"<div class='m'>{esc(answer['message'])}</div>"
-            f"<details class='e'><summary>evidence: runs {esc(answer.get('baseline_run'))} → {esc(answer.get('candidate_run'))}; "
-            f"test {test_cell(answer.get('test'))}</summary>{esc(_evidence(answer.get('evidence')))}</details>{extra}</li>"
+            f"<div class='m'>{esc(_short(answer['message']))}</div>"
+            f"<details class='e'><summary>evidence, runs and test</summary>{_full(answer['message'])}{esc(_evidence(answer.get('evidence')))}"
+            f"<div>runs {esc(answer.get('baseline_run'))} → {esc(answer.get('candidate_run'))}; test {test_cell(answer.get('test'))}</div></details>{extra}</li>"
         )
     return f"<section><h2>A/B gate: the seed's five questions</h2><ul class='qa' id='ab'>{''.join(items)}</ul></section>"
+
+
+ANSWER_CHARS = 170  # the first screen holds all five answers; the rest of a long one is under "evidence"
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= ANSWER_CHARS else message[:ANSWER_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def _full(message: str) -> str:
+    return "" if len(message) <= ANSWER_CHARS else f"<div>{esc(message)}</div>"
 
 
 def _evidence(evidence) -> str:
