@@ -7,7 +7,9 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
      a non-stationary series whose mean barely clears the noise, and it is still a framework fault.
   2. The delta's outcome against the minimum effect of interest E = max(rung_min_abs_delta,
      rung_flat_max_rel_delta x parent mean), at the Holm-adjusted level of the rung's family
-     (harness.judge.outcome): flat -> none; inconclusive -> undetermined (no class is decided on
+     (harness.judge.outcome): flat -> none; inconclusive but "not up" (the one-sided upper bound
+     below +E at the family's Bonferroni level: the rung adds no drift to explain) -> none;
+     otherwise inconclusive -> undetermined (no class is decided on
      a delta the run cannot tell from no effect); up or down -> the steps below.
   3. Replaying the rollout's processed-logprob contract in the trainer removes at least
      semantic_replay_min_removed_fraction of the delta -> semantic. Where no replay run exists
@@ -205,6 +207,19 @@ def judge_rung(
         judgement.reasons.append(f"delta {diff.diff:+.3g} is no effect: {result.describe()} ({family})")
         return judgement
     if result.direction == "inconclusive":
+        # One side can still be decided: when the interval's upper end stays below +E the rung adds
+        # no drift of interest, so no drift source needs explaining (class none), whether or not it
+        # lowers the drift. Every drift class names a cause of *added* drift (a mishandled contract
+        # or a broken sync only ever adds), so "not up" is enough to rule them out.
+        one_sided = outcomes.not_up(diff, effect, 1.0 - confidence, holm.family_size)
+        judgement.evidence["decision"]["not_up"] = {"decided": one_sided.decided, "upper_bound": one_sided.upper,
+                                                    "confidence": one_sided.confidence, "rule": "one-sided, Bonferroni over the family"}
+        if one_sided.decided:
+            judgement.reasons.append(
+                f"delta {diff.diff:+.3g}: {result.describe()} ({family}); not up: {one_sided.describe()}, so the rung adds "
+                "no drift of interest (class none); whether it lowers the drift is undecided"
+            )
+            return judgement
         judgement.drift_class = "undetermined"
         judgement.reasons.append(f"delta {diff.diff:+.3g}: {result.describe()} ({family}); no drift class is decided on it")
         return judgement

@@ -23,7 +23,9 @@ from scipy import stats as scipy_stats
 
 from harness.judge.stats import DiffCI
 
-__all__ = ["OUTCOMES", "Outcome", "HolmLevel", "effect_of_interest", "decision_p_value", "judge_outcome", "holm_levels"]
+__all__ = [
+    "OUTCOMES", "Outcome", "HolmLevel", "NotUp", "effect_of_interest", "decision_p_value", "judge_outcome", "holm_levels", "not_up",
+]
 
 OUTCOMES = ("up", "down", "flat", "inconclusive")
 
@@ -121,3 +123,29 @@ def holm_levels(p_values: dict[str, float], alpha: float) -> dict[str, HolmLevel
         levels[name] = HolmLevel(rank, size, level, reached, tuple(order))
         reached = reached and p_values[name] <= level
     return levels
+
+
+@dataclass(frozen=True)
+class NotUp:
+    """A one-sided decision for an inconclusive delta: does the rung add no drift of interest?
+    `upper` is the one-sided upper confidence bound of the delta at `confidence`."""
+
+    decided: bool
+    upper: float
+    effect: float
+    confidence: float
+
+    def describe(self) -> str:
+        verdict = "below" if self.decided else "not below"
+        return f"one-sided {self.confidence:.2%} upper bound {self.upper:+.3g} is {verdict} +{self.effect:.3g}"
+
+
+def not_up(diff: DiffCI, effect: float, alpha: float, family_size: int) -> NotUp:
+    """H0: delta >= +E (the rung adds drift of interest) against delta < +E, at Bonferroni's
+    alpha / family_size: stricter than any Holm rank, and independent of where the step-down
+    stopped, because it is a different hypothesis from the rung's two-sided decision."""
+    confidence = 1.0 - alpha / max(1, family_size)
+    if not (math.isfinite(diff.se) and math.isfinite(diff.df)):
+        return NotUp(False, float("inf"), effect, confidence)
+    upper = diff.diff + float(scipy_stats.t.ppf(confidence, diff.df)) * diff.se
+    return NotUp(upper < effect, upper, effect, confidence)

@@ -107,9 +107,10 @@ def fetcher(runs):
 
 def test_a_wide_interval_around_zero_is_inconclusive_not_flat_and_decides_no_class(build_run):
     parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
-    child = build_run("child", rung="temperature", abs_diff=noisy(0.013, 0.6, seed=1))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.0135, 0.6, seed=1))
     runs = {("temperature", ()): child, ("near-aligned", ()): parent}
     judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [])
+    # Wide enough that it may add drift of interest too (the one-sided "not up" is not shown).
     assert (judgement.observed_direction, judgement.drift_class) == ("inconclusive", "undetermined"), judgement.summary()
     assert "INCONCLUSIVE: smallest detectable effect" in judgement.summary()
     findings = expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
@@ -190,3 +191,31 @@ def test_the_fp32_floor_runs_the_framework_probes(build_run):
     assert judgement.drift_class == "framework" and "probe 1" in judgement.reasons[-1]
     findings = expectation_findings(rung, judgement, floor, KNOBS)
     assert any("decided 'framework'" in line for line in findings), findings
+
+
+@pytest.mark.parametrize(
+    ("delta", "se", "decided"),
+    [
+        (-0.0006, 0.0002, True),  # well below +E: the rung adds no drift of interest
+        (0.0, 0.003, False),  # too wide: it might add E
+        (0.0025, 0.0005, False),  # above E
+    ],
+)
+def test_not_up_is_a_one_sided_bound_at_the_familys_bonferroni_level(delta, se, decided):
+    result = outcome.not_up(diff_ci(delta, se), effect=0.002, alpha=0.05, family_size=7)
+    assert result.confidence == pytest.approx(1 - 0.05 / 7)
+    assert result.upper == pytest.approx(delta + scipy_stats.t.ppf(1 - 0.05 / 7, 20.0) * se)
+    assert result.decided is decided, result.describe()
+
+
+def test_an_inconclusive_delta_that_is_not_up_decides_class_none(build_run):
+    """The AMD case of issue 14: temperature lowers the drift a little, not decisively; the rung is
+    still shown to add no drift of interest, which is all its expectation asks."""
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.0144, 0.2))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.0124, 0.3, seed=1))
+    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [])
+    assert judgement.observed_direction == "inconclusive", judgement.summary()
+    assert judgement.evidence["decision"]["not_up"]["decided"], judgement.summary()
+    assert judgement.drift_class == "none" and "not up" in judgement.summary()
+    assert not expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
