@@ -33,7 +33,7 @@ th,td{border:1px solid #dde2ea;padding:2px 5px;text-align:left;vertical-align:to
 td{overflow-wrap:anywhere}
 code{overflow-wrap:anywhere}
 #summary{table-layout:fixed;font-size:12px}#summary th{white-space:normal}
-#summary.compare{table-layout:auto}
+#summary.compare{table-layout:auto}#summary.compare td:first-child,#summary.compare td:nth-child(3){white-space:nowrap}
 .ci{display:block;font-size:10.5px;color:#4a5568}
 th{background:#eef2f7;font-weight:600;font-size:12px;white-space:nowrap}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -243,7 +243,7 @@ def ab_section(record: dict, baseline: dict | None) -> str:
         extra = ""
         if baseline and key in base_answers:
             other = base_answers[key]
-            extra = f"<div class='e'>baseline record: {'yes' if other['passed'] else 'no'}: {esc(other['message'])}</div>"
+            extra = f"<div class='e'>baseline record: {'yes' if other['passed'] else 'no'}: {esc(_short(other['message']))}</div>"
         items.append(
             f"<li><span class='q'>{number}. {esc(question)}</span> {badge(outcome)} <b>{esc(gated)}</b>"
             f"<div class='m'>{esc(_short(answer['message']))}</div>"

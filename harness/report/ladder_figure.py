@@ -105,21 +105,21 @@ def ladder_svg(record: dict, baseline: dict | None = None) -> str:
     first_ab = next((i for i, p in enumerate(drawn) if p["class"] == "A/B"), 0)
     if first_ab:  # the A/B pair is its own comparison, not a rung of the ladder
         ax.axvline(first_ab - 0.5, color="#cccccc", linewidth=1, linestyle="-", zorder=0)
+    base_points = {p["key"]: p for p in ladder_points(baseline)} if baseline else {}
+    offset = 0.15 if base_points else 0.0  # the candidate's points right of the baseline record's
     for point in drawn:  # parent links under the points
         parent = point["parent_key"]
         if parent in x_of:
             ax.annotate(
                 "",
-                xy=(x_of[point["key"]], point["mean"]),
-                xytext=(x_of[parent], drawn[x_of[parent]]["mean"]),
+                xy=(x_of[point["key"]] + offset, point["mean"]),
+                xytext=(x_of[parent] + offset, drawn[x_of[parent]]["mean"]),
                 arrowprops={"arrowstyle": "->", "color": "#b0b0b0", "lw": 1.0, "shrinkA": 4, "shrinkB": 5},
                 zorder=1,
             )
-    base_points = {p["key"]: p for p in ladder_points(baseline)} if baseline else {}
     seen_classes = []
     for point in drawn:
         x, colour = x_of[point["key"]], CLASS_COLOURS.get(point["class"], "#333333")
-        offset = 0.15 if base_points else 0.0
         _point(ax, x + offset, point, colour, filled=True)
         if point["class"] not in seen_classes:
             seen_classes.append(point["class"])
