@@ -12,6 +12,7 @@ that with the rollout dump's own in_top_k / in_top_p flags where present.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from harness.attribution.probe_bundle import ProbeBundle
@@ -111,9 +112,16 @@ def flag_membership(dumps, settings) -> dict:
     """From the dumps alone: sampled tokens flagged as outside the top-k/top-p set (by the rollout's
     own flags, or by the trainer's recomputed membership)."""
     counts = {"rollout": [0, 0], "train": [0, 0]}  # side -> [tokens flagged, tokens outside]
+    signs = [0, 0]  # active tokens with both log-probs, of which trainer < rollout
     for step in dumps.steps.values():
         for pair in step.pairs:
             mask = next((s.get("loss_mask") for s in (pair.train, pair.rollout) if s is not None and s.has("loss_mask")), None)
+            trainer = pair.train.get("log_probs") if pair.train is not None else None
+            rollout = next((s.get("rollout_log_probs") for s in (pair.train, pair.rollout) if s is not None and s.has("rollout_log_probs")), None)
+            if mask is not None and trainer is not None and rollout is not None and trainer.size == rollout.size == mask.size:
+                active = (mask > 0) & np.isfinite(trainer) & np.isfinite(rollout)
+                signs[0] += int(active.sum())
+                signs[1] += int(((trainer < rollout) & active).sum())
             for side, name in (("rollout", "in_top_k"), ("rollout", "in_top_p"), ("train", "in_filter")):
                 holder = getattr(pair, side)
                 value = holder.get(name) if holder is not None else None
@@ -128,4 +136,7 @@ def flag_membership(dumps, settings) -> dict:
         "sampled_outside_flagged_set": counts["rollout"][1],
         "trainer_view_tokens": counts["train"][0],
         "trainer_view_outside_set": counts["train"][1],
+        # The sign of dlogp (trainer - rollout): one-sided below zero is the processed-vs-raw contract gap.
+        "dlogp_tokens": signs[0],
+        "dlogp_negative_fraction": signs[1] / signs[0] if signs[0] else None,
     }

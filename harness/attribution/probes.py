@@ -86,7 +86,11 @@ class ProbeReport(BaseModel):
 
 def thresholds(knobs) -> dict[str, float]:
     """The two limits the probes judge by, from the loaded knobs (thresholds.yaml)."""
-    return {"floor": knobs.threshold("fp32_floor_max_abs_diff"), "min_removed": knobs.threshold("semantic_replay_min_removed_fraction")}
+    return {
+        "floor": knobs.threshold("fp32_floor_max_abs_diff"),
+        "min_removed": knobs.threshold("semantic_replay_min_removed_fraction"),
+        "one_sided": knobs.threshold("contract_one_sided_min_fraction"),
+    }
 
 
 def _verdict(number: int, status: Status, text: str, evidence: dict | None = None, boundary: str | None = None) -> ProbeVerdict:
@@ -208,7 +212,7 @@ def contract_check(run: Run, knobs: Knobs) -> ProbeVerdict:
     comparison = compare_sides(dumps, bundles)
     results = [{"file": b.path.name, **probe_contract(b, settings, limits["floor"], limits["min_removed"])} for b in bundles]
     results += [{"file": p.split(":")[0], "skipped": p, "evidence": {}} for p in problems]
-    return _contract_verdict(results, flag_membership(dumps, settings), settings, comparison.group("contract"))
+    return _contract_verdict(results, flag_membership(dumps, settings), settings, comparison.group("contract"), limits["one_sided"])
 
 
 def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdict:
@@ -265,11 +269,11 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
         )
     verdicts = {n: _numeric_verdict(n, per_probe[n], PROBE_NAMES[n]) for n in (3, 4, 5, 7)}
     contract_mismatches = comparison.group("contract") if comparison is not None else []
-    verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches)
+    verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches, limits["one_sided"])
     return [verdicts[n] for n in (3, 4, 5, 6, 7)]
 
 
-def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, mismatches: list) -> ProbeVerdict:
+def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, mismatches: list, one_sided: float = 1.0) -> ProbeVerdict:
     evidence = {
         "bundles": [{"file": r["file"], **r["evidence"]} for r in results],
         "dump_filter_flags": flags,
@@ -298,6 +302,17 @@ def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, m
             "rollout's own top-k/top-p set (the filter did not apply to sampling)",
             evidence,
             "sampling contract (retained top-k/top-p set)",
+        )
+    negative = flags.get("dlogp_negative_fraction")
+    if not evaluated and settings.filters_on and "processed" in settings.logprobs_mode and negative is not None and negative >= one_sided:
+        # Dumps only: a one-sided dlogp is the processed-vs-raw gap (thresholds.contract_one_sided_min_fraction).
+        return _verdict(
+            6,
+            "fail",
+            f"semantic: {negative:.1%} of {flags['dlogp_tokens']} tokens have trainer log-prob < rollout log-prob "
+            f"(>= {one_sided:.0%}): the trainer's raw log-probs against the rollout's processed (top-k/top-p renormalised) ones",
+            evidence,
+            "sampling contract (processed vs raw log-probs, one-sided dlogp in the dumps)",
         )
     if not evaluated:
         return _verdict(6, NOT_CHECKED, "no probe bundle with both sides' log-probs; contract not checked", evidence)

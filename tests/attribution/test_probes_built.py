@@ -215,5 +215,15 @@ def test_contract_check_is_probe_6_alone(tmp_path, knobs):
 
     failed = contract_check(RunDir(build_run(tmp_path / "top-p", steps=1, top_p=0.8)).load(), knobs)
     assert (failed.number, failed.status) == (6, "fail"), failed.verdict
-    unchecked = contract_check(RunDir(build_run(tmp_path / "vime", steps=1, top_p=0.8, vime_format=True)).load(), knobs)
+    unchecked = contract_check(RunDir(build_run(tmp_path / "vime", steps=1, vime_format=True)).load(), knobs)
     assert unchecked.status == NOT_CHECKED, unchecked.verdict
+    # VIME dumps alone, top-p processed vs the trainer's raw log-probs: dlogp is one-sided below zero.
+    one_sided = contract_check(RunDir(build_run(tmp_path / "vime-top-p", steps=1, top_p=0.8, vime_format=True)).load(), knobs)
+    assert one_sided.status == "fail" and "one-sided" in one_sided.boundary, one_sided.verdict
+    # ... and a bf16 rollout without filters gives both signs: not checked, never a pass.
+    bf16 = contract_check(RunDir(build_run(tmp_path / "vime-bf16", steps=1, rollout_dtype=torch.bfloat16, vime_format=True)).load(), knobs)
+    assert bf16.status == NOT_CHECKED and 0.05 < bf16_fraction(bf16) < 0.95, bf16.evidence
+
+
+def bf16_fraction(verdict) -> float:
+    return verdict.evidence["dump_filter_flags"]["dlogp_negative_fraction"]
