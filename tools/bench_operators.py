@@ -64,7 +64,15 @@ def main(argv=None) -> int:
         return 2
 
     def progress(row):
-        print(f"measured {row['name']}: " + ", ".join(f"{k}={row.get(k)}" for k in ("max_abs_err", "batch_invariant", "tp_invariant", "ms_median", "error", "why_unavailable") if row.get(k) is not None), flush=True)
+        print(
+            f"measured {row['name']}: "
+            + ", ".join(
+                f"{k}={row.get(k)}"
+                for k in ("max_abs_err", "batch_invariant", "tp_invariant", "ms_median", "error", "why_unavailable")
+                if row.get(k) is not None
+            ),
+            flush=True,
+        )
 
     if args.tokens:
         try:
@@ -83,6 +91,7 @@ def main(argv=None) -> int:
 
         b = bundle.to("cuda")
         ref = reference_logprobs(b.hidden, b.weight, b.targets, args.temperature)
+
         def keep(rows):  # a config that hangs or crashes must not lose the ones before it
             record["fused_sweep"] = rows
             bench.write_record(record, args.out)

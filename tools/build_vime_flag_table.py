@@ -42,25 +42,30 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Where each part was read (repository, path, commit), per VIME line.
 RL_ALIGN_SOURCES = {
-    "vime": {"repo": "RL-Align/vime", "path": "vime/utils/arguments.py",
-             "commit": "0ea526a382ec6026b5c97b228655c09fe69397bb"},
-    "vllm-side": {"repo": "RL-Align/vime", "path": "vime/backends/vllm_utils/arguments.py",
-                  "commit": "abf0226a8125e3fc0f3f7724138b091847b26369"},
-    "megatron-validation": {"repo": "RL-Align/vime", "path": "vime/backends/megatron_utils/arguments.py",
-                            "commit": "82904ec54d62fdcb74056f4ba25c4886cc468727"},
-    "megatron": {"repo": "NVIDIA/Megatron-LM", "path": "megatron/training/arguments.py",
-                 "commit": "1dcf0dafa884ad52ffb243625717a3471643e087"},
-    "megatron-pin": {"repo": "vllm-project/vime", "path": "docker/Dockerfile",
-                     "commit": "071e2bcff1eaa1b06ff07c44a60252e8a17a4793",
-                     "note": "ARG MEGATRON_COMMIT=1dcf0da...; base image vllm/vllm-openai:v0.21.0. RL-Align/vime's own "
-                             "Dockerfile is not in the code index; the fork is assumed to keep upstream's pin."},
+    "vime": {"repo": "RL-Align/vime", "path": "vime/utils/arguments.py", "commit": "0ea526a382ec6026b5c97b228655c09fe69397bb"},
+    "vllm-side": {"repo": "RL-Align/vime", "path": "vime/backends/vllm_utils/arguments.py", "commit": "abf0226a8125e3fc0f3f7724138b091847b26369"},
+    "megatron-validation": {
+        "repo": "RL-Align/vime",
+        "path": "vime/backends/megatron_utils/arguments.py",
+        "commit": "82904ec54d62fdcb74056f4ba25c4886cc468727",
+    },
+    "megatron": {"repo": "NVIDIA/Megatron-LM", "path": "megatron/training/arguments.py", "commit": "1dcf0dafa884ad52ffb243625717a3471643e087"},
+    "megatron-pin": {
+        "repo": "vllm-project/vime",
+        "path": "docker/Dockerfile",
+        "commit": "071e2bcff1eaa1b06ff07c44a60252e8a17a4793",
+        "note": "ARG MEGATRON_COMMIT=1dcf0da...; base image vllm/vllm-openai:v0.21.0. RL-Align/vime's own "
+        "Dockerfile is not in the code index; the fork is assumed to keep upstream's pin.",
+    },
 }
 UPSTREAM_SOURCES = {
     **RL_ALIGN_SOURCES,
-    "vime": {**RL_ALIGN_SOURCES["vime"], "note": "RL-Align's file reused: upstream's vime/utils/arguments.py was not "
-                                                  "read, so VIME's groups, the router part and Megatron's are assumed equal"},
-    "vllm-side": {"repo": "vllm-project/vime", "path": "vime/backends/vllm_utils/arguments.py",
-                  "commit": "0696c9bd8eccc21148a04821b353a8bf4f0c2b88"},
+    "vime": {
+        **RL_ALIGN_SOURCES["vime"],
+        "note": "RL-Align's file reused: upstream's vime/utils/arguments.py was not "
+        "read, so VIME's groups, the router part and Megatron's are assumed equal",
+    },
+    "vllm-side": {"repo": "vllm-project/vime", "path": "vime/backends/vllm_utils/arguments.py", "commit": "0696c9bd8eccc21148a04821b353a8bf4f0c2b88"},
 }
 SOURCES_BY_LINE = {"rl-align": RL_ALIGN_SOURCES, "upstream": UPSTREAM_SOURCES}
 OTHER_LINE = {"rl-align": "upstream", "upstream": "rl-align"}
@@ -68,6 +73,7 @@ PARSER_ORDER = ("pre", "vime", "vllm", "router", "megatron")
 
 
 # ----------------------------------------------------------------------------- VIME's files (ast)
+
 
 def _literal(node: ast.AST):
     """A keyword's value as data: literals as is, `int`/`json.loads` by name, arithmetic evaluated."""
@@ -77,7 +83,7 @@ def _literal(node: ast.AST):
         pass
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Pow, ast.Add)):
         left, right = _literal(node.left), _literal(node.right)
-        return {ast.Mult: lambda: left * right, ast.Pow: lambda: left ** right, ast.Add: lambda: left + right}[type(node.op)]()
+        return {ast.Mult: lambda: left * right, ast.Pow: lambda: left**right, ast.Add: lambda: left + right}[type(node.op)]()
     return ast.unparse(node)
 
 
@@ -155,6 +161,7 @@ def vllm_skipped_arguments(path: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------- parsers built by their owners
+
 
 def _entry_from_action(action: argparse.Action) -> dict:
     switch = action.nargs == 0
@@ -251,6 +258,7 @@ def router_arguments(root: Path) -> tuple[dict[str, dict], str]:
 
 # ------------------------------------------------------------------------------------- merge
 
+
 def merge(parts: dict[str, dict[str, dict]]) -> dict[str, dict]:
     """One entry per flag; `parsers` lists every parser that consumes it (each one parses the
     whole argv), the first of PARSER_ORDER gives the kind/type/default that wins."""
@@ -331,13 +339,21 @@ def main(argv: list[str] | None = None) -> int:
     sources = {name: dict(source) for name, source in SOURCES_BY_LINE[line].items()}
     for name, commit in (("vime", args.vime_commit), ("vllm-side", args.vllm_side_commit), ("megatron", args.megatron_commit)):
         if commit:
-            sources[name].update(commit=commit, note="given with --" + {"vime": "vime", "vllm-side": "vllm-side", "megatron": "megatron"}[name] + "-commit")
-    sources["vllm-engine"] = {"package": "vllm", "version": vllm_version,
-                              "note": "the installed vLLM's AsyncEngineArgs + FrontendArgs; VIME's image pins "
-                                      "vllm-openai v0.21.0, so a flag added or removed between the two versions "
-                                      "is wrong here"}
-    sources["router"] = {"package": "vllm-router", "version": router_version,
-                         "note": "RouterArgs from the PyPI wheel; VIME's pin of vllm-router was not read"}
+            sources[name].update(
+                commit=commit, note="given with --" + {"vime": "vime", "vllm-side": "vllm-side", "megatron": "megatron"}[name] + "-commit"
+            )
+    sources["vllm-engine"] = {
+        "package": "vllm",
+        "version": vllm_version,
+        "note": "the installed vLLM's AsyncEngineArgs + FrontendArgs; VIME's image pins "
+        "vllm-openai v0.21.0, so a flag added or removed between the two versions "
+        "is wrong here",
+    }
+    sources["router"] = {
+        "package": "vllm-router",
+        "version": router_version,
+        "note": "RouterArgs from the PyPI wheel; VIME's pin of vllm-router was not read",
+    }
     table = merge(parts)
     only_other = note_other_line(table, line, out.parent / f"flags-{OTHER_LINE[line]}.yaml")
     document = {
@@ -349,15 +365,16 @@ def main(argv: list[str] | None = None) -> int:
         "flags": table,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    header = ("# Generated by tools/build_vime_flag_table.py - do not edit by hand; re-run the tool.\n"
-              "# Every flag VIME's parse_args() consumes on this line; `parsers` lists the parsers that\n"
-              "# read it (pre: VIME's pre-parser; vime: VIME's groups on Megatron's parser; vllm: the vLLM\n"
-              "# side with --vllm- names; router: vllm-router with --router- names; megatron: Megatron-LM).\n")
+    header = (
+        "# Generated by tools/build_vime_flag_table.py - do not edit by hand; re-run the tool.\n"
+        "# Every flag VIME's parse_args() consumes on this line; `parsers` lists the parsers that\n"
+        "# read it (pre: VIME's pre-parser; vime: VIME's groups on Megatron's parser; vllm: the vLLM\n"
+        "# side with --vllm- names; router: vllm-router with --router- names; megatron: Megatron-LM).\n"
+    )
     flags = document.pop("flags")
     # One line per flag: the table is long, and a diff after re-running the tool should show
     # exactly the flags that changed.
-    lines = [f"  {name}: {yaml.safe_dump(entry, default_flow_style=True, sort_keys=False, width=10**6).strip()}"
-             for name, entry in flags.items()]
+    lines = [f"  {name}: {yaml.safe_dump(entry, default_flow_style=True, sort_keys=False, width=10**6).strip()}" for name, entry in flags.items()]
     text = header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=160) + "flags:\n" + "\n".join(lines) + "\n"
     out.write_text(text)
     print(f"{out}: {len(table)} flags ({', '.join(f'{k} {v}' for k, v in document['counts'].items())})")

@@ -49,7 +49,13 @@ def main(argv=None) -> int:
         Path(args.out).write_text(json.dumps(rec, indent=1, default=str))
 
     if args.grid_chunks:
-        forward_grid(big, rec, [int(x) for x in args.grid_tokens.split(",")], [int(x) for x in args.grid_chunks.split(",")], [int(x) for x in args.grid_stages.split(",")])
+        forward_grid(
+            big,
+            rec,
+            [int(x) for x in args.grid_tokens.split(",")],
+            [int(x) for x in args.grid_chunks.split(",")],
+            [int(x) for x in args.grid_stages.split(",")],
+        )
         save()
     if args.breakdown:
         T = max(tokens)
@@ -118,6 +124,7 @@ def main(argv=None) -> int:
         ft.BACKWARD_CONFIG = replace(ft.BACKWARD_CONFIG, g_dtype=gd, slice_cols=int(sl), num_stages=int(st))
         row = {"config": ft.BACKWARD_CONFIG.as_dict()}
         try:
+
             def fwd_bwd():
                 logp, lse = fused_forward(h, w, t, 1.0, 1)
                 return fused_backward(h, w, t, lse, 1.0, g_out, 1)
@@ -170,7 +177,6 @@ def main(argv=None) -> int:
     return 0
 
 
-
 def kernel_breakdown(h, w, t, lse, g_out, out: dict, configs) -> None:
     """Time one vocab slice's three backward kernels alone, per configuration (x slices = the backward)."""
     import torch
@@ -193,20 +199,61 @@ def kernel_breakdown(h, w, t, lse, g_out, out: dict, configs) -> None:
         scale = g_out.float()
         opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         k1 = lambda: ft._grad_logits_kernel[(triton.cdiv(rows, bt), triton.cdiv(n, bv))](  # noqa: E731
-            TensorDescriptor.from_tensor(h, [bt, bk]), TensorDescriptor.from_tensor(w, [bv, bk]), g_buf, t, lse, scale,
-            rows, width, 0, n, g_buf.stride(0), 1.0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, **opts)
+            TensorDescriptor.from_tensor(h, [bt, bk]),
+            TensorDescriptor.from_tensor(w, [bv, bk]),
+            g_buf,
+            t,
+            lse,
+            scale,
+            rows,
+            width,
+            0,
+            n,
+            g_buf.stride(0),
+            1.0,
+            BLOCK_T=bt,
+            BLOCK_V=bv,
+            BLOCK_K=bk,
+            **opts,
+        )
         k2 = lambda: ft._grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](  # noqa: E731
-            TensorDescriptor.from_tensor(g_buf, [bk, bt]), TensorDescriptor.from_tensor(hc, [bk, bv]), gw, rows, width, n,
-            gw.stride(0), BLOCK_V=bt, BLOCK_H=bv, BLOCK_K=bk, **opts)
+            TensorDescriptor.from_tensor(g_buf, [bk, bt]),
+            TensorDescriptor.from_tensor(hc, [bk, bv]),
+            gw,
+            rows,
+            width,
+            n,
+            gw.stride(0),
+            BLOCK_V=bt,
+            BLOCK_H=bv,
+            BLOCK_K=bk,
+            **opts,
+        )
         k3 = lambda: ft._grad_hidden_kernel[(triton.cdiv(rows, bt), width // bv)](  # noqa: E731
-            TensorDescriptor.from_tensor(g_buf, [bt, bk]), TensorDescriptor.from_tensor(wc, [bk, bv]), part, rows, width, 0, n,
-            ACCUMULATE=True, BLOCK_T=bt, BLOCK_H=bv, BLOCK_K=bk, **opts)
+            TensorDescriptor.from_tensor(g_buf, [bt, bk]),
+            TensorDescriptor.from_tensor(wc, [bk, bv]),
+            part,
+            rows,
+            width,
+            0,
+            n,
+            ACCUMULATE=True,
+            BLOCK_T=bt,
+            BLOCK_H=bv,
+            BLOCK_K=bk,
+            **opts,
+        )
         conv = lambda: w[:n].to(gd)  # noqa: E731
         row = {"config": cfg.as_dict()}
         try:
             gemm_slice = measure.time_ms(lambda: h @ w[:n].T, h.device, 3, 20)
-            row.update(gemm_slice_ms=gemm_slice, k1_ms=measure.time_ms(k1, h.device, 3, 20), k2_ms=measure.time_ms(k2, h.device, 3, 20),
-                       k3_ms=measure.time_ms(k3, h.device, 3, 20), conv_ms=measure.time_ms(conv, h.device, 3, 20))
+            row.update(
+                gemm_slice_ms=gemm_slice,
+                k1_ms=measure.time_ms(k1, h.device, 3, 20),
+                k2_ms=measure.time_ms(k2, h.device, 3, 20),
+                k3_ms=measure.time_ms(k3, h.device, 3, 20),
+                conv_ms=measure.time_ms(conv, h.device, 3, 20),
+            )
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         out.setdefault("breakdown", []).append(row)

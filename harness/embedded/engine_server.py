@@ -18,8 +18,7 @@ from pathlib import Path
 import requests
 
 from harness.embedded import fp8, vllm_cpu_fixes
-from harness.embedded.engine import (KV_CACHE_BYTES, MAX_MODEL_LEN, Completion, EngineConfig,
-                                     EngineStartError, SamplingSpec, _save_weights)
+from harness.embedded.engine import KV_CACHE_BYTES, MAX_MODEL_LEN, Completion, EngineConfig, EngineStartError, SamplingSpec, _save_weights
 
 START_TIMEOUT_S = 180
 
@@ -51,14 +50,34 @@ class ServerEngine:
         site = Path(__file__).resolve().parent / "engine_site"
         repo = Path(__file__).resolve().parents[2]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), str(repo), env.get("PYTHONPATH", "")) if p)
-        cmd = [sys.executable, "-m", "harness.embedded.vllm_server", "--model", str(cfg.model),
-               "--served-model-name", "policy", "--host", "127.0.0.1", "--port", str(self.port),
-               "--dtype", cfg.dtype, "--seed", str(cfg.seed), "--enforce-eager",
-               "--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory-bytes", str(KV_CACHE_BYTES),
-               "--logprobs-mode", cfg.logprobs_mode, "--max-logprobs", "1"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "harness.embedded.vllm_server",
+            "--model",
+            str(cfg.model),
+            "--served-model-name",
+            "policy",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            cfg.dtype,
+            "--seed",
+            str(cfg.seed),
+            "--enforce-eager",
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--kv-cache-memory-bytes",
+            str(KV_CACHE_BYTES),
+            "--logprobs-mode",
+            cfg.logprobs_mode,
+            "--max-logprobs",
+            "1",
+        ]
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self._wait_healthy()
         self.version = 0
         self.fp8_unconfirmed = cfg.fp8
@@ -68,8 +87,7 @@ class ServerEngine:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.close()
-                raise EngineStartError(f"vLLM server exited with code {self.proc.returncode}: "
-                                       f"{_last_line(self.log_path)} (log: {self.log_path})")
+                raise EngineStartError(f"vLLM server exited with code {self.proc.returncode}: {_last_line(self.log_path)} (log: {self.log_path})")
             try:
                 if requests.get(self.base + "/health", timeout=2).status_code == 200:
                     return
@@ -86,10 +104,19 @@ class ServerEngine:
         return r.json() if r.content else {}
 
     def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> list[list[Completion]]:
-        body = {"model": "policy", "prompt": prompts, "n": spec.n, "temperature": spec.temperature,
-                "top_p": spec.top_p, "top_k": spec.top_k, "max_tokens": spec.max_tokens,
-                "logprobs": 0, "return_tokens_as_token_ids": True,
-                "stop_token_ids": spec.stop_token_ids, "skip_special_tokens": False}
+        body = {
+            "model": "policy",
+            "prompt": prompts,
+            "n": spec.n,
+            "temperature": spec.temperature,
+            "top_p": spec.top_p,
+            "top_k": spec.top_k,
+            "max_tokens": spec.max_tokens,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "stop_token_ids": spec.stop_token_ids,
+            "skip_special_tokens": False,
+        }
         choices = sorted(self._post("/v1/completions", body)["choices"], key=lambda c: c["index"])
         if self.fp8_unconfirmed:
             self._confirm_fp8()
@@ -97,9 +124,9 @@ class ServerEngine:
         for c in choices:
             lp = c["logprobs"]
             ids = [int(t.split(":", 1)[1]) for t in lp["tokens"]]
-            result[c["index"] // spec.n].append(Completion(ids, [float(x) for x in lp["token_logprobs"]],
-                                                           [None] * len(ids), c.get("finish_reason") or "",
-                                                           self.version))
+            result[c["index"] // spec.n].append(
+                Completion(ids, [float(x) for x in lp["token_logprobs"]], [None] * len(ids), c.get("finish_reason") or "", self.version)
+            )
         return result
 
     def _confirm_fp8(self) -> None:
@@ -107,16 +134,17 @@ class ServerEngine:
         (engine_site/sitecustomize.py); if it never ran, the run would be bf16 labelled fp8."""
         self.log.flush()
         if fp8.ANNOUNCEMENT not in self.log_path.read_text(errors="replace"):
-            raise EngineStartError(f"fp8 activation emulation did not reach the vLLM server's engine process "
-                                   f"(no {fp8.ANNOUNCEMENT!r} line in {self.log_path}); the run would not be fp8")
+            raise EngineStartError(
+                f"fp8 activation emulation did not reach the vLLM server's engine process "
+                f"(no {fp8.ANNOUNCEMENT!r} line in {self.log_path}); the run would not be fp8"
+            )
         self.fp8_unconfirmed = False
 
     def update_weights(self, hf_sd: dict, version: int) -> None:
         path = _save_weights(hf_sd, self.weights_dir / "sync")
         self._post("/pause")
         try:
-            self._post("/collective_rpc", {"method": "reload_weights",
-                                           "kwargs": {"weights_path": str(path), "is_checkpoint_format": True}})
+            self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path), "is_checkpoint_format": True}})
             self._post("/reset_prefix_cache")
         finally:
             self._post("/resume")

@@ -34,7 +34,7 @@ def resolve(value: str, kind: str) -> Path:
     """A flag value: a real path, or ``embedded://<kind>/<recipe>`` built on demand."""
     if not value.startswith(URI_PREFIX):
         return Path(value)
-    got_kind, _, name = value[len(URI_PREFIX):].partition("/")
+    got_kind, _, name = value[len(URI_PREFIX) :].partition("/")
     if got_kind != kind:
         raise UnknownRecipe(f"{value}: expected embedded://{kind}/<recipe>")
     return ensure_model(name) if kind == "model" else ensure_prompts(name)

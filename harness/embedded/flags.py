@@ -9,8 +9,9 @@ typos: one error line naming the flag and the closest known one, exit code 2.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,9 @@ FLAGS: list[Flag] = [
     Flag("colocate", None, False),
     # --- vLLM pass-through
     Flag("vllm-dtype", str, "auto", choices=("auto", "float32", "bfloat16")),
-    Flag("vllm-quantization", str, None, _H, "fp8 is emulated on CPU (see the record's emulation notes)",
-         ("fp8",)),
+    Flag("vllm-quantization", str, None, _H, "fp8 is emulated on CPU (see the record's emulation notes)", ("fp8",)),
     Flag("vllm-logprobs-mode", str, "processed_logprobs", choices=("raw_logprobs", "processed_logprobs")),
-    Flag("vllm-gpu-memory-utilization", _float, None, _N,
-         "on CPU this would reserve host memory; the KV cache is sized explicitly instead"),
+    Flag("vllm-gpu-memory-utilization", _float, None, _N, "on CPU this would reserve host memory; the KV cache is sized explicitly instead"),
     Flag("vllm-router-policy", str, None, _N, "one engine: no router"),
     Flag("vllm-enable-expert-parallel", None, False, _N, "one engine process: no expert parallelism"),
     Flag("vllm-all2all-backend", str, None, _N, "expert all-to-all needs several GPUs"),
@@ -161,5 +160,4 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
 
 
 def not_honoured(given: list[str], values: dict[str, Any]) -> list[dict]:
-    return [{"flag": n, "value": values[n], "reason": BY_NAME[n].why}
-            for n in given if not BY_NAME[n].honoured]
+    return [{"flag": n, "value": values[n], "reason": BY_NAME[n].why} for n in given if not BY_NAME[n].honoured]

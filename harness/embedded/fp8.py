@@ -58,8 +58,7 @@ def quantize_activation_groups(x: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_state_dict(hf_sd: dict) -> dict:
-    return {k: (quantize_weight_blockwise(v) if any(n in k for n in QUANTIZED_WEIGHTS) and v.dim() == 2
-                else v) for k, v in hf_sd.items()}
+    return {k: (quantize_weight_blockwise(v) if any(n in k for n in QUANTIZED_WEIGHTS) and v.dim() == 2 else v) for k, v in hf_sd.items()}
 
 
 def install_activation_emulation() -> None:

@@ -32,8 +32,14 @@ class LossConfig:
     per_token: bool
 
 
-def policy_loss(logp: list[torch.Tensor], old_logp: list[torch.Tensor], rollout_logp: list[torch.Tensor],
-                advantages: list[float], masks: list[torch.Tensor], cfg: LossConfig):
+def policy_loss(
+    logp: list[torch.Tensor],
+    old_logp: list[torch.Tensor],
+    rollout_logp: list[torch.Tensor],
+    advantages: list[float],
+    masks: list[torch.Tensor],
+    cfg: LossConfig,
+):
     """(loss tensor over these samples, per-sample-reduced metric tensors)."""
     pg, clipped, kl, tis_vals, tis_clipped = [], [], [], [], []
     for cur, old, roll, adv in zip(logp, old_logp, rollout_logp, advantages):

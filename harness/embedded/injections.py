@@ -28,9 +28,16 @@ class Injections:
 
     def names(self) -> list[str]:
         out = [f"stale-weights:{self.stale_weights}"] if self.stale_weights else []
-        out += [n for n, on in (("token-shift", self.token_shift), ("no-temperature", self.no_temperature),
-                                ("mask-off-by-one", self.mask_off_by_one),
-                                ("reorder-samples", self.reorder_samples)) if on]
+        out += [
+            n
+            for n, on in (
+                ("token-shift", self.token_shift),
+                ("no-temperature", self.no_temperature),
+                ("mask-off-by-one", self.mask_off_by_one),
+                ("reorder-samples", self.reorder_samples),
+            )
+            if on
+        ]
         return out
 
 

@@ -56,8 +56,9 @@ def processed_mask(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
     return keep
 
 
-def replay_logprobs(full_logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                    top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+def replay_logprobs(
+    full_logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs under the processed contract, True where the target fell outside the kept set:
     there the plain temperature log-prob is used instead of -inf)."""
     scaled = full_logits.float() / temperature
@@ -71,8 +72,9 @@ def replay_logprobs(full_logits: torch.Tensor, targets: torch.Tensor, temperatur
 
 
 @torch.no_grad()
-def token_diagnostics(full_logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                      top_k: int, top_p: float, tp: int) -> dict[str, torch.Tensor]:
+def token_diagnostics(
+    full_logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, tp: int
+) -> dict[str, torch.Tensor]:
     scaled = full_logits.float() / temperature
     target_logit = scaled.gather(-1, targets.unsqueeze(-1))
     rank = (scaled > target_logit).sum(-1) + 1
@@ -83,8 +85,7 @@ def token_diagnostics(full_logits: torch.Tensor, targets: torch.Tensor, temperat
     return {"rank": rank, "inside_filter_set": inside, "vocab_shard": shard, "entropy": entropy}
 
 
-def execution_decision(logger: logging.Logger, *, backend: str, dtype: str, tp: int, rank: int,
-                       fallback_tokens: int = 0) -> dict:
+def execution_decision(logger: logging.Logger, *, backend: str, dtype: str, tp: int, rank: int, fallback_tokens: int = 0) -> dict:
     """RL-Align's ``rl_kernel.execution_decision {json}`` record for the log-prob path used."""
     record = {
         "op": "linear_logp",
@@ -97,8 +98,11 @@ def execution_decision(logger: logging.Logger, *, backend: str, dtype: str, tp: 
         "tp_size": tp,
         "tp_rank": rank,
         "cp_size": 1,
-        "implementation": ("megatron.core.tensor_parallel.vocab_parallel_cross_entropy" if backend == NATIVE
-                           else "harness.embedded.logprobs.replay_logprobs (full vocab gathered)"),
+        "implementation": (
+            "megatron.core.tensor_parallel.vocab_parallel_cross_entropy"
+            if backend == NATIVE
+            else "harness.embedded.logprobs.replay_logprobs (full vocab gathered)"
+        ),
         "tokens_outside_replayed_set": fallback_tokens,
     }
     logger.info("rl_kernel.execution_decision %s", json.dumps(record, sort_keys=True), stacklevel=2)

@@ -57,8 +57,8 @@ class EmbeddedRun:
 
     # ---------------------------------------------------------------- build
     def build(self, store_path: str) -> None:
-        from transformers import AutoConfig, AutoTokenizer
         from safetensors.torch import load_file
+        from transformers import AutoConfig, AutoTokenizer
 
         from harness.embedded.megatron_cpu import init_distributed, init_model_parallel
 
@@ -69,8 +69,14 @@ class EmbeddedRun:
         self.prompt_path = prompt_path = factory.resolve(s.prompt_data, "data")
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.tok_hash = tokenizer_hash(self.model_dir)
-        self.prompts = load_prompts(prompt_path, self.tokenizer, input_key=s.input_key, label_key=s.label_key,
-                                    chat_template=s.apply_chat_template, max_response_len=s.max_response_len)
+        self.prompts = load_prompts(
+            prompt_path,
+            self.tokenizer,
+            input_key=s.input_key,
+            label_key=s.label_key,
+            chat_template=s.apply_chat_template,
+            max_response_len=s.max_response_len,
+        )
         self.hf_config = AutoConfig.from_pretrained(self.model_dir)
         experts = num_experts(self.hf_config)
         if s.num_experts is not None and s.num_experts != experts:
@@ -81,11 +87,25 @@ class EmbeddedRun:
         torch.manual_seed(s.seed)
         init_distributed(self.tp_rank, s.tp, store_path)
         init_model_parallel(s.tp, s.seed)
-        self.policy = Policy(self.hf_config, hf_state, bf16=s.bf16, tp=s.tp, tp_rank=self.tp_rank, lr=s.lr,
-                             betas=s.betas, weight_decay=s.weight_decay, clip_grad=s.clip_grad)
-        self.sampling = SamplingSpec(n=s.n_samples, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                     max_tokens=s.max_response_len,
-                                     stop_token_ids=[self.hf_config.eos_token_id])
+        self.policy = Policy(
+            self.hf_config,
+            hf_state,
+            bf16=s.bf16,
+            tp=s.tp,
+            tp_rank=self.tp_rank,
+            lr=s.lr,
+            betas=s.betas,
+            weight_decay=s.weight_decay,
+            clip_grad=s.clip_grad,
+        )
+        self.sampling = SamplingSpec(
+            n=s.n_samples,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            max_tokens=s.max_response_len,
+            stop_token_ids=[self.hf_config.eos_token_id],
+        )
         if self.is_main:
             self.engine = self._start_engine()
             if s.fp8:  # the engine computes with e4m3-rounded weights from version 0 on
@@ -93,9 +113,14 @@ class EmbeddedRun:
 
     def _start_engine(self):
         s = self.s
-        cfg = EngineConfig(model=self.model_dir, dtype=s.vllm_dtype, logprobs_mode=s.logprobs_mode,
-                           seed=s.seed, fp8=s.fp8,
-                           log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None)
+        cfg = EngineConfig(
+            model=self.model_dir,
+            dtype=s.vllm_dtype,
+            logprobs_mode=s.logprobs_mode,
+            seed=s.seed,
+            fp8=s.fp8,
+            log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None,
+        )
         if s.output_dir:
             Path(s.output_dir).mkdir(parents=True, exist_ok=True)
         if s.colocate:
@@ -124,17 +149,21 @@ class EmbeddedRun:
 
     def _logprob_spec(self) -> LogprobSpec:
         f = self.s.faults
-        return LogprobSpec(temperature=1.0 if f.no_temperature else self.s.temperature, top_k=self.s.top_k,
-                           top_p=self.s.top_p, replay=self.s.replay_processed,
-                           target_shift=1 if f.token_shift else 0, slice_shift=-1 if f.mask_off_by_one else 0)
+        return LogprobSpec(
+            temperature=1.0 if f.no_temperature else self.s.temperature,
+            top_k=self.s.top_k,
+            top_p=self.s.top_p,
+            replay=self.s.replay_processed,
+            target_shift=1 if f.token_shift else 0,
+            slice_shift=-1 if f.mask_off_by_one else 0,
+        )
 
     def _recompute(self, samples: list[Sample], spec: LogprobSpec, want_probe: int):
         """The no-grad old-log-prob pass over the whole rollout, micro-batch by micro-batch."""
         views: list[TrainerView | None] = [None] * len(samples)
         probes, fallback = [], 0
         sampling = dict(self.sampling.as_dict(), trainer_temperature=spec.temperature)
-        for m, idx in enumerate(micro_batches([len(samples[i].tokens) + 1 for i in range(len(samples))],
-                                              self.s.max_tokens_per_micro_batch)):
+        for m, idx in enumerate(micro_batches([len(samples[i].tokens) + 1 for i in range(len(samples))], self.s.max_tokens_per_micro_batch)):
             seqs = [(samples[i].tokens, len(samples[i].prompt_ids), len(samples[i].response_ids)) for i in idx]
             values, extra = self.policy.forward_micro(seqs, spec, grad=False, diagnostics=True)
             fallback += extra["fallback_tokens"]
@@ -144,20 +173,40 @@ class EmbeddedRun:
             for off, i in enumerate(idx):
                 s = samples[i]
                 views[i] = TrainerView(
-                    log_probs=values[off].float(), rank=diag["rank"][off], inside_filter_set=diag["inside_filter_set"][off],
-                    vocab_shard=diag["vocab_shard"][off], entropy=diag["entropy"][off], micro_batch=m, offset=off,
+                    log_probs=values[off].float(),
+                    rank=diag["rank"][off],
+                    inside_filter_set=diag["inside_filter_set"][off],
+                    vocab_shard=diag["vocab_shard"][off],
+                    entropy=diag["entropy"][off],
+                    micro_batch=m,
+                    offset=off,
                     weight_version=self.trainer_version,
-                    fingerprint=fingerprint(token_ids=s.tokens, response_ids=s.response_ids, loss_mask=s.loss_mask,
-                                            sampling=self.sampling.as_dict(), tokenizer_hash=self.tok_hash,
-                                            weight_version=self.trainer_version, dp_rank=0, micro_batch=m,
-                                            offset=off))
+                    fingerprint=fingerprint(
+                        token_ids=s.tokens,
+                        response_ids=s.response_ids,
+                        loss_mask=s.loss_mask,
+                        sampling=self.sampling.as_dict(),
+                        tokenizer_hash=self.tok_hash,
+                        weight_version=self.trainer_version,
+                        dp_rank=0,
+                        micro_batch=m,
+                        offset=off,
+                    ),
+                )
                 if i < want_probe:
-                    probes.append({"index": s.index, "hidden_states": hidden[off].clone(), "target_ids": targets[off],
-                                   "loss_mask": torch.tensor(s.loss_mask), "sampling": sampling,
-                                   "rollout_log_probs": torch.tensor(s.rollout_log_probs),
-                                   "trainer_log_probs": values[off].float().clone(),
-                                   "weight_version_rollout": s.rollout_weight_version,
-                                   "weight_version_trainer": self.trainer_version})
+                    probes.append(
+                        {
+                            "index": s.index,
+                            "hidden_states": hidden[off].clone(),
+                            "target_ids": targets[off],
+                            "loss_mask": torch.tensor(s.loss_mask),
+                            "sampling": sampling,
+                            "rollout_log_probs": torch.tensor(s.rollout_log_probs),
+                            "trainer_log_probs": values[off].float().clone(),
+                            "weight_version_rollout": s.rollout_weight_version,
+                            "weight_version_trainer": self.trainer_version,
+                        }
+                    )
         return views, probes, fallback
 
     def _seen_rollout_logprobs(self, samples: list[Sample]) -> tuple[list[list[float]], list[dict]]:
@@ -186,8 +235,14 @@ class EmbeddedRun:
         samples, rollout_time, kv = None, 0.0, None
         if self.is_main:
             t0 = time.perf_counter()
-            samples = collect(self.engine, self.tokenizer, prompt_batch(self.prompts, rollout_id, s.rollout_batch_size),
-                              self.sampling, tokenizer_hash=self.tok_hash, std_normalise=s.std_normalise)
+            samples = collect(
+                self.engine,
+                self.tokenizer,
+                prompt_batch(self.prompts, rollout_id, s.rollout_batch_size),
+                self.sampling,
+                tokenizer_hash=self.tok_hash,
+                std_normalise=s.std_normalise,
+            )
             rollout_time = time.perf_counter() - t0
             kv = self.engine.kv_cache_usage()
         samples = self._share(samples)
@@ -222,15 +277,20 @@ class EmbeddedRun:
         if s.save_train:
             dumps.train_dump(s.save_train, rollout_id, self.tp_rank, samples, views, sampling, s.tp, seen_lp)
         if probes and probe_dir is not None:
-            policy = {"train_dtype": self.policy.dtype_name, "rollout_dtype": s.vllm_dtype,
-                      "rollout_quantization": "fp8-e4m3-emulated" if s.fp8 else None,
-                      "logprobs_mode": s.logprobs_mode, "replay_processed": s.replay_processed,
-                      "tp_size": s.tp, "injections": s.faults.names()}
+            policy = {
+                "train_dtype": self.policy.dtype_name,
+                "rollout_dtype": s.vllm_dtype,
+                "rollout_quantization": "fp8-e4m3-emulated" if s.fp8 else None,
+                "logprobs_mode": s.logprobs_mode,
+                "replay_processed": s.replay_processed,
+                "tp_size": s.tp,
+                "injections": s.faults.names(),
+            }
             dumps.probe_bundle(probe_dir, rollout_id, probes, lm_head, policy)
 
         lengths = [len(x.response_ids) for x in samples]
         rewards = [x.reward for x in samples]
-        groups = [rewards[i:i + s.n_samples] for i in range(0, len(rewards), s.n_samples)]
+        groups = [rewards[i : i + s.n_samples] for i in range(0, len(rewards), s.n_samples)]
         rollout_metrics = {
             "rollout/raw_reward": _mean(rewards),
             "rollout/rewards": _mean(x.advantage for x in samples),
@@ -268,9 +328,12 @@ class EmbeddedRun:
         if server_peak is not None:
             perf["perf/rollout_peak_memory_gb"] = server_peak
         backend = lp.REPLAY if s.replay_processed else lp.NATIVE
-        return StepReport(rollout=rollout_metrics, steps=step_metrics, perf=perf,
-                          extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp,
-                                            fallback_tokens=fallback)])
+        return StepReport(
+            rollout=rollout_metrics,
+            steps=step_metrics,
+            perf=perf,
+            extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
+        )
 
     def _probe_dir(self, rollout_id: int) -> Path | None:
         """Probe bundles go next to the train dumps (else into the output dir); None: no probes."""
@@ -282,8 +345,14 @@ class EmbeddedRun:
 
     def _train(self, samples, spec, old_t, roll_t, masks, entropies, rollout_id) -> list[tuple[int, dict]]:
         s = self.s
-        cfg = LossConfig(eps_clip=s.eps_clip, eps_clip_high=s.eps_clip_high, use_tis=s.use_tis, tis_clip=s.tis_clip,
-                         tis_clip_low=s.tis_clip_low, per_token=s.per_token_loss)
+        cfg = LossConfig(
+            eps_clip=s.eps_clip,
+            eps_clip_high=s.eps_clip_high,
+            use_tis=s.use_tis,
+            tis_clip=s.tis_clip,
+            tis_clip_low=s.tis_clip_low,
+            per_token=s.per_token_loss,
+        )
         out = []
         gbs = s.global_batch_size
         for k in range(s.steps_per_rollout):
@@ -293,21 +362,26 @@ class EmbeddedRun:
                 idx = [chunk[j] for j in idx_local]
                 seqs = [(samples[i].tokens, len(samples[i].prompt_ids), len(samples[i].response_ids)) for i in idx]
                 cur, _ = self.policy.forward_micro(seqs, spec, grad=True)
-                loss, metrics = policy_loss(cur, [old_t[i] for i in idx], [roll_t[i] for i in idx],
-                                            [samples[i].advantage for i in idx], [masks[i] for i in idx], cfg)
+                loss, metrics = policy_loss(
+                    cur, [old_t[i] for i in idx], [roll_t[i] for i in idx], [samples[i].advantage for i in idx], [masks[i] for i in idx], cfg
+                )
                 weight = len(idx) / gbs  # mean over the step's samples, as VIME scales micro-batches
                 (loss * weight).backward()
                 for name, value in metrics.items():
                     sums[name] = sums.get(name, 0.0) + float(value) * weight
             grad_norm = self.policy.optimizer_step()
-            abs_diff = sample_mean([(old_t[i] - roll_t[i]).abs() for i in chunk], [masks[i] for i in chunk],
-                                   s.per_token_loss)
+            abs_diff = sample_mean([(old_t[i] - roll_t[i]).abs() for i in chunk], [masks[i] for i in chunk], s.per_token_loss)
             metrics = {f"train/{k_}": v for k_, v in sums.items()}
-            metrics.update({
-                "train/loss": sums["pg_loss"],  # entropy and KL coefficients are 0
-                "train/entropy_loss": float(sample_mean([entropies[i] for i in chunk], [masks[i] for i in chunk])),
-                "train/train_rollout_logprob_abs_diff": float(abs_diff), "train/grad_norm": grad_norm,
-                "train/lr": s.lr, "train/step": float(rollout_id * s.steps_per_rollout + k)})
+            metrics.update(
+                {
+                    "train/loss": sums["pg_loss"],  # entropy and KL coefficients are 0
+                    "train/entropy_loss": float(sample_mean([entropies[i] for i in chunk], [masks[i] for i in chunk])),
+                    "train/train_rollout_logprob_abs_diff": float(abs_diff),
+                    "train/grad_norm": grad_norm,
+                    "train/lr": s.lr,
+                    "train/step": float(rollout_id * s.steps_per_rollout + k),
+                }
+            )
             out.append((rollout_id * s.steps_per_rollout + k, metrics))
         self.trainer_version += 1
         return out

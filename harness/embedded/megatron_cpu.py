@@ -32,10 +32,17 @@ def on_cpu():
         torch.cuda.current_device = original
 
 
-_TE_MOE_OPS = ("fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
-                "fused_permute_with_probs", "fused_sort_chunks_by_index",
-                "fused_sort_chunks_by_index_with_probs", "fused_topk_with_score_function", "fused_unpermute",
-                "te_general_gemm")
+_TE_MOE_OPS = (
+    "fused_compute_score_for_moe_aux_loss",
+    "fused_moe_aux_loss",
+    "fused_permute",
+    "fused_permute_with_probs",
+    "fused_sort_chunks_by_index",
+    "fused_sort_chunks_by_index_with_probs",
+    "fused_topk_with_score_function",
+    "fused_unpermute",
+    "te_general_gemm",
+)
 
 
 def moe_without_te() -> None:
@@ -54,9 +61,7 @@ def init_distributed(rank: int, world_size: int, store_path: str) -> None:
         return
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     store = torch.distributed.FileStore(store_path, world_size)
-    torch.distributed.init_process_group(
-        "gloo", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=10)
-    )
+    torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=10))
 
 
 def init_model_parallel(tp: int, seed: int) -> None:

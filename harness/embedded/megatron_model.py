@@ -62,11 +62,18 @@ def moe_fields(hf) -> dict:
     experts = num_experts(hf)
     if not experts:
         return {}
-    return dict(num_moe_experts=experts, moe_router_topk=hf.num_experts_per_tok,
-                moe_ffn_hidden_size=hf.moe_intermediate_size, moe_router_pre_softmax=False,
-                moe_router_score_function="softmax", moe_router_load_balancing_type="none",
-                moe_aux_loss_coeff=0.0, moe_grouped_gemm=False, moe_token_dispatcher_type="allgather",
-                moe_router_dtype="fp32")
+    return dict(
+        num_moe_experts=experts,
+        moe_router_topk=hf.num_experts_per_tok,
+        moe_ffn_hidden_size=hf.moe_intermediate_size,
+        moe_router_pre_softmax=False,
+        moe_router_score_function="softmax",
+        moe_router_load_balancing_type="none",
+        moe_aux_loss_coeff=0.0,
+        moe_grouped_gemm=False,
+        moe_token_dispatcher_type="allgather",
+        moe_router_dtype="fp32",
+    )
 
 
 def build_gpt(hf, *, bf16: bool, tp: int):
@@ -75,8 +82,7 @@ def build_gpt(hf, *, bf16: bool, tp: int):
 
     config = transformer_config(hf, bf16=bf16, tp=tp)
     moe_without_te()
-    spec = get_gpt_layer_local_spec(num_experts=num_experts(hf) or None, moe_grouped_gemm=False, qk_layernorm=True,
-                                    normalization="RMSNorm")
+    spec = get_gpt_layer_local_spec(num_experts=num_experts(hf) or None, moe_grouped_gemm=False, qk_layernorm=True, normalization="RMSNorm")
     with on_cpu():
         model = GPTModel(
             config=config,
@@ -99,8 +105,10 @@ def hf_to_megatron(hf_sd: dict, hf, tp: int, rank: int) -> dict:
     """The rank's Megatron state dict from a full HF state dict."""
     heads, groups, dim = hf.num_attention_heads, hf.num_key_value_heads, hf.head_dim
     per_group = heads // groups
-    out = {"embedding.word_embeddings.weight": _split(hf_sd["model.embed_tokens.weight"], 0, tp, rank),
-           "decoder.final_layernorm.weight": hf_sd["model.norm.weight"].clone()}
+    out = {
+        "embedding.word_embeddings.weight": _split(hf_sd["model.embed_tokens.weight"], 0, tp, rank),
+        "decoder.final_layernorm.weight": hf_sd["model.norm.weight"].clone(),
+    }
     if not hf.tie_word_embeddings:
         out["output_layer.weight"] = _split(hf_sd["lm_head.weight"], 0, tp, rank)
     for i in range(hf.num_hidden_layers):
@@ -124,8 +132,10 @@ def _mlp_to_megatron(hf_sd: dict, hf, p: str, m: str, tp: int, rank: int) -> dic
     if not experts:
         gate = _split(hf_sd[p + "mlp.gate_proj.weight"], 0, tp, rank)
         up = _split(hf_sd[p + "mlp.up_proj.weight"], 0, tp, rank)
-        return {m + "mlp.linear_fc1.weight": torch.cat([gate, up], dim=0),
-                m + "mlp.linear_fc2.weight": _split(hf_sd[p + "mlp.down_proj.weight"], 1, tp, rank)}
+        return {
+            m + "mlp.linear_fc1.weight": torch.cat([gate, up], dim=0),
+            m + "mlp.linear_fc2.weight": _split(hf_sd[p + "mlp.down_proj.weight"], 1, tp, rank),
+        }
     if tp != 1:
         raise ValueError("MoE layers need TP=1 here (MoE with TP needs sequence parallelism)")
     out = {m + "mlp.router.weight": hf_sd[p + "mlp.gate.weight"].clone()}
@@ -140,8 +150,11 @@ def _mlp_to_hf(shards: list[dict], hf, p: str, m: str) -> dict:
     experts = num_experts(hf)
     if not experts:
         gates, ups = zip(*(torch.chunk(s[m + "mlp.linear_fc1.weight"], 2, dim=0) for s in shards))
-        return {p + "mlp.gate_proj.weight": torch.cat(gates, 0), p + "mlp.up_proj.weight": torch.cat(ups, 0),
-                p + "mlp.down_proj.weight": torch.cat([s[m + "mlp.linear_fc2.weight"] for s in shards], 1)}
+        return {
+            p + "mlp.gate_proj.weight": torch.cat(gates, 0),
+            p + "mlp.up_proj.weight": torch.cat(ups, 0),
+            p + "mlp.down_proj.weight": torch.cat([s[m + "mlp.linear_fc2.weight"] for s in shards], 1),
+        }
     (only,) = shards
     out = {p + "mlp.gate.weight": only[m + "mlp.router.weight"].clone()}
     for e in range(experts):
@@ -158,8 +171,10 @@ def megatron_to_hf(shards: list[dict], hf) -> dict:
     per_group = heads // groups
     first = shards[0]
     cat = lambda key, d: torch.cat([s[key] for s in shards], dim=d)  # noqa: E731
-    out = {"model.embed_tokens.weight": cat("embedding.word_embeddings.weight", 0),
-           "model.norm.weight": first["decoder.final_layernorm.weight"].clone()}
+    out = {
+        "model.embed_tokens.weight": cat("embedding.word_embeddings.weight", 0),
+        "model.norm.weight": first["decoder.final_layernorm.weight"].clone(),
+    }
     if not hf.tie_word_embeddings:
         out["lm_head.weight"] = cat("output_layer.weight", 0)
     for i in range(hf.num_hidden_layers):

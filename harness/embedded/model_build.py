@@ -26,9 +26,7 @@ def train_tokenizer(recipe: ModelRecipe) -> Tokenizer:
         corpus.append(prompt + response)
     tok = Tokenizer(models.BPE(unk_token=None))
     # Digits one by one (arithmetic stays learnable), byte-level so decode is exact.
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=recipe.tokenizer_vocab,
@@ -90,15 +88,20 @@ def sft_batches(recipe: ModelRecipe, tok: Tokenizer, pad_id: int):
 
 def save_tokenizer(tok: Tokenizer, out: Path) -> None:
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": task.EOS_TOKEN,
-        "pad_token": task.PAD_TOKEN,
-        "bos_token": None,
-        "model_max_length": 256,
-        "chat_template": task.CHAT_TEMPLATE,
-        "clean_up_tokenization_spaces": False,
-    }, indent=1))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": task.EOS_TOKEN,
+                "pad_token": task.PAD_TOKEN,
+                "bos_token": None,
+                "model_max_length": 256,
+                "chat_template": task.CHAT_TEMPLATE,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=1,
+        )
+    )
 
 
 def build_model(recipe: ModelRecipe, out: Path) -> None:
@@ -113,9 +116,12 @@ def build_model(recipe: ModelRecipe, out: Path) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=recipe.sft_lr, total_steps=recipe.sft_steps)
     batches = sft_batches(recipe, tok, pad_id)
-    columns = (TextColumn(f"building embedded://model/{recipe.name}"), BarColumn(),
-               TextColumn("{task.completed}/{task.total} SFT steps, loss {task.fields[loss]:.3f}"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn(f"building embedded://model/{recipe.name}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} SFT steps, loss {task.fields[loss]:.3f}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, transient=False) as progress:
         bar = progress.add_task("sft", total=recipe.sft_steps, loss=float("nan"))
         for _ in range(recipe.sft_steps):
@@ -131,5 +137,4 @@ def build_model(recipe: ModelRecipe, out: Path) -> None:
     model.save_pretrained(out, safe_serialization=True)
     GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=pad_id).save_pretrained(out)
     save_tokenizer(tok, out)
-    (out / "lab_recipe.json").write_text(json.dumps(
-        {"recipe": asdict(recipe), "hash": recipe_hash(recipe), "final_sft_loss": loss.item()}, indent=1))
+    (out / "lab_recipe.json").write_text(json.dumps({"recipe": asdict(recipe), "hash": recipe_hash(recipe), "final_sft_loss": loss.item()}, indent=1))

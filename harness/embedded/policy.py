@@ -42,8 +42,19 @@ def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
 
 
 class Policy:
-    def __init__(self, hf_config, hf_state: dict, *, bf16: bool, tp: int, tp_rank: int,
-                 lr: float, betas: tuple[float, float], weight_decay: float, clip_grad: float) -> None:
+    def __init__(
+        self,
+        hf_config,
+        hf_state: dict,
+        *,
+        bf16: bool,
+        tp: int,
+        tp_rank: int,
+        lr: float,
+        betas: tuple[float, float],
+        weight_decay: float,
+        clip_grad: float,
+    ) -> None:
         self.hf_config, self.tp, self.tp_rank, self.clip_grad = hf_config, tp, tp_rank, clip_grad
         self.bf16 = bf16
         self.model = build_gpt(hf_config, bf16=bf16, tp=tp)
@@ -63,14 +74,13 @@ class Policy:
     def dtype_name(self) -> str:
         return "bfloat16" if self.bf16 else "float32"
 
-    def forward_micro(self, seqs: list[tuple[list[int], int, int]], spec: LogprobSpec, *, grad: bool,
-                      diagnostics: bool = False):
+    def forward_micro(self, seqs: list[tuple[list[int], int, int]], spec: LogprobSpec, *, grad: bool, diagnostics: bool = False):
         """Per sample (tokens, prompt_len, response_len): log-probs [R] and, if asked, diagnostics
         and the final hidden states at the selected positions (before the LM head)."""
         width = max(len(t) for t, _, _ in seqs) + 1  # +1: a shifted target never runs off the end
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         for i, (t, _, _) in enumerate(seqs):
-            ids[i, :len(t)] = torch.tensor(t)
+            ids[i, : len(t)] = torch.tensor(t)
         positions = torch.arange(width).unsqueeze(0).expand(len(seqs), -1)
         rows, cols, targets = [], [], []
         for i, (_, p, r) in enumerate(seqs):
@@ -95,8 +105,7 @@ class Policy:
             if diagnostics:
                 with torch.no_grad():
                     full = lp.gather_full_vocab(selected.detach())
-                    extra["diag"] = lp.token_diagnostics(full, targets_t, spec.temperature, spec.top_k,
-                                                         spec.top_p, self.tp)
+                    extra["diag"] = lp.token_diagnostics(full, targets_t, spec.temperature, spec.top_k, spec.top_p, self.tp)
                     hidden = self.captured_hidden.detach()  # [s, b, h]
                     extra["hidden"] = hidden[cols_t, rows_t]
                     extra["targets"] = targets_t
@@ -115,7 +124,7 @@ class Policy:
         group = parallel_state.get_tensor_model_parallel_group()
         sharded_sq = torch.zeros(())
         replicated_sq = torch.zeros(())
-        for (name, p) in self.model.named_parameters():
+        for name, p in self.model.named_parameters():
             if p.grad is None:
                 continue
             if self.tp > 1 and ("q_layernorm" in name or "k_layernorm" in name):

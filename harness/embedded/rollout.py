@@ -14,23 +14,40 @@ def prompt_batch(prompts: list[Prompt], rollout_id: int, batch_size: int) -> lis
     return [prompts[(start + i) % len(prompts)] for i in range(batch_size)]
 
 
-def collect(engine, tokenizer, batch: list[Prompt], spec: SamplingSpec, *, tokenizer_hash: str,
-            std_normalise: bool) -> list[Sample]:
+def collect(engine, tokenizer, batch: list[Prompt], spec: SamplingSpec, *, tokenizer_hash: str, std_normalise: bool) -> list[Sample]:
     groups = engine.generate([p.ids for p in batch], spec)
     samples: list[Sample] = []
     for g, (prompt, completions) in enumerate(zip(batch, groups)):
         for c in completions:
             text = tokenizer.decode(c.token_ids, skip_special_tokens=False)
-            samples.append(Sample(
-                index=len(samples), group_index=g, prompt_ids=list(prompt.ids), response_ids=c.token_ids,
-                rollout_log_probs=c.logprobs, rollout_ranks=c.ranks, loss_mask=[1] * len(c.token_ids),
-                label=prompt.label, response_text=text, finish_reason=c.finish_reason,
-                rollout_weight_version=c.weight_version, reward=deepscaler(text, prompt.label)))
+            samples.append(
+                Sample(
+                    index=len(samples),
+                    group_index=g,
+                    prompt_ids=list(prompt.ids),
+                    response_ids=c.token_ids,
+                    rollout_log_probs=c.logprobs,
+                    rollout_ranks=c.ranks,
+                    loss_mask=[1] * len(c.token_ids),
+                    label=prompt.label,
+                    response_text=text,
+                    finish_reason=c.finish_reason,
+                    rollout_weight_version=c.weight_version,
+                    reward=deepscaler(text, prompt.label),
+                )
+            )
     advantages = grpo_advantages([s.reward for s in samples], spec.n, std_normalise)
     for s, a in zip(samples, advantages):
         s.advantage = a
         s.rollout_fingerprint = fingerprint(
-            token_ids=s.tokens, response_ids=s.response_ids, loss_mask=s.loss_mask, sampling=spec.as_dict(),
-            tokenizer_hash=tokenizer_hash, weight_version=s.rollout_weight_version, dp_rank=0,
-            micro_batch=None, offset=s.index)
+            token_ids=s.tokens,
+            response_ids=s.response_ids,
+            loss_mask=s.loss_mask,
+            sampling=spec.as_dict(),
+            tokenizer_hash=tokenizer_hash,
+            weight_version=s.rollout_weight_version,
+            dp_rank=0,
+            micro_batch=None,
+            offset=s.index,
+        )
     return samples

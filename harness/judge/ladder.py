@@ -212,8 +212,12 @@ def judge_rung(
         # lowers the drift. Every drift class names a cause of *added* drift (a mishandled contract
         # or a broken sync only ever adds), so "not up" is enough to rule them out.
         one_sided = outcomes.not_up(diff, effect, 1.0 - confidence, holm.family_size)
-        judgement.evidence["decision"]["not_up"] = {"decided": one_sided.decided, "upper_bound": one_sided.upper,
-                                                    "confidence": one_sided.confidence, "rule": "one-sided, Bonferroni over the family"}
+        judgement.evidence["decision"]["not_up"] = {
+            "decided": one_sided.decided,
+            "upper_bound": one_sided.upper,
+            "confidence": one_sided.confidence,
+            "rule": "one-sided, Bonferroni over the family",
+        }
         if one_sided.decided:
             judgement.reasons.append(
                 f"delta {diff.diff:+.3g}: {result.describe()} ({family}); not up: {one_sided.describe()}, so the rung adds "

@@ -24,7 +24,15 @@ from scipy import stats as scipy_stats
 from harness.judge.stats import DiffCI
 
 __all__ = [
-    "OUTCOMES", "Outcome", "HolmLevel", "NotUp", "effect_of_interest", "decision_p_value", "judge_outcome", "holm_levels", "not_up",
+    "OUTCOMES",
+    "Outcome",
+    "HolmLevel",
+    "NotUp",
+    "effect_of_interest",
+    "decision_p_value",
+    "judge_outcome",
+    "holm_levels",
+    "not_up",
 ]
 
 OUTCOMES = ("up", "down", "flat", "inconclusive")

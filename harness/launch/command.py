@@ -36,15 +36,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     _, spec = spec_from_args(args)
     if spec.backend == "embedded":
         check_embedded_flags(spec)
-    options = LaunchOptions(runs_dir=Path(args.runs_dir), rerun=args.rerun, vime_root=args.vime_root,
-                            ray_address=args.ray_address, timeout_s=args.timeout, image=args.image)
+    options = LaunchOptions(
+        runs_dir=Path(args.runs_dir),
+        rerun=args.rerun,
+        vime_root=args.vime_root,
+        ray_address=args.ray_address,
+        timeout_s=args.timeout,
+        image=args.image,
+    )
     run_dir = ensure_run(spec, options)
     state = read_state(run_dir)
     status = run_dir.read_status()
     if state != "finished":
         failure = status.get("failure") or {}
-        print(f"run {spec.run_id} {state}: {failure.get('signature', '?')} at log line {failure.get('line', '?')}: "
-              f"{failure.get('text', '')}", file=sys.stderr)
+        print(
+            f"run {spec.run_id} {state}: {failure.get('signature', '?')} at log line {failure.get('line', '?')}: {failure.get('text', '')}",
+            file=sys.stderr,
+        )
     print(run_dir.path)
     return 0 if state == "finished" else 1
 
@@ -56,7 +64,6 @@ def register(commands) -> None:
     parser.add_argument("--rerun", action="store_true", help="launch even if a finished run with this spec exists")
     parser.add_argument("--vime-root", default=None, help="VIME checkout with train.py (--backend vime)")
     parser.add_argument("--ray-address", default=None, help="submit as a Ray job to this address instead of a local process")
-    parser.add_argument("--timeout", type=positive_seconds, default=3600.0,
-                        help="seconds before the harness stops the run (> 0)")
+    parser.add_argument("--timeout", type=positive_seconds, default=3600.0, help="seconds before the harness stops the run (> 0)")
     parser.add_argument("--image", default=None, help="container image to record in the environment record")
     parser.set_defaults(func=cmd_run)

@@ -15,9 +15,15 @@ class RunProgress:
         console = Console(file=sys.stderr)
         self._enabled = console.is_terminal if enabled is None else enabled
         self._progress = Progress(
-            TextColumn("[bold]{task.fields[run]}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("[bold]{task.fields[run]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
             TextColumn("abs-diff {task.fields[diff]}  reward {task.fields[reward]}  step {task.fields[step_time]}"),
-            TimeElapsedColumn(), console=console, disable=not self._enabled, transient=False)
+            TimeElapsedColumn(),
+            console=console,
+            disable=not self._enabled,
+            transient=False,
+        )
         self._task = self._progress.add_task("run", total=total_steps, run=run_id, diff="-", reward="-", step_time="-")
         self._steps: set[int] = set()
 

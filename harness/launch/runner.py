@@ -101,16 +101,17 @@ def _refuse_to_replace(run_dir: RunDir) -> None:
     if not path.exists():
         return
     if not path.is_dir() or (any(path.iterdir()) and not written_by_harness(path)):
-        raise SpecError(f"{path}: exists and is not a run directory written by this tool; refusing to replace it "
-                        f"(its files would be deleted): move it away or choose another --runs-dir")
+        raise SpecError(
+            f"{path}: exists and is not a run directory written by this tool; refusing to replace it "
+            f"(its files would be deleted): move it away or choose another --runs-dir"
+        )
     try:
         identity = json.loads(run_dir.file(TRAINER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
     alive = trainer_still_running(identity) if isinstance(identity, dict) else None
     if alive:
-        raise SpecError(f"{path}: an earlier launch of this spec is not over, {alive}; "
-                        f"refusing to delete the directory it still writes to")
+        raise SpecError(f"{path}: an earlier launch of this spec is not over, {alive}; refusing to delete the directory it still writes to")
 
 
 def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
@@ -154,8 +155,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
                 else:
                     source = LocalProcess(command + argv, cwd, env)
             except Exception:
-                run_dir.set_status("failed", failure={"signature": "launch-error", "line": 0,
-                                                      "text": "the trainer could not be started"})
+                run_dir.set_status("failed", failure={"signature": "launch-error", "line": 0, "text": "the trainer could not be started"})
                 raise
             atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())
             run_dir.append_log(f"# launched as {source.description}")
@@ -171,8 +171,11 @@ def _record_interrupt(run_dir: RunDir, source, why: str) -> None:
     if source is not None:
         source.stop()
     steps = run_dir.set_status("interrupted")["steps_logged"]  # counts the steps on disk first
-    note = (f"{why}: the harness stopped the trainer it started; {steps} steps logged are kept"
-            if source is not None else f"{why} before the trainer started")
+    note = (
+        f"{why}: the harness stopped the trainer it started; {steps} steps logged are kept"
+        if source is not None
+        else f"{why} before the trainer started"
+    )
     run_dir.append_log(f"# interrupted ({note})")
     run_dir.set_status("interrupted", note=note)
 
@@ -198,15 +201,20 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
             if time.monotonic() > deadline:
                 source.stop()
                 run_dir.append_log(f"# stopped by the harness after its {options.timeout_s:.0f} s time limit")
-                run_dir.set_status("interrupted", failure={"signature": "timeout", "line": parser.line_no,
-                                                           "text": f"run exceeded the harness's time limit of {options.timeout_s:.0f} s"})
+                run_dir.set_status(
+                    "interrupted",
+                    failure={
+                        "signature": "timeout",
+                        "line": parser.line_no,
+                        "text": f"run exceeded the harness's time limit of {options.timeout_s:.0f} s",
+                    },
+                )
                 return "interrupted"
     parser.finish()
     if code == 0:
         run_dir.set_status("finished", exit_code=0)
         return "finished"
     primary = primary_failure(failures)
-    failure = primary.model_dump() if primary else {
-        "signature": "nonzero-exit", "line": parser.line_no, "text": f"trainer exited with code {code}"}
+    failure = primary.model_dump() if primary else {"signature": "nonzero-exit", "line": parser.line_no, "text": f"trainer exited with code {code}"}
     run_dir.set_status("failed", failure=failure, exit_code=code)
     return "failed"

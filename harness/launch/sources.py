@@ -31,16 +31,24 @@ class LocalProcess:
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str]):
         self.description = f"local process: {shlex.join(command[:3])} ..."
         self._proc = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, start_new_session=True)
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self._eof = False
 
     def identity(self) -> dict:
         """What a later launch needs to tell whether this trainer still runs (trainer.json)."""
-        return {"pid": self._proc.pid, "pgid": self._proc.pid, "start_ticks": _process_start_ticks(self._proc.pid),
-                "host": os.uname().nodename}
+        return {"pid": self._proc.pid, "pgid": self._proc.pid, "start_ticks": _process_start_ticks(self._proc.pid), "host": os.uname().nodename}
 
     def _pump(self) -> None:
         assert self._proc.stdout is not None
@@ -97,7 +105,7 @@ def _process_start_ticks(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
 def trainer_still_running(identity: dict) -> str | None:
@@ -142,9 +150,7 @@ class RayJob:
         except Exception as err:  # Ray raises ConnectionError or RuntimeError with its own text
             raise SpecError(f"--ray-address {address}: cannot reach a Ray job server there ({str(err).splitlines()[0]})") from None
         passed_env = {k: v for k, v in env.items() if k.startswith(("VLLM_", "LAB_", "PYTHON", "OMP_", "NCCL_", "CUDA_", "TORCH_", "HF_"))}
-        self.job_id = self._client.submit_job(
-            entrypoint=f"cd {shlex.quote(str(cwd))} && {shlex.join(command)}",
-            runtime_env={"env_vars": passed_env})
+        self.job_id = self._client.submit_job(entrypoint=f"cd {shlex.quote(str(cwd))} && {shlex.join(command)}", runtime_env={"env_vars": passed_env})
         self.description = f"Ray job {self.job_id} at {address}"
         self._seen_chars = 0
         self._done: int | None = None
@@ -157,7 +163,7 @@ class RayJob:
         time.sleep(timeout)
         status = str(self._client.get_job_status(self.job_id)).split(".")[-1]
         logs = self._client.get_job_logs(self.job_id)
-        new = logs[self._seen_chars:]
+        new = logs[self._seen_chars :]
         if status in self.TERMINAL:
             # Logs are read after the status, so everything the job printed is already in `new`.
             self._done = self.TERMINAL[status]

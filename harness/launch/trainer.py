@@ -31,8 +31,10 @@ def output_flags(run_path: Path, backend: str) -> list[str]:
     """VIME's debug-dump flags (both backends) and, for the miniature, where to put its record."""
     dumps = run_path / "dumps"
     flags = [
-        "--save-debug-rollout-data", str(dumps / "rollout_{rollout_id}.pt"),
-        "--save-debug-train-data", str(dumps / "train_{rollout_id}_{rank}.pt"),
+        "--save-debug-rollout-data",
+        str(dumps / "rollout_{rollout_id}.pt"),
+        "--save-debug-train-data",
+        str(dumps / "train_{rollout_id}_{rank}.pt"),
     ]
     if backend == "embedded":
         flags += ["--embedded-output-dir", str(run_path)]

@@ -70,16 +70,13 @@ def zigzag_merge(per_rank: Sequence[torch.Tensor], length: int) -> torch.Tensor:
     for rank, part in enumerate(per_rank):
         if part.shape[0] != 2 * chunk:
             raise ValueError(
-                f"zigzag_merge: rank {rank} holds {part.shape[0]} entries, expected 2 x {chunk} "
-                f"for a row of {length} split over cp_size={cp_size}"
+                f"zigzag_merge: rank {rank} holds {part.shape[0]} entries, expected 2 x {chunk} for a row of {length} split over cp_size={cp_size}"
             )
         chunks[rank], chunks[2 * cp_size - 1 - rank] = part[:chunk], part[chunk:]
     return torch.cat(chunks)[:length]
 
 
-def cp_response_ranges(
-    total_len: int, response_len: int, cp_size: int, cp_rank: int
-) -> tuple[tuple[int, int], tuple[int, int]]:
+def cp_response_ranges(total_len: int, response_len: int, cp_size: int, cp_rank: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """Row positions [start, end) of the response log-probs that rank `cp_rank` computes.
 
     Two ranges, one per chunk; an empty one is (0, 0), as VIME writes it.
@@ -98,9 +95,7 @@ def cp_response_ranges(
     return ranges[0], ranges[1]
 
 
-def slice_response_for_rank(
-    values: torch.Tensor, total_len: int, response_len: int, cp_size: int, cp_rank: int
-) -> torch.Tensor:
+def slice_response_for_rank(values: torch.Tensor, total_len: int, response_len: int, cp_size: int, cp_rank: int) -> torch.Tensor:
     """The part of a response-length tensor (e.g. rollout log-probs) that rank `cp_rank` holds."""
     if values.shape[0] != response_len:
         raise ValueError(f"values cover {values.shape[0]} tokens, expected response_len={response_len}")
@@ -109,9 +104,7 @@ def slice_response_for_rank(
     return torch.cat(parts) if parts else values[:0]
 
 
-def merge_response_from_ranks(
-    per_rank: Sequence[torch.Tensor], total_len: int, response_len: int
-) -> torch.Tensor:
+def merge_response_from_ranks(per_rank: Sequence[torch.Tensor], total_len: int, response_len: int) -> torch.Tensor:
     """Inverse of `slice_response_for_rank` over all ranks: the full response-length tensor."""
     cp_size = len(per_rank)
     offset = total_len - response_len - 1

@@ -57,14 +57,10 @@ def first_fit_bins(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return bins
 
 
-def dynamic_micro_batches(
-    lengths: Sequence[int], max_tokens_per_gpu: int, cp_size: int = 1, balance: bool = True
-) -> MicroBatchPlan:
+def dynamic_micro_batches(lengths: Sequence[int], max_tokens_per_gpu: int, cp_size: int = 1, balance: bool = True) -> MicroBatchPlan:
     """Every sample in exactly one micro-batch, none over `max_tokens_per_gpu * cp_size` tokens."""
     if max_tokens_per_gpu < 1 or cp_size < 1:
-        raise ValueError(
-            f"max_tokens_per_gpu={max_tokens_per_gpu}, cp_size={cp_size}: both must be >= 1"
-        )
+        raise ValueError(f"max_tokens_per_gpu={max_tokens_per_gpu}, cp_size={cp_size}: both must be >= 1")
     budget = max_tokens_per_gpu * cp_size
     for index, length in enumerate(lengths):
         if length > budget:

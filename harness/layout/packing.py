@@ -36,9 +36,7 @@ class PackedSequences:
         return int(self.cu_seqlens[-1] - self.cu_seqlens[self.num_samples])
 
 
-def pack_sequences(
-    samples: Sequence[torch.Tensor], pad_multiple: int = 1, pad_value: int | float = 0
-) -> PackedSequences:
+def pack_sequences(samples: Sequence[torch.Tensor], pad_multiple: int = 1, pad_value: int | float = 0) -> PackedSequences:
     """Concatenate 1-D samples along dim 0; pad the stream to a multiple of `pad_multiple`."""
     if pad_multiple < 1:
         raise ValueError(f"pack_sequences: pad_multiple={pad_multiple}, expected an integer >= 1")

@@ -42,7 +42,7 @@ class _State:
         # Largest spread first; ties: the largest set first, then insertion order (determinism).
         return (-self.spread, -self.sums[0], self.order_key)
 
-    def merge(self, other: "_State") -> None:
+    def merge(self, other: _State) -> None:
         # Pair this state's largest set with the other's smallest: differencing.
         k = len(self.sums)
         for i in range(k):

@@ -25,9 +25,7 @@ import torch
 __all__ = ["sample_mean_abs_diff", "per_sample_means", "masked_sample_mean"]
 
 
-def _checked_pairs(
-    per_sample_abs_diffs: Sequence[torch.Tensor], loss_masks: Sequence[torch.Tensor]
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _checked_pairs(per_sample_abs_diffs: Sequence[torch.Tensor], loss_masks: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if len(per_sample_abs_diffs) != len(loss_masks):
         raise ValueError(
             f"sample_mean_abs_diff: {len(per_sample_abs_diffs)} per-sample diff tensors but "
@@ -50,9 +48,7 @@ def _checked_pairs(
     return pairs
 
 
-def per_sample_means(
-    per_sample_abs_diffs: Sequence[torch.Tensor], loss_masks: Sequence[torch.Tensor]
-) -> list[float]:
+def per_sample_means(per_sample_abs_diffs: Sequence[torch.Tensor], loss_masks: Sequence[torch.Tensor]) -> list[float]:
     """Each sample's masked token mean (denominator clamped to 1, as VIME clamps it)."""
     return _means(_checked_pairs(per_sample_abs_diffs, loss_masks))
 

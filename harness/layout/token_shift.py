@@ -30,10 +30,7 @@ __all__ = [
 
 def _check_lengths(total_len: int, response_len: int) -> None:
     if response_len < 0 or total_len < 1:
-        raise ValueError(
-            f"total_len={total_len}, response_len={response_len}: expected total_len >= 1 and "
-            "response_len >= 0"
-        )
+        raise ValueError(f"total_len={total_len}, response_len={response_len}: expected total_len >= 1 and response_len >= 0")
     if total_len - response_len < 1:
         raise ValueError(
             f"total_len={total_len}, response_len={response_len}: the prompt must hold at least "
@@ -53,9 +50,7 @@ def response_token_slice(total_len: int, response_len: int) -> slice:
     return slice(total_len - response_len, total_len)
 
 
-def response_gather_positions(
-    prompt_len: int, response_len: int, slice_shift: int = 0, target_shift: int = 0
-) -> tuple[list[int], list[int]]:
+def response_gather_positions(prompt_len: int, response_len: int, slice_shift: int = 0, target_shift: int = 0) -> tuple[list[int], list[int]]:
     """(logit positions, target token positions) the trainer gathers for one row's response.
 
     Unshifted, these are `response_logprob_slice` and `response_token_slice` of the row. The two
@@ -79,9 +74,7 @@ def align_loss_mask(loss_mask: torch.Tensor, total_len: int) -> torch.Tensor:
     return F.pad(loss_mask, (prompt_len - 1, 1), value=0)
 
 
-def selected_token_logprobs(
-    logits: torch.Tensor, tokens: torch.Tensor, response_len: int, temperature: float = 1.0
-) -> torch.Tensor:
+def selected_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, response_len: int, temperature: float = 1.0) -> torch.Tensor:
     """Trainer-side log-probs of the sampled response tokens for one row.
 
     `logits` is [total_len, vocab] for the whole row; like Megatron, logits are divided by the

@@ -121,7 +121,7 @@ def run_bench(bundle: Bundle, device, names=None, temperature=1.0, warmup=3, rep
     bundle = bundle.to(device)
     record = {
         "schema": SCHEMA,
-        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **environment(device),
         "bundle": {"source": bundle.source, **bundle.shape},
         "temperature": temperature,
@@ -165,7 +165,11 @@ def run_token_sweep(bundles, device, names=None, temperature=1.0, warmup=3, reps
     for bundle in bundles:
         part = run_bench(bundle, device, names, temperature, warmup, reps, on_row=on_row)
         if record is None:
-            record = part | {"results": [], "gemm_ms_by_tokens": {}, "bundle": {"source": part["bundle"]["source"], "tokens": [b.hidden.shape[0] for b in bundles]}}
+            record = part | {
+                "results": [],
+                "gemm_ms_by_tokens": {},
+                "bundle": {"source": part["bundle"]["source"], "tokens": [b.hidden.shape[0] for b in bundles]},
+            }
             record.pop("gemm_ms_median", None)
         record["gemm_ms_by_tokens"][str(bundle.hidden.shape[0])] = part["gemm_ms_median"]
         record["results"].extend(part["results"])

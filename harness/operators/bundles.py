@@ -39,9 +39,14 @@ class Bundle:
 
     @property
     def shape(self) -> dict:
-        return {"T": self.hidden.shape[0], "H": self.hidden.shape[1], "V": self.weight.shape[0], "dtype": str(self.hidden.dtype).removeprefix("torch.")}
+        return {
+            "T": self.hidden.shape[0],
+            "H": self.hidden.shape[1],
+            "V": self.weight.shape[0],
+            "dtype": str(self.hidden.dtype).removeprefix("torch."),
+        }
 
-    def to(self, device) -> "Bundle":
+    def to(self, device) -> Bundle:
         return Bundle(self.hidden.to(device), self.weight.to(device), self.targets.to(device), self.source)
 
 

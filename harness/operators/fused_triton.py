@@ -44,6 +44,8 @@ FALLBACK_CONFIG = KernelConfig(128, 256, 64, 8, 3, "nested")
 
 def default_config(device: torch.device) -> KernelConfig:
     return HOPPER_CONFIG if torch.cuda.get_device_capability(device) >= (9, 0) else FALLBACK_CONFIG
+
+
 VARIANTS = {"nested": 0, "flat": 1, "flatten": 2, "ws": 3}
 TMA_LOOPS = {"tma": 0, "tma_flatten": 2, "tma_ws": 3}
 
@@ -60,9 +62,20 @@ def _epilogue(acc, cols, hi, tgt, inv_temp, m, s, z_t):
 
 @triton.jit(do_not_specialize=["T"])
 def _partials_kernel(
-    h_ptr, w_ptr, tgt_ptr, bounds_ptr, out_ptr,
-    T, H, stride_h, stride_w, inv_temp,
-    BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VARIANT: tl.constexpr,
+    h_ptr,
+    w_ptr,
+    tgt_ptr,
+    bounds_ptr,
+    out_ptr,
+    T,
+    H,
+    stride_h,
+    stride_w,
+    inv_temp,
+    BLOCK_T: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    VARIANT: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -136,8 +149,18 @@ def _partials_kernel(
 
 @triton.jit(do_not_specialize=["T"])
 def _partials_kernel_tma(
-    h_desc, w_desc, tgt_ptr, bounds_ptr, out_ptr, T, H, inv_temp,
-    BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, LOOP: tl.constexpr,
+    h_desc,
+    w_desc,
+    tgt_ptr,
+    bounds_ptr,
+    out_ptr,
+    T,
+    H,
+    inv_temp,
+    BLOCK_T: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    LOOP: tl.constexpr,
 ):
     """Same arithmetic, operands fetched by the tensor-memory accelerator (Hopper's bulk copy)."""
     pid_t = tl.program_id(0)
@@ -217,16 +240,37 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
         _partials_kernel_tma[grid](
             TensorDescriptor.from_tensor(hidden, [config.block_t, config.block_k]),
             TensorDescriptor.from_tensor(weight_shard, [config.block_v, config.block_k]),
-            targets.contiguous(), bounds, out, rows, width, 1.0 / temperature,
-            BLOCK_T=config.block_t, BLOCK_V=config.block_v, BLOCK_K=config.block_k, LOOP=TMA_LOOPS[config.variant],
-            num_warps=config.num_warps, num_stages=config.num_stages,
+            targets.contiguous(),
+            bounds,
+            out,
+            rows,
+            width,
+            1.0 / temperature,
+            BLOCK_T=config.block_t,
+            BLOCK_V=config.block_v,
+            BLOCK_K=config.block_k,
+            LOOP=TMA_LOOPS[config.variant],
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
         )
         return out[0], out[1], out[2]
     _partials_kernel[grid](
-        hidden, weight_shard, targets.contiguous(), bounds, out,
-        rows, width, hidden.stride(0), weight_shard.stride(0), 1.0 / temperature,
-        BLOCK_T=config.block_t, BLOCK_V=config.block_v, BLOCK_K=config.block_k, VARIANT=VARIANTS[config.variant],
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        hidden,
+        weight_shard,
+        targets.contiguous(),
+        bounds,
+        out,
+        rows,
+        width,
+        hidden.stride(0),
+        weight_shard.stride(0),
+        1.0 / temperature,
+        BLOCK_T=config.block_t,
+        BLOCK_V=config.block_v,
+        BLOCK_K=config.block_k,
+        VARIANT=VARIANTS[config.variant],
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return out[0], out[1], out[2]
 
@@ -294,8 +338,21 @@ _G_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 @triton.jit(do_not_specialize=["T", "v0", "width"])
 def _grad_logits_kernel(
-    h_desc, w_desc, g_ptr, tgt_ptr, lse_ptr, scale_ptr, T, H, v0, width, stride_g, inv_temp,
-    BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    h_desc,
+    w_desc,
+    g_ptr,
+    tgt_ptr,
+    lse_ptr,
+    scale_ptr,
+    T,
+    H,
+    v0,
+    width,
+    stride_g,
+    inv_temp,
+    BLOCK_T: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     """grad_logits[t, c] = (onehot - softmax)[t, v0 + c] * grad_out[t] / temperature, one tile."""
     row0 = tl.program_id(0) * BLOCK_T
@@ -319,8 +376,16 @@ def _grad_logits_kernel(
 
 @triton.jit(do_not_specialize=["T", "width"])
 def _grad_weight_kernel(
-    g_desc, h_desc, gw_ptr, T, H, width, stride_gw,
-    BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+    g_desc,
+    h_desc,
+    gw_ptr,
+    T,
+    H,
+    width,
+    stride_gw,
+    BLOCK_V: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     """grad_weight[c, :] for c in one tile of the slice: sum over T in blocks of BLOCK_K from row 0."""
     c0 = tl.program_id(0) * BLOCK_V
@@ -336,8 +401,17 @@ def _grad_weight_kernel(
 
 @triton.jit(do_not_specialize=["T", "w_row0", "width"])
 def _grad_hidden_kernel(
-    g_desc, w_desc, p_ptr, T, H, w_row0, width,
-    ACCUMULATE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr,
+    g_desc,
+    w_desc,
+    p_ptr,
+    T,
+    H,
+    w_row0,
+    width,
+    ACCUMULATE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     """partial[rows, h-tile] (+)= grad_logits[rows, slice] @ weight[slice, h-tile]; K from the slice start.
 
@@ -359,7 +433,9 @@ def _grad_hidden_kernel(
     tl.store(ptrs, acc, mask=ok)
 
 
-def triton_backward_groups(hidden, weight_shard, targets, lse, temperature, grad_out, local_group_bounds, grad_w, config: BackwardConfig | None = None):
+def triton_backward_groups(
+    hidden, weight_shard, targets, lse, temperature, grad_out, local_group_bounds, grad_w, config: BackwardConfig | None = None
+):
     """Yield each local group's grad_hidden partial ([T, H] fp32), writing grad_weight rows as it goes.
 
     The GPU twin of fused_torch.torch_backward_groups (same plan, fused_plan.py). Extra memory: one
@@ -401,18 +477,51 @@ def triton_backward_groups(hidden, weight_shard, targets, lse, temperature, grad
         for s0 in range(g0, g1, slice_cols):
             n = min(slice_cols, g1 - s0)
             _grad_logits_kernel[(triton.cdiv(rows, bt), triton.cdiv(n, bv))](
-                h_desc, w_desc, g_buf, tgt, lse, scale, rows, width, s0, n, g_buf.stride(0), 1.0 / temperature,
-                BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, **opts,
+                h_desc,
+                w_desc,
+                g_buf,
+                tgt,
+                lse,
+                scale,
+                rows,
+                width,
+                s0,
+                n,
+                g_buf.stride(0),
+                1.0 / temperature,
+                BLOCK_T=bt,
+                BLOCK_V=bv,
+                BLOCK_K=bk,
+                **opts,
             )
             gw = grad_w[s0 : s0 + n]
             _grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](
-                g_load_w, hc_desc, gw, rows, width, n, gw.stride(0),
-                BLOCK_V=bt, BLOCK_H=bv, BLOCK_K=bk, **opts,
+                g_load_w,
+                hc_desc,
+                gw,
+                rows,
+                width,
+                n,
+                gw.stride(0),
+                BLOCK_V=bt,
+                BLOCK_H=bv,
+                BLOCK_K=bk,
+                **opts,
             )
             if wc_buf is not None:
                 wc_buf[:n].copy_(weight_shard[s0 : s0 + n])
             _grad_hidden_kernel[(triton.cdiv(rows, bt), width // bv)](
-                g_load_t, wc_desc, partial, rows, width, s0 if wc_buf is None else 0, n,
-                ACCUMULATE=s0 != g0, BLOCK_T=bt, BLOCK_H=bv, BLOCK_K=bk, **opts,
+                g_load_t,
+                wc_desc,
+                partial,
+                rows,
+                width,
+                s0 if wc_buf is None else 0,
+                n,
+                ACCUMULATE=s0 != g0,
+                BLOCK_T=bt,
+                BLOCK_H=bv,
+                BLOCK_K=bk,
+                **opts,
             )
         yield partial

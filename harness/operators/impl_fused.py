@@ -136,7 +136,10 @@ class FusedLinearLogprobOperator(Operator):
         accumulate_dtype="float32",
         logits_dtype="none stored: fp32 tiles in registers (Triton) or one fp32 tile (torch)",
         rounds_at=[
-            "fp32 GEMM accumulation per tile", "fp32 / T (as x * (1/T))", "fp32 online max/exp/sum", "fp32 merge of 120 chunk partials",
+            "fp32 GEMM accumulation per tile",
+            "fp32 / T (as x * (1/T))",
+            "fp32 online max/exp/sum",
+            "fp32 merge of 120 chunk partials",
             "backward: grad_logits stored in fp16 per vocab slice (GPU), fp32 accumulation of both products, gradients returned in the operand dtype",
         ],
         reduction_order=(

@@ -173,7 +173,10 @@ def backward_checks(op: Operator, bundle, temperature: float) -> dict:
     full_h, full_w = _grads(op, h, w, t, temperature, g)
     start, n = 1, min(517, h.shape[0] - 1)
     alone_h, _ = _grads(op, h[start : start + n], w, t[start : start + n], temperature, g[start : start + n])
-    out = {"grad_batch_invariant": bool(torch.equal(alone_h, full_h[start : start + n])), "grad_batch_rows_differing": int((alone_h != full_h[start : start + n]).any(dim=1).sum())}
+    out = {
+        "grad_batch_invariant": bool(torch.equal(alone_h, full_h[start : start + n])),
+        "grad_batch_rows_differing": int((alone_h != full_h[start : start + n]).any(dim=1).sum()),
+    }
     del alone_h
     again_h, again_w = _grads(op, h, w, t, temperature, g)
     out["grad_deterministic"] = bool(torch.equal(again_h, full_h) and torch.equal(again_w, full_w))

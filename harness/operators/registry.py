@@ -12,8 +12,8 @@ factory returning an instance). The bench then measures it beside the built-ins,
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Callable
 
 from harness.operators.contract import Operator
 

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 COLUMNS = (
-    "operator", "T", "mean err", "p99 err", "max err", "batch inv", "TP inv", "ms", "x GEMM", "extra MiB",
-    "fwd+bwd ms", "fwd+bwd x GEMM", "fwd+bwd extra MiB", "grad rel err (h / W)", "grad batch inv", "grad TP inv",
+    "operator",
+    "T",
+    "mean err",
+    "p99 err",
+    "max err",
+    "batch inv",
+    "TP inv",
+    "ms",
+    "x GEMM",
+    "extra MiB",
+    "fwd+bwd ms",
+    "fwd+bwd x GEMM",
+    "fwd+bwd extra MiB",
+    "grad rel err (h / W)",
+    "grad batch inv",
+    "grad TP inv",
 )
 _N = len(COLUMNS) - 1
 
@@ -37,24 +51,26 @@ def rows(record: dict) -> list[tuple[str, ...]]:
             bwd += f" (fp32: {r['grad_rel_err_hidden_fp32']:.1e} / {r['grad_rel_err_weight_fp32']:.1e})"
         extra = r.get("peak_extra_bytes")
         extra_fb = r.get("fwd_bwd_peak_extra_bytes")
-        out.append((
-            r["name"] + (f" [{r['path']}]" if r.get("path") else ""),
-            str(r["shape"]["T"]),
-            _num(r.get("mean_abs_err")),
-            _num(r.get("p99_abs_err")),
-            _num(r.get("max_abs_err")),
-            _inv(r.get("batch_invariant"), r.get("batch_rows_differing")),
-            _inv(r.get("tp_invariant"), r.get("tp_rows_differing")),
-            _num(r.get("ms_median"), "{:.2f}"),
-            _num(r.get("x_gemm"), "{:.2f}"),
-            "-" if extra is None else f"{extra / 2**20:.0f}",
-            _num(r.get("fwd_bwd_ms_median"), "{:.2f}"),
-            _num(r.get("fwd_bwd_x_gemm"), "{:.2f}"),
-            "-" if extra_fb is None else f"{extra_fb / 2**20:.0f}",
-            bwd,
-            _inv(r.get("grad_batch_invariant"), r.get("grad_batch_rows_differing")),
-            "n/a" if r.get("grad_tp_invariant") is None else ("yes" if r["grad_tp_invariant"] else f"no {r.get('grad_tp_equal')}"),
-        ))
+        out.append(
+            (
+                r["name"] + (f" [{r['path']}]" if r.get("path") else ""),
+                str(r["shape"]["T"]),
+                _num(r.get("mean_abs_err")),
+                _num(r.get("p99_abs_err")),
+                _num(r.get("max_abs_err")),
+                _inv(r.get("batch_invariant"), r.get("batch_rows_differing")),
+                _inv(r.get("tp_invariant"), r.get("tp_rows_differing")),
+                _num(r.get("ms_median"), "{:.2f}"),
+                _num(r.get("x_gemm"), "{:.2f}"),
+                "-" if extra is None else f"{extra / 2**20:.0f}",
+                _num(r.get("fwd_bwd_ms_median"), "{:.2f}"),
+                _num(r.get("fwd_bwd_x_gemm"), "{:.2f}"),
+                "-" if extra_fb is None else f"{extra_fb / 2**20:.0f}",
+                bwd,
+                _inv(r.get("grad_batch_invariant"), r.get("grad_batch_rows_differing")),
+                "n/a" if r.get("grad_tp_invariant") is None else ("yes" if r["grad_tp_invariant"] else f"no {r.get('grad_tp_equal')}"),
+            )
+        )
     return out
 
 

@@ -57,7 +57,11 @@ def run_rank(shape, temperature, reps, out_path):
     from harness.operators.vocab_parallel import fused_vocab_parallel, megatron_vocab_parallel
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))) if torch.cuda.is_available() and dist.get_backend() == "nccl" else torch.device("cpu")
+    device = (
+        torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        if torch.cuda.is_available() and dist.get_backend() == "nccl"
+        else torch.device("cpu")
+    )
     if device.type == "cuda":
         torch.cuda.set_device(device)
     bundle = synthetic_bundle(BundleShape(*shape)).to(device)
@@ -74,25 +78,46 @@ def run_rank(shape, temperature, reps, out_path):
         ms, coll = _timed(lambda timings: fn(h, shard, t, temperature, timings=timings), device, reps)
         everyone = [torch.empty_like(out) for _ in range(world)]
         dist.all_gather(everyone, out)
-        results[name] = {"out": out, "ranks_agree": all(torch.equal(e, out) for e in everyone), "ms_median": ms, "collective_ms_median": coll, "peak_extra_bytes_rank0": peak}
+        results[name] = {
+            "out": out,
+            "ranks_agree": all(torch.equal(e, out) for e in everyone),
+            "ms_median": ms,
+            "collective_ms_median": coll,
+            "peak_extra_bytes_rank0": peak,
+        }
     grad_check = _gradient_parity(h, bundle.weight, shard, t, temperature, rank, per)
     if rank == 0:
         ref = reference_logprobs(h, bundle.weight, t, temperature)
-        record = {"schema": 1, "what": "vocab-parallel selected-logprob parity", "backend": dist.get_backend(), "tp": world,
-                  "env": {k: os.environ.get(k) for k in MULTICAST_OFF}, **environment(device),
-                  "bundle": {"source": bundle.source, **bundle.shape}, "temperature": temperature, "results": []}
+        record = {
+            "schema": 1,
+            "what": "vocab-parallel selected-logprob parity",
+            "backend": dist.get_backend(),
+            "tp": world,
+            "env": {k: os.environ.get(k) for k in MULTICAST_OFF},
+            **environment(device),
+            "bundle": {"source": bundle.source, **bundle.shape},
+            "temperature": temperature,
+            "results": [],
+        }
         record["gradients"] = grad_check
         for name, r in results.items():
             single = registry.get(name).selected_logprobs(h, bundle.weight, t, temperature, tp_size=1)
             err = (r["out"].double() - ref).abs()
-            record["results"].append({
-                "name": name, "tp": world, "rows_differing_from_tp1": int((r["out"] != single).sum()),
-                "bitwise_equal_tp1": bool(torch.equal(r["out"], single)), "ranks_agree": r["ranks_agree"],
-                "mean_abs_err": float(err.mean()), "max_abs_err": float(err.max()),
-                "ms_median": r["ms_median"], "collective_ms_median": r["collective_ms_median"],
-                "collective_share": r["collective_ms_median"] / r["ms_median"] if r["ms_median"] else None,
-                "peak_extra_bytes_rank0": r["peak_extra_bytes_rank0"],
-            })
+            record["results"].append(
+                {
+                    "name": name,
+                    "tp": world,
+                    "rows_differing_from_tp1": int((r["out"] != single).sum()),
+                    "bitwise_equal_tp1": bool(torch.equal(r["out"], single)),
+                    "ranks_agree": r["ranks_agree"],
+                    "mean_abs_err": float(err.mean()),
+                    "max_abs_err": float(err.max()),
+                    "ms_median": r["ms_median"],
+                    "collective_ms_median": r["collective_ms_median"],
+                    "collective_share": r["collective_ms_median"] / r["ms_median"] if r["ms_median"] else None,
+                    "peak_extra_bytes_rank0": r["peak_extra_bytes_rank0"],
+                }
+            )
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
         with open(out_path, "w") as f:
             json.dump(record, f, indent=1, default=str)
@@ -117,14 +142,20 @@ def _gradient_parity(h, weight, shard, t, temperature, rank, per) -> dict:
     h_1, w_1 = h.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
     logp_1 = registry.get("fused-linear-logprob").selected_logprobs(h_1, w_1, t, temperature, tp_size=1)
     (logp_1 * g).sum().backward()
-    checks = torch.tensor([
-        int(torch.equal(logp_tp, logp_1)),
-        int(torch.equal(h_tp.grad, h_1.grad)),
-        int(torch.equal(w_tp.grad, w_1.grad[rank * per : (rank + 1) * per])),
-    ], device=h.device)  # NCCL reduces device tensors only
+    checks = torch.tensor(
+        [
+            int(torch.equal(logp_tp, logp_1)),
+            int(torch.equal(h_tp.grad, h_1.grad)),
+            int(torch.equal(w_tp.grad, w_1.grad[rank * per : (rank + 1) * per])),
+        ],
+        device=h.device,
+    )  # NCCL reduces device tensors only
     dist.all_reduce(checks, op=dist.ReduceOp.MIN)
-    return {"logp_bitwise_equal_tp1": bool(checks[0]), "grad_hidden_bitwise_equal_tp1": bool(checks[1]),
-            "grad_weight_shards_bitwise_equal_tp1": bool(checks[2])}
+    return {
+        "logp_bitwise_equal_tp1": bool(checks[0]),
+        "grad_hidden_bitwise_equal_tp1": bool(checks[1]),
+        "grad_weight_shards_bitwise_equal_tp1": bool(checks[2]),
+    }
 
 
 def _spawned(rank, world, init_file, shape, temperature, reps, out_path):

@@ -19,17 +19,18 @@ from harness.records.ingest import content_hash, ingest, is_run_directory
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "ingest", help="turn a VIME log / log directory / TensorBoard events / debug dumps into a run directory",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "ingest",
+        help="turn a VIME log / log directory / TensorBoard events / debug dumps into a run directory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("path", type=Path, help="a log file, a directory, event files or .pt dumps, or a run directory")
     parser.add_argument("--json", action="store_true", help="print records as JSON lines instead of writing a run directory")
     parser.add_argument("--out", type=Path, default=None, help="run directory to write (default reports/runs/ingested-<hash>)")
     parser.add_argument("--runs-dir", type=Path, default=None, help="where the default run directory goes")
-    parser.add_argument("--trust-dumps", action="store_true",
-                        help="load dumps with torch.load(weights_only=False): only for files you trust")
+    parser.add_argument("--trust-dumps", action="store_true", help="load dumps with torch.load(weights_only=False): only for files you trust")
     for label in ("rung", "stage", "mode"):
-        parser.add_argument(f"--{label}", default=None,
-                            help=f"label the run directory with its {label}, so `pytest --backend=records` finds it")
+        parser.add_argument(f"--{label}", default=None, help=f"label the run directory with its {label}, so `pytest --backend=records` finds it")
     parser.set_defaults(func=cmd_ingest)
 
 

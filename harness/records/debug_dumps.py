@@ -79,24 +79,25 @@ def load_dump(path: Path, trust: bool = False) -> dict:
     except pickle.UnpicklingError as err:
         if trust or "allowlist" not in str(err):
             raise DumpError(f"{path}: not a readable torch dump ({' '.join(str(err).split())[:200]})") from None
-        raise DumpError(f"{path}: holds objects that weights_only loading refuses; if you trust the file, "
-                        f"rerun with --trust-dumps") from None
+        raise DumpError(f"{path}: holds objects that weights_only loading refuses; if you trust the file, rerun with --trust-dumps") from None
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         raise DumpError(f"{path}: not a readable torch dump ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
     if not isinstance(data, dict) or "rollout_id" not in data:
         keys = f" with keys {sorted(map(str, data))[:6]}" if isinstance(data, dict) else ""
-        raise DumpError(f"{path}: expected a dict with 'rollout_id' and 'samples' or 'rollout_data', "
-                        f"found {type(data).__name__}{keys}")
+        raise DumpError(f"{path}: expected a dict with 'rollout_id' and 'samples' or 'rollout_data', found {type(data).__name__}{keys}")
     rollout_id = dump_rollout_id(data)
     if rollout_id is None:
-        raise DumpError(f"{path}: rollout_id: expected a whole number >= 0, got {str(data['rollout_id'])[:80]!r} "
-                        f"(type={type(data['rollout_id']).__name__})")
+        raise DumpError(
+            f"{path}: rollout_id: expected a whole number >= 0, got {str(data['rollout_id'])[:80]!r} (type={type(data['rollout_id']).__name__})"
+        )
     data["rollout_id"] = rollout_id
     samples = data.get("samples")
     if "samples" in data and (not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples)):
         bad = samples if not isinstance(samples, list) else next(s for s in samples if not isinstance(s, dict))
-        raise DumpError(f"{path}: samples: expected a list of dicts (one per sample), found a "
-                        f"{'list holding a ' if isinstance(samples, list) else ''}{type(bad).__name__}")
+        raise DumpError(
+            f"{path}: samples: expected a list of dicts (one per sample), found a "
+            f"{'list holding a ' if isinstance(samples, list) else ''}{type(bad).__name__}"
+        )
     if "samples" not in data and not isinstance(data.get("rollout_data", {}), dict):
         raise DumpError(f"{path}: rollout_data: expected a dict of per-sample lists, found {type(data['rollout_data']).__name__}")
     return data
@@ -153,8 +154,12 @@ def summarize_rollout_dump(data: dict) -> tuple[dict, list[str]]:
         if logprobs is not None and _length(logprobs):
             mask = mask if mask is not None and _length(mask) == _length(logprobs) else np.ones(_length(logprobs))
             logprob_means.append(_masked_sample_mean(logprobs, mask))
-    metrics: dict = {"dump/samples": len(samples), "dump/tokens": tokens, "dump/response_tokens": response_tokens,
-                     "dump/loss_mask_tokens": mask_tokens}
+    metrics: dict = {
+        "dump/samples": len(samples),
+        "dump/tokens": tokens,
+        "dump/response_tokens": response_tokens,
+        "dump/loss_mask_tokens": mask_tokens,
+    }
     if rewards:
         metrics["dump/raw_reward_mean"] = float(np.mean(rewards))
     if logprob_means:
@@ -180,19 +185,26 @@ def train_dump_abs_diffs(data: dict, label: str) -> tuple[Counter, dict[str, flo
     values: dict[str, float] = {}
     # One entry per sample in each (lists of lists or tensors, or a 2-D tensor): zip would pair
     # the samples of unequal lists wrongly and drop the surplus without a word.
-    counts_by_key = {key: len(payload[key]) if hasattr(payload[key], "__len__") and not isinstance(payload[key], (str, bytes, dict))
-                     else None for key in needed}
+    counts_by_key = {
+        key: len(payload[key]) if hasattr(payload[key], "__len__") and not isinstance(payload[key], (str, bytes, dict)) else None for key in needed
+    }
     if None in counts_by_key.values() or len(set(counts_by_key.values())) > 1:
         shown = ", ".join(f"{n if n is not None else 'not a list'} {key}" for key, n in counts_by_key.items())
-        raise DumpError(f"{label}: unequal sample counts ({shown}): samples would be paired wrongly; "
-                        f"abs diff not computed")
+        raise DumpError(f"{label}: unequal sample counts ({shown}): samples would be paired wrongly; abs diff not computed")
     tokens = payload.get("tokens") or [[] for _ in payload["log_probs"]]
     for index, (train_lp, rollout_lp, mask, toks) in enumerate(
-            zip(payload["log_probs"], payload["rollout_log_probs"], payload["loss_masks"], tokens)):
+        zip(payload["log_probs"], payload["rollout_log_probs"], payload["loss_masks"], tokens)
+    ):
         if not (_length(train_lp) == _length(rollout_lp) == _length(mask)):
-            return Counter(), {}, [f"{label}: sample {index} has {_length(train_lp)} train log-probs, "
-                                   f"{_length(rollout_lp)} rollout log-probs and {_length(mask)} mask entries "
-                                   f"(CP-sliced?); abs diff not computed"]
+            return (
+                Counter(),
+                {},
+                [
+                    f"{label}: sample {index} has {_length(train_lp)} train log-probs, "
+                    f"{_length(rollout_lp)} rollout log-probs and {_length(mask)} mask entries "
+                    f"(CP-sliced?); abs diff not computed"
+                ],
+            )
         key = _sample_key(toks, rollout_lp)
         counts[key] += 1
         values[key] = _masked_sample_mean(np.abs(_array(train_lp) - _array(rollout_lp)), mask)

@@ -107,8 +107,7 @@ def container_image(image: str | None, environ: dict[str, str]) -> dict:
     hints = [h for h in ("/.dockerenv", "/run/.containerenv") if Path(h).exists()]
     if environ.get("NVIDIA_PYTORCH_VERSION"):
         hints.append(f"NGC PyTorch {environ['NVIDIA_PYTORCH_VERSION']}")
-    return {"image": None, "source": None, "container_hints": hints,
-            "note": "pass the image explicitly: the environment does not name it"}
+    return {"image": None, "source": None, "container_hints": hints, "note": "pass the image explicitly: the environment does not name it"}
 
 
 def gpus() -> dict:
@@ -116,8 +115,12 @@ def gpus() -> dict:
     if out is None:
         return {"count": 0, "note": why}
     rows = [[cell.strip() for cell in line.split(",")] for line in out.strip().splitlines() if line.strip()]
-    info: dict = {"count": len(rows), "models": sorted({r[0] for r in rows}),
-                  "driver": rows[0][1] if rows else None, "memory_total": rows[0][2] if rows else None}
+    info: dict = {
+        "count": len(rows),
+        "models": sorted({r[0] for r in rows}),
+        "driver": rows[0][1] if rows else None,
+        "memory_total": rows[0][2] if rows else None,
+    }
     header, _ = _run(["nvidia-smi"])
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", header or "")
     info["cuda_driver_api"] = cuda.group(1) if cuda else None
@@ -149,8 +152,7 @@ def nodes(environ: dict[str, str]) -> dict:
     for key in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "NNODES", "WORLD_NODES"):
         if environ.get(key, "").isdigit():
             return {"count": int(environ[key]), "source": f"env {key}", "host": socket.gethostname()}
-    return {"count": 1, "source": "this host only (no scheduler variables; Ray nodes are not queried)",
-            "host": socket.gethostname()}
+    return {"count": 1, "source": "this host only (no scheduler variables; Ray nodes are not queried)", "host": socket.gethostname()}
 
 
 def library_versions() -> dict:

@@ -12,17 +12,26 @@ import re
 SIGNATURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
-        ("nccl-error", r"NCCL error|nccl(?:SystemError|InternalError|UnhandledCudaError|InvalidUsage|RemoteError)"
-                       r"|NCCL communicator was aborted|Watchdog caught collective operation timeout|DistBackendError"),
+        (
+            "nccl-error",
+            r"NCCL error|nccl(?:SystemError|InternalError|UnhandledCudaError|InvalidUsage|RemoteError)"
+            r"|NCCL communicator was aborted|Watchdog caught collective operation timeout|DistBackendError",
+        ),
         ("cuda-illegal-memory-access", r"illegal memory access|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"),
         ("cuda-oom", r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"),
         ("engine-dead", r"EngineDead|Engine core (?:proc )?\S* ?died|EngineCore encountered a fatal error"),
-        ("ray-actor-died", r"ActorDiedError|RayActorError|ActorUnavailableError|The actor died|actor died unexpectedly"
-                           r"|A worker died or was killed|ray\.exceptions\.OutOfMemoryError|WorkerCrashedError"),
+        (
+            "ray-actor-died",
+            r"ActorDiedError|RayActorError|ActorUnavailableError|The actor died|actor died unexpectedly"
+            r"|A worker died or was killed|ray\.exceptions\.OutOfMemoryError|WorkerCrashedError",
+        ),
         ("connection-refused", r"ConnectionRefusedError|Connection refused|ECONNREFUSED"),
-        ("http-error", r"HTTPError|HTTPStatusError|ClientResponseError|HTTP Error \d{3}"
-                       r"|\b[45]\d\d (?:Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout|Bad Request|Not Found)\b"
-                       r"|status(?:[ _]code)?\s*[=:]?\s*5\d\d\b"),
+        (
+            "http-error",
+            r"HTTPError|HTTPStatusError|ClientResponseError|HTTP Error \d{3}"
+            r"|\b[45]\d\d (?:Internal Server Error|Bad Gateway|Service Unavailable|Gateway Timeout|Bad Request|Not Found)\b"
+            r"|status(?:[ _]code)?\s*[=:]?\s*5\d\d\b",
+        ),
         ("timeout", r"\bTimeoutError\b|\btimed out\b|Read ?Timeout|Connect ?Timeout|GetTimeoutError|\bDeadline ?Exceeded\b"),
         ("python-traceback", r"^Traceback \(most recent call last\):"),
     )

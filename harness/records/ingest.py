@@ -91,8 +91,9 @@ def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False, la
     elif not result.inputs["logs"] and result.recorded_state is None and result.records:
         result.warnings.append(f"{path}: no log, so nothing shows the run ended; recorded as unfinished")
     if not result.records and not result.failures and not result.problems:
-        result.problems.append(f"{path}: no step/rollout/perf/eval records and no failure signatures: "
-                               f"expected VIME log text, TensorBoard events or --save-debug-* dumps")
+        result.problems.append(
+            f"{path}: no step/rollout/perf/eval records and no failure signatures: expected VIME log text, TensorBoard events or --save-debug-* dumps"
+        )
     if out is not None and (result.records or result.failures):
         result.run_dir = write_run_directory(result, Path(out), labels)
     return result
@@ -151,8 +152,9 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
                 result.ended = True
             elif parsed.records and not parsed.failures:
                 last = parsed.last_step()
-                result.note = (f"{file}: the log stops at line {parsed.lines_read} without the trainer's end line "
-                               f"('training finished')" + (f"; last step {last.n} at line {last.line}" if last else ""))
+                result.note = f"{file}: the log stops at line {parsed.lines_read} without the trainer's end line ('training finished')" + (
+                    f"; last step {last.n} at line {last.line}" if last else ""
+                )
                 if not parsed.bad_input:  # a log already named as damaged needs no second line
                     result.problems.append(f"{result.note}: the run is recorded as unfinished")
             result.logged_span = _widen(result.logged_span, parsed.first_timestamp, parsed.last_timestamp)
@@ -163,12 +165,13 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
     if len(result.inputs["logs"]) > 1:
         _, conflicts = merge_records(log_records)
         if conflicts:
-            result.problems.append(f"{path}: the logs disagree ({conflicts[0]}; {len(conflicts)} conflicts): "
-                                   f"they look like more than one run")
+            result.problems.append(f"{path}: the logs disagree ({conflicts[0]}; {len(conflicts)} conflicts): they look like more than one run")
     if log_records and event_records:
-        result.warnings.append(f"{path}: both logs and TensorBoard events found; records taken from the logs "
-                               f"(events store float32 and would conflict)")
+        result.warnings.append(
+            f"{path}: both logs and TensorBoard events found; records taken from the logs (events store float32 and would conflict)"
+        )
         event_records = []
+
     def loaded_dumps():
         for file in dump_files:
             try:
@@ -204,8 +207,10 @@ def content_hash(path: Path) -> str:
 def write_run_directory(result: IngestResult, out: Path, labels: dict | None = None) -> Path:
     out = out.resolve()
     if out.exists() and not (out.is_dir() and (written_by_harness(out) or not any(out.iterdir()))):
-        raise SpecError(f"{out}: exists and is not a run directory written by this tool; refusing to replace it "
-                        f"(its files would be deleted): choose a new or empty directory")
+        raise SpecError(
+            f"{out}: exists and is not a run directory written by this tool; refusing to replace it "
+            f"(its files would be deleted): choose a new or empty directory"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     os.chmod(building, DIR_MODE)
@@ -220,14 +225,24 @@ def write_run_directory(result: IngestResult, out: Path, labels: dict | None = N
         if labels:
             # What the run was (rung, stage, mode), so --backend=records can find it for a test.
             run_dir.write_spec({"run_id": out.name, "backend": "records", **labels, "flags": {}})
-        run_dir.write_ingest_info({
-            "source": str(result.source), "inputs": result.inputs, "ingested_at": utc_now(),
-            "warnings": result.warnings, "problems": result.problems,
-        })
+        run_dir.write_ingest_info(
+            {
+                "source": str(result.source),
+                "inputs": result.inputs,
+                "ingested_at": utc_now(),
+                "warnings": result.warnings,
+                "problems": result.problems,
+            }
+        )
         failure = primary_failure(result.failures)
         # The run's own span when the log shows it (logging's local time, as printed); else ingest time.
-        run_dir.set_status(result.state(), failure=failure, started=result.logged_span[0], ended=result.logged_span[1],
-                           note=result.note if result.state() in ("unfinished", "interrupted") else None)
+        run_dir.set_status(
+            result.state(),
+            failure=failure,
+            started=result.logged_span[0],
+            ended=result.logged_span[1],
+            note=result.note if result.state() in ("unfinished", "interrupted") else None,
+        )
         _swap_into_place(building, out)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)

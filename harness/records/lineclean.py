@@ -59,19 +59,19 @@ def clean_line(raw: str) -> CleanLine:
     prefix = _ACTOR_PREFIX.match(text)
     if prefix:
         source = prefix.group("source").strip()
-        text = text[prefix.end():]
+        text = text[prefix.end() :]
 
     timestamp = logged_at = None
     log_prefix = _LOG_PREFIX.match(text)
     if log_prefix:
         timestamp = log_prefix.group("timestamp")
         logged_at = f"{log_prefix.group('file')}:{log_prefix.group('lineno')}"
-        text = text[log_prefix.end():]
+        text = text[log_prefix.end() :]
     return CleanLine(text.rstrip(), source, repeated, timestamp, logged_at)
 
 
 def actor_class(source: str | None) -> str | None:
-    """"RolloutManager pid=77, ip=10.0.0.2" -> "RolloutManager" (None for pid-only prefixes)."""
+    """ "RolloutManager pid=77, ip=10.0.0.2" -> "RolloutManager" (None for pid-only prefixes)."""
     if not source:
         return None
     head = source.split(" pid=", 1)[0].strip()

@@ -113,9 +113,11 @@ class LogParser:
             return
         for name, value in record.metrics.items():
             if name in first.metrics and not _same_value(first.metrics[name], value):
-                self._bad(f"line {record.line}: {record.kind} {record.n} logged again (first at line {first.line}) "
-                          f"with {name} = {value!r}, not {first.metrics[name]!r}: duplicate {record.kind} with different "
-                          f"values; the first is kept")
+                self._bad(
+                    f"line {record.line}: {record.kind} {record.n} logged again (first at line {first.line}) "
+                    f"with {name} = {value!r}, not {first.metrics[name]!r}: duplicate {record.kind} with different "
+                    f"values; the first is kept"
+                )
                 return
 
     def _flatten(self, raw: dict, prefix: str = "") -> dict:
@@ -129,8 +131,7 @@ class LogParser:
             elif value is None or isinstance(value, (int, float, str)):
                 metrics[name] = value
             else:
-                self.result.warnings.append(
-                    f"line {self.line_no}: metric {name!r} is a {type(value).__name__}, not a scalar; left out")
+                self.result.warnings.append(f"line {self.line_no}: metric {name!r} is a {type(value).__name__}, not a scalar; left out")
         return metrics
 
     def _check_order(self, record: Record) -> None:
@@ -139,8 +140,10 @@ class LogParser:
         if previous and record.n < previous[0] and not self._mixed_reported:
             self._mixed_reported = True  # one line says it; every later restart is the same story
             who = f" from {key[1]}" if key[1] else ""
-            self._bad(f"line {record.line}: {record.kind} {record.n} follows {record.kind} {previous[0]} "
-                      f"(line {previous[1]}){who}: the log mixes the output of more than one run; all records kept")
+            self._bad(
+                f"line {record.line}: {record.kind} {record.n} follows {record.kind} {previous[0]} "
+                f"(line {previous[1]}){who}: the log mixes the output of more than one run; all records kept"
+            )
         self._last_n[key] = (record.n, record.line)
 
     def _settle_pending(self) -> None:

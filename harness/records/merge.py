@@ -36,8 +36,7 @@ def merge_records(records: Iterable[Record]) -> tuple[dict[int, dict], list[str]
                 group[key] = value
             elif not _same(group[key], value):
                 where = f" ({record.source})" if record.source else ""
-                conflicts.append(f"{key} at n={record.n}: kept {group[key]!r}, a later {record.kind} record"
-                                 f"{where} says {value!r}")
+                conflicts.append(f"{key} at n={record.n}: kept {group[key]!r}, a later {record.kind} record{where} says {value!r}")
     return merged, conflicts
 
 

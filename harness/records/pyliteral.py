@@ -17,10 +17,25 @@ _NAMED_FLOATS = {"nan": math.nan, "NaN": math.nan, "inf": math.inf, "Infinity": 
 # (`np.float64(0.1)`), torch tensors that slipped through without `.item()` (`tensor(0.1,
 # device='cuda:0')`), and `float('nan')`. Keyword arguments (device, dtype) are ignored.
 _SCALAR_WRAPPERS = {
-    "float", "int", "tensor", "array",
-    "float16", "float32", "float64", "longdouble", "bfloat16",
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "bool_", "str_",
+    "float",
+    "int",
+    "tensor",
+    "array",
+    "float16",
+    "float32",
+    "float64",
+    "longdouble",
+    "bfloat16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool_",
+    "str_",
 }
 
 
@@ -55,8 +70,7 @@ def _value(node: ast.AST):
             key = _value(key_node)
             if not isinstance(key, (str, int, float)) or isinstance(key, bool):
                 found = f"a {type(key_node).__name__.lower()}" if not isinstance(key_node, ast.Constant) else repr(key)
-                raise LiteralSyntaxError(f"dict key at column {key_node.col_offset} is {found}, "
-                                         f"expected a metric name (a string)")
+                raise LiteralSyntaxError(f"dict key at column {key_node.col_offset} is {found}, expected a metric name (a string)")
             out[key] = _value(value_node)
         return out
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):

@@ -102,9 +102,17 @@ class RunDir:
     def write_ingest_info(self, info: dict) -> None:
         atomic_write_json(self.file(self.INGEST), info)
 
-    def set_status(self, state: str, *, failure: Failure | dict | None = None, exit_code: int | None = None,
-                   steps_logged: int | None = None, started: str | None = None, ended: str | None = None,
-                   note: str | None = None) -> dict:
+    def set_status(
+        self,
+        state: str,
+        *,
+        failure: Failure | dict | None = None,
+        exit_code: int | None = None,
+        steps_logged: int | None = None,
+        started: str | None = None,
+        ended: str | None = None,
+        note: str | None = None,
+    ) -> dict:
         """Replace status.json. `started` is kept from the previous status (or set now); `ended` is
         set for every state but running; `steps_logged` defaults to the step records on disk.
         `started`/`ended` override the clock (ingest uses the log's own first and last timestamps);

@@ -137,8 +137,7 @@ def load_run(run_dir) -> Run:
     launched = ingest is None  # ingested directories have no spec, argv or environment of their own
     spec = keep(read_yaml_mapping(run_dir.file(run_dir.SPEC))) if launched or run_dir.file(run_dir.SPEC).exists() else None
     argv = keep(read_json(run_dir.file(run_dir.ARGV), list)) if launched or run_dir.file(run_dir.ARGV).exists() else None
-    environment = (keep(read_json(run_dir.file(run_dir.ENVIRONMENT), dict))
-                   if launched or run_dir.file(run_dir.ENVIRONMENT).exists() else None)
+    environment = keep(read_json(run_dir.file(run_dir.ENVIRONMENT), dict)) if launched or run_dir.file(run_dir.ENVIRONMENT).exists() else None
 
     status = None
     raw_status = keep(read_json(run_dir.file(run_dir.STATUS), dict))
@@ -164,9 +163,19 @@ def load_run(run_dir) -> Run:
     embedded = None
     if run_dir.file(run_dir.EMBEDDED).exists():
         embedded = keep(read_json(run_dir.file(run_dir.EMBEDDED), dict))
-    dumps = sorted(str(p.relative_to(run_dir.dumps_dir)) for p in run_dir.dumps_dir.rglob("*") if p.is_file()) \
-        if run_dir.dumps_dir.is_dir() else []
+    dumps = sorted(str(p.relative_to(run_dir.dumps_dir)) for p in run_dir.dumps_dir.rglob("*") if p.is_file()) if run_dir.dumps_dir.is_dir() else []
     spec, spec_problems = recorded_spec(spec, argv)
     problems.extend(spec_problems)
-    return Run(id=path.name, path=path, spec=spec, argv=argv, environment=environment, status=status,
-               records=records, embedded_record=embedded, ingest=ingest, dumps=dumps, problems=problems)
+    return Run(
+        id=path.name,
+        path=path,
+        spec=spec,
+        argv=argv,
+        environment=environment,
+        status=status,
+        records=records,
+        embedded_record=embedded,
+        ingest=ingest,
+        dumps=dumps,
+        problems=problems,
+    )

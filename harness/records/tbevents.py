@@ -44,8 +44,7 @@ def read_event_file(path: Path) -> tuple[list[Record], list[str]]:
     except Exception as err:  # the loader raises assorted errors on damaged files
         warnings.append(f"{path}: event file damaged after {events} events ({type(err).__name__}: {err}); kept what preceded it")
     if unprefixed:
-        warnings.append(f"{path}: tags without a train/rollout/perf/eval prefix recorded as rollout metrics: "
-                        f"{', '.join(sorted(unprefixed)[:5])}")
+        warnings.append(f"{path}: tags without a train/rollout/perf/eval prefix recorded as rollout metrics: {', '.join(sorted(unprefixed)[:5])}")
     records = [Record(kind=kind, n=n, metrics=metrics) for (kind, n), metrics in sorted(grouped.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
     return records, warnings
 

@@ -7,6 +7,13 @@ from harness.spec.resolve import RunSpec, resolve
 from harness.spec.validate import validate
 
 __all__ = [
-    "KnobError", "SpecError", "Knobs", "load_knobs", "parse_argv", "render_argv",
-    "RunSpec", "resolve", "validate",
+    "KnobError",
+    "SpecError",
+    "Knobs",
+    "load_knobs",
+    "parse_argv",
+    "render_argv",
+    "RunSpec",
+    "resolve",
+    "validate",
 ]

@@ -29,8 +29,9 @@ def stage_hardware(knobs, stage_name: str) -> tuple[str, int]:
     fitting = [name for name in candidates if known[name].gpus_per_node * stage.nodes == stage.gpus]
     if len(fitting) != 1:
         sizes = ", ".join(f"{name}: {known[name].gpus_per_node}/node" for name in candidates)
-        raise SpecError(f"{where}: expected exactly one of {stage.hardware!r} to give {stage.gpus} GPUs on "
-                        f"{stage.nodes} node(s) ({sizes}), got {len(fitting)}")
+        raise SpecError(
+            f"{where}: expected exactly one of {stage.hardware!r} to give {stage.gpus} GPUs on {stage.nodes} node(s) ({sizes}), got {len(fitting)}"
+        )
     return fitting[0], known[fitting[0]].gpus_per_node
 
 

@@ -6,7 +6,6 @@ found (after Hypothesis's `name=value (type=...)` style). Tracebacks are for bug
 
 from __future__ import annotations
 
-
 # A value quoted in an error line is cut here: the line names the value, it need not reprint it.
 MAX_SHOWN_CHARS = 120
 

@@ -51,7 +51,9 @@ class Knobs:
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
-            raise SpecError(f"{self.root / 'thresholds.yaml'}: thresholds.{name}: expected a threshold with this name (known: {', '.join(sorted(self.thresholds))})")
+            raise SpecError(
+                f"{self.root / 'thresholds.yaml'}: thresholds.{name}: expected a threshold with this name (known: {', '.join(sorted(self.thresholds))})"
+            )
         return self.thresholds[name].value
 
     def chain(self, rung_id: str) -> list[Rung]:
@@ -99,8 +101,10 @@ class StrictLoader(yaml.SafeLoader):
                     continue  # unhashable key: SafeLoader itself reports it
                 line = key_node.start_mark.line + 1
                 if seen_at is not None:
-                    raise _DuplicateKey(problem=f"key {key!r} given twice (lines {seen_at} and {line}); "
-                                                f"PyYAML would keep only the last", problem_mark=key_node.start_mark)
+                    raise _DuplicateKey(
+                        problem=f"key {key!r} given twice (lines {seen_at} and {line}); PyYAML would keep only the last",
+                        problem_mark=key_node.start_mark,
+                    )
                 first_line[key] = line
         return super().construct_mapping(node, deep)
 
@@ -123,8 +127,9 @@ def _expanded_size(node, sizes: dict, open_nodes: set) -> int:
     for child in children:
         total += _expanded_size(child, sizes, open_nodes)
         if total > MAX_EXPANDED_NODES:
-            raise yaml.YAMLError(f"aliases expand this document past {MAX_EXPANDED_NODES} nodes "
-                                 f"(an alias bomb?); write the values out or share fewer")
+            raise yaml.YAMLError(
+                f"aliases expand this document past {MAX_EXPANDED_NODES} nodes (an alias bomb?); write the values out or share fewer"
+            )
     open_nodes.discard(key)
     sizes[key] = total
     return total
@@ -244,8 +249,9 @@ def load_knobs(root: Path) -> Knobs:
     rungs = _load_rungs(root / "ladder")
     ab = parse_file(root / "ab.yaml", ABFile)
     operator_thresholds = parse_file(root / "operator_thresholds.yaml", ThresholdsFile).thresholds
-    knobs = Knobs(root, base, stages, rungs, thresholds, acceptance, classification, ab, hardware=stages_file.hardware,
-                  operator_thresholds=operator_thresholds)
+    knobs = Knobs(
+        root, base, stages, rungs, thresholds, acceptance, classification, ab, hardware=stages_file.hardware, operator_thresholds=operator_thresholds
+    )
     _check_flag_values(knobs)
     _check_links(knobs)
     return knobs
@@ -271,8 +277,9 @@ def _load_rungs(ladder_dir: Path) -> dict[str, Rung]:
 
 
 def _layer_problems(where: str, prefix: str, layer: FlagLayer) -> list[str]:
-    return [problem for section in ("flags", "vime", "embedded")
-            for problem in flag_value_problems(where, f"{prefix}{section}.", getattr(layer, section))]
+    return [
+        problem for section in ("flags", "vime", "embedded") for problem in flag_value_problems(where, f"{prefix}{section}.", getattr(layer, section))
+    ]
 
 
 def _check_flag_values(knobs: Knobs) -> None:
@@ -319,12 +326,18 @@ def _check_links(knobs: Knobs) -> None:
     for side in ("baseline", "candidate"):
         rung_id = getattr(pair, side)
         if rung_id not in knobs.rungs:
-            problems.append(f"{_relative(knobs.root / 'ab.yaml')}: pair.{side}: expected one of the rungs ({', '.join(sorted(knobs.rungs))}), got {rung_id!r}")
+            problems.append(
+                f"{_relative(knobs.root / 'ab.yaml')}: pair.{side}: expected one of the rungs ({', '.join(sorted(knobs.rungs))}), got {rung_id!r}"
+            )
         elif pair.stage not in knobs.rungs[rung_id].stages:
-            problems.append(f"{_relative(knobs.root / 'ab.yaml')}: pair.stage: {rung_id} runs at {', '.join(knobs.rungs[rung_id].stages)}, not {pair.stage!r}")
+            problems.append(
+                f"{_relative(knobs.root / 'ab.yaml')}: pair.stage: {rung_id} runs at {', '.join(knobs.rungs[rung_id].stages)}, not {pair.stage!r}"
+            )
     for criterion in knobs.acceptance.criteria:
         for name in criterion.thresholds:
             if name not in knobs.thresholds:
-                problems.append(f"{_relative(knobs.root / 'acceptance.yaml')}: criteria.{criterion.id}.thresholds: expected names from thresholds.yaml, got {name!r}")
+                problems.append(
+                    f"{_relative(knobs.root / 'acceptance.yaml')}: criteria.{criterion.id}.thresholds: expected names from thresholds.yaml, got {name!r}"
+                )
     if problems:
         raise SpecError(problems)

@@ -62,8 +62,9 @@ def load_model(knobs_root: Path, model_id: str) -> ModelFile:
     path = model_path(knobs_root, model_id)
     if not path.is_file():
         known = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
-        raise SpecError(f"{Path(knobs_root) / 'base.yaml'}: model: expected a model file in {path.parent} "
-                        f"(known: {', '.join(known) or 'none'}), got {model_id!r}")
+        raise SpecError(
+            f"{Path(knobs_root) / 'base.yaml'}: model: expected a model file in {path.parent} (known: {', '.join(known) or 'none'}), got {model_id!r}"
+        )
     return _load(path, path.stat().st_mtime)
 
 

@@ -53,10 +53,17 @@ class RunSpec:
 
     def to_dict(self) -> dict:
         return {
-            "run_id": self.run_id, "stage": self.stage, "rung": self.rung, "mode": self.mode,
-            "backend": self.backend, "spec_hash": self.spec_hash, "flags": dict(self.flags),
+            "run_id": self.run_id,
+            "stage": self.stage,
+            "rung": self.rung,
+            "mode": self.mode,
+            "backend": self.backend,
+            "spec_hash": self.spec_hash,
+            "flags": dict(self.flags),
             "code_version": embedded_code_version() if self.backend == "embedded" else None,
-            "overrides": dict(self.overrides), "provenance": dict(self.provenance), "notes": list(self.notes),
+            "overrides": dict(self.overrides),
+            "provenance": dict(self.provenance),
+            "notes": list(self.notes),
         }
 
 
@@ -70,8 +77,7 @@ def _apply(flags: dict, provenance: dict, layer: dict[str, FlagValue], origin: s
             provenance[name] = origin
 
 
-def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embedded",
-            overrides: dict[str, FlagValue] | None = None) -> RunSpec:
+def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embedded", overrides: dict[str, FlagValue] | None = None) -> RunSpec:
     problems = []
     if stage not in knobs.stages:
         problems.append(f"--stage: expected one of {', '.join(knobs.stages)}, got {stage!r}")
@@ -116,8 +122,7 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
         check_flag_names(overrides)
     except ValueError as err:
         raise SpecError(f"--set: {err}") from None
-    bad_values = [f"--set {name}={value}: {problem}" for name, value in overrides.items()
-                  if (problem := value_problem(name, value))]
+    bad_values = [f"--set {name}={value}: {problem}" for name, value in overrides.items() if (problem := value_problem(name, value))]
     if bad_values:
         raise SpecError(bad_values)
     _apply(flags, provenance, overrides, "--set")

@@ -48,6 +48,7 @@ def rule(fn: Rule | None = None, *, backends: frozenset[str] = ALL_BACKENDS):
     def register(check: Rule) -> Rule:
         RULES.append(RegisteredRule(check, frozenset(backends)))
         return check
+
     return register(fn) if fn is not None else register
 
 
@@ -121,6 +122,7 @@ def validate(spec: RunSpec, knobs: Knobs) -> RunSpec:
 
 # --------------------------------------------------------------- rules that hold on every backend
 
+
 @rule
 def rollout_count_given(flags, spec, knobs):
     if "num-rollout" not in flags and "num-epoch" not in flags:
@@ -132,38 +134,45 @@ def model_parallel_divides_world(flags, spec, knobs):
     tp, pp, cp = (whole(flags, f, 1) for f in ("tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size"))
     world = actor_gpus(flags)
     if world % (tp * pp * cp):
-        return Finding("tensor-model-parallel-size",
-                       f"Megatron needs TP x PP x CP to divide the trainer's GPUs (world size = actor-num-nodes x "
-                       f"actor-num-gpus-per-node = {world}): {tp} x {pp} x {cp} = {tp * pp * cp} does not divide {world}")
+        return Finding(
+            "tensor-model-parallel-size",
+            f"Megatron needs TP x PP x CP to divide the trainer's GPUs (world size = actor-num-nodes x "
+            f"actor-num-gpus-per-node = {world}): {tp} x {pp} x {cp} = {tp * pp * cp} does not divide {world}",
+        )
 
 
 @rule
 def experts_divisible_by_ep(flags, spec, knobs):
     ep = whole(flags, "expert-model-parallel-size", 1)
     if "num-experts" in flags and whole(flags, "num-experts", 1) % ep:
-        return Finding("expert-model-parallel-size",
-                       f"Megatron needs --num-experts ({flags['num-experts']}) divisible by --expert-model-parallel-size ({ep})")
+        return Finding(
+            "expert-model-parallel-size", f"Megatron needs --num-experts ({flags['num-experts']}) divisible by --expert-model-parallel-size ({ep})"
+        )
     etp, pp = whole(flags, "expert-tensor-parallel-size", 1), whole(flags, "pipeline-model-parallel-size", 1)
     if actor_gpus(flags) % (ep * etp * pp):
-        return Finding("expert-model-parallel-size",
-                       f"Megatron needs EP x ETP x PP to divide the trainer's GPUs: {ep} x {etp} x {pp} = {ep * etp * pp} "
-                       f"does not divide {actor_gpus(flags)}")
+        return Finding(
+            "expert-model-parallel-size",
+            f"Megatron needs EP x ETP x PP to divide the trainer's GPUs: {ep} x {etp} x {pp} = {ep * etp * pp} does not divide {actor_gpus(flags)}",
+        )
 
 
 @rule
 def colocate_rollout_gpus(flags, spec, knobs):
     if flags.get("colocate") and "rollout-num-gpus" in flags and whole(flags, "rollout-num-gpus", 0) != actor_gpus(flags):
-        return Finding("rollout-num-gpus",
-                       f"with --colocate VIME forces the rollout onto the trainer's {actor_gpus(flags)} GPUs, "
-                       f"but --rollout-num-gpus is {flags['rollout-num-gpus']}: set them equal")
+        return Finding(
+            "rollout-num-gpus",
+            f"with --colocate VIME forces the rollout onto the trainer's {actor_gpus(flags)} GPUs, "
+            f"but --rollout-num-gpus is {flags['rollout-num-gpus']}: set them equal",
+        )
 
 
 @rule
 def rollout_gpus_divisible_by_engine(flags, spec, knobs):
     total, per_engine = whole(flags, "rollout-num-gpus", 1), whole(flags, "rollout-num-gpus-per-engine", 1)
     if per_engine < 1 or total % per_engine:
-        return Finding("rollout-num-gpus-per-engine",
-                       f"--rollout-num-gpus ({total}) must be a multiple of --rollout-num-gpus-per-engine ({per_engine})")
+        return Finding(
+            "rollout-num-gpus-per-engine", f"--rollout-num-gpus ({total}) must be a multiple of --rollout-num-gpus-per-engine ({per_engine})"
+        )
 
 
 @rule
@@ -178,23 +187,30 @@ def global_batch_divides_rollout(flags, spec, knobs):
     if "num-steps-per-rollout" in flags:
         steps = whole(flags, "num-steps-per-rollout", 1)
         if samples % steps:
-            return Finding("num-steps-per-rollout",
-                           f"--num-steps-per-rollout ({steps}) must divide rollout-batch-size x n-samples-per-prompt ({samples})")
+            return Finding(
+                "num-steps-per-rollout", f"--num-steps-per-rollout ({steps}) must divide rollout-batch-size x n-samples-per-prompt ({samples})"
+            )
         if "global-batch-size" in flags and whole(flags, "global-batch-size", 0) != samples // steps:
-            return Finding("global-batch-size",
-                           f"VIME asserts --global-batch-size ({flags['global-batch-size']}) == rollout-batch-size x "
-                           f"n-samples-per-prompt // num-steps-per-rollout ({samples} // {steps} = {samples // steps})")
+            return Finding(
+                "global-batch-size",
+                f"VIME asserts --global-batch-size ({flags['global-batch-size']}) == rollout-batch-size x "
+                f"n-samples-per-prompt // num-steps-per-rollout ({samples} // {steps} = {samples // steps})",
+            )
         return None
     gbs = whole(flags, "global-batch-size", samples)
     if gbs < 1 or samples % gbs:
-        return Finding("global-batch-size",
-                       f"VIME drops the remainder of a rollout, so --global-batch-size ({gbs}) must divide "
-                       f"rollout-batch-size x n-samples-per-prompt ({samples})")
-    dp = actor_gpus(flags) // max(1, whole(flags, "tensor-model-parallel-size", 1) * whole(flags, "pipeline-model-parallel-size", 1)
-                                  * whole(flags, "context-parallel-size", 1))
+        return Finding(
+            "global-batch-size",
+            f"VIME drops the remainder of a rollout, so --global-batch-size ({gbs}) must divide "
+            f"rollout-batch-size x n-samples-per-prompt ({samples})",
+        )
+    dp = actor_gpus(flags) // max(
+        1, whole(flags, "tensor-model-parallel-size", 1) * whole(flags, "pipeline-model-parallel-size", 1) * whole(flags, "context-parallel-size", 1)
+    )
     if gbs < dp:
-        return Finding("global-batch-size",
-                       f"each training step needs at least one sample per data-parallel rank: --global-batch-size {gbs} < DP size {dp}")
+        return Finding(
+            "global-batch-size", f"each training step needs at least one sample per data-parallel rank: --global-batch-size {gbs} < DP size {dp}"
+        )
 
 
 @rule
@@ -221,6 +237,8 @@ def stage_has_the_gpus(flags, spec, knobs):
     rollout = 0 if flags.get("colocate") else whole(flags, "rollout-num-gpus", 0)
     needed = actor_gpus(flags) + rollout
     if needed > stage.gpus:
-        return Finding("actor-num-nodes",
-                       f"stage {spec.stage} has {stage.gpus} GPUs on {stage.nodes} node(s), but this run needs "
-                       f"{actor_gpus(flags)} trainer + {rollout} rollout = {needed}")
+        return Finding(
+            "actor-num-nodes",
+            f"stage {spec.stage} has {stage.gpus} GPUs on {stage.nodes} node(s), but this run needs "
+            f"{actor_gpus(flags)} trainer + {rollout} rollout = {needed}",
+        )

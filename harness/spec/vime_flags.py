@@ -70,8 +70,10 @@ def _load(path: Path, mtime: float) -> FlagTable:
 def load_flag_table(knobs_root: Path, line: str) -> FlagTable:
     path = table_path(knobs_root, line)
     if not path.is_file():
-        raise SpecError(f"{Path(knobs_root) / 'base.yaml'}: vime-line: no flag table for line {line!r} "
-                        f"(expected {path}; build it with tools/build_vime_flag_table.py)")
+        raise SpecError(
+            f"{Path(knobs_root) / 'base.yaml'}: vime-line: no flag table for line {line!r} "
+            f"(expected {path}; build it with tools/build_vime_flag_table.py)"
+        )
     table = _load(path, path.stat().st_mtime)
     if table.line != line:
         raise SpecError(f"{path}: line: expected {line!r} (the file's name), got {table.line!r}")
@@ -88,8 +90,10 @@ def flag_problem(name: str, value: FlagValue, table: FlagTable) -> str | None:
     flag = table.flags.get(name)
     if flag is None:
         elsewhere = " (the other VIME line has it: see base.yaml vime-line)" if name in table.only_upstream + table.only_rl_align else ""
-        return (f"VIME ({table.line}) has no flag --{name}: its parsers drop unknown flags without a word, "
-                f"so this setting would never take effect{elsewhere}{_closest(name, table)}")
+        return (
+            f"VIME ({table.line}) has no flag --{name}: its parsers drop unknown flags without a word, "
+            f"so this setting would never take effect{elsewhere}{_closest(name, table)}"
+        )
     owners = "/".join(flag.parsers)
     if flag.kind == "switch":
         if value is not True:

@@ -31,9 +31,12 @@ def vime_flag_table(flags, spec, knobs):
 @rule(backends=CLUSTER)
 def model_architecture_given(flags, spec, knobs):
     if "num-layers" not in flags:
-        return Finding("num-layers", f"Megatron stops with 'either num-layers or encoder-num-layers should be specified' "
-                                     f"({MEGATRON_ARGS} validate_args): name the model in base.yaml `model.vime` "
-                                     f"(knobs/models/) so its architecture flags are rendered")
+        return Finding(
+            "num-layers",
+            f"Megatron stops with 'either num-layers or encoder-num-layers should be specified' "
+            f"({MEGATRON_ARGS} validate_args): name the model in base.yaml `model.vime` "
+            f"(knobs/models/) so its architecture flags are rendered",
+        )
 
 
 @rule(backends=CLUSTER)
@@ -45,8 +48,11 @@ def rollout_batch_size_given(flags, spec, knobs):
 @rule(backends=CLUSTER)
 def trainer_precision_is_bf16(flags, spec, knobs):
     if not flags.get("bf16") and not flags.get("fp16"):
-        return Finding("bf16", f"VIME trains in bf16 whatever the flags: it sets args.bf16 = not args.fp16 "
-                               f"({MEGATRON_ARGS_VIME}), so a spec without --bf16 would claim an fp32 trainer it does not get")
+        return Finding(
+            "bf16",
+            f"VIME trains in bf16 whatever the flags: it sets args.bf16 = not args.fp16 "
+            f"({MEGATRON_ARGS_VIME}), so a spec without --bf16 would claim an fp32 trainer it does not get",
+        )
 
 
 @rule(backends=CLUSTER)
@@ -56,15 +62,19 @@ def top_p_replay_needs_top_k(flags, spec, knobs):
         return None
     top_p, top_k = flags.get("rollout-top-p", 1.0), flags.get("rollout-top-k", -1)
     if top_p != 1.0 and isinstance(top_k, int) and top_k <= 0:
-        return Finding("rollout-top-p", f"RL-Align's vLLM side raises 'vLLM top-p sampling replay requires --rollout-top-k > 0' "
-                                        f"({VLLM_ARGS} validate_args): --rollout-top-p {top_p} with --rollout-top-k {top_k}")
+        return Finding(
+            "rollout-top-p",
+            f"RL-Align's vLLM side raises 'vLLM top-p sampling replay requires --rollout-top-k > 0' "
+            f"({VLLM_ARGS} validate_args): --rollout-top-p {top_p} with --rollout-top-k {top_k}",
+        )
 
 
 @rule(backends=CLUSTER)
 def experts_needed_for_expert_parallelism(flags, spec, knobs):
     if whole(flags, "expert-model-parallel-size", 1) > 1 and "num-experts" not in flags:
-        return Finding("expert-model-parallel-size", f"Megatron: 'num_experts must be non None to use expert model "
-                                                     f"parallelism' ({MEGATRON_ARGS} validate_args)")
+        return Finding(
+            "expert-model-parallel-size", f"Megatron: 'num_experts must be non None to use expert model parallelism' ({MEGATRON_ARGS} validate_args)"
+        )
 
 
 @rule(backends=CLUSTER)
@@ -72,35 +82,40 @@ def attention_heads_divisible_by_tp(flags, spec, knobs):
     tp = whole(flags, "tensor-model-parallel-size", 1)
     for name in ("num-attention-heads", "num-query-groups"):
         if name in flags and whole(flags, name, 1) % tp:
-            return Finding("tensor-model-parallel-size",
-                           f"Megatron needs --{name} ({flags[name]}) divisible by --tensor-model-parallel-size ({tp}) "
-                           f"({MEGATRON_CONFIG} TransformerConfig.__post_init__)")
+            return Finding(
+                "tensor-model-parallel-size",
+                f"Megatron needs --{name} ({flags[name]}) divisible by --tensor-model-parallel-size ({tp}) "
+                f"({MEGATRON_CONFIG} TransformerConfig.__post_init__)",
+            )
 
 
 @rule(backends=CLUSTER)
 def trainer_fits_a_node(flags, spec, knobs):
     per_node = whole(flags, "num-gpus-per-node", 8)
     if whole(flags, "actor-num-gpus-per-node", 8) > per_node:
-        return Finding("actor-num-gpus-per-node",
-                       f"--actor-num-gpus-per-node ({flags.get('actor-num-gpus-per-node')}) exceeds the GPUs of one node "
-                       f"(--num-gpus-per-node {per_node}): Ray cannot place the trainer's per-node bundle")
+        return Finding(
+            "actor-num-gpus-per-node",
+            f"--actor-num-gpus-per-node ({flags.get('actor-num-gpus-per-node')}) exceeds the GPUs of one node "
+            f"(--num-gpus-per-node {per_node}): Ray cannot place the trainer's per-node bundle",
+        )
 
 
 @rule(backends=CLUSTER)
 def colocate_node_size_matches_trainer(flags, spec, knobs):
     """With --colocate VIME overrides num_gpus_per_node with actor_num_gpus_per_node (a log line only)."""
     if flags.get("colocate") and whole(flags, "num-gpus-per-node", 8) != whole(flags, "actor-num-gpus-per-node", 8):
-        return Finding("actor-num-gpus-per-node",
-                       f"with --colocate VIME replaces --num-gpus-per-node ({flags.get('num-gpus-per-node', 8)}) by "
-                       f"--actor-num-gpus-per-node ({flags.get('actor-num-gpus-per-node', 8)}) ({VIME_ARGS} vime_validate_args): "
-                       f"a colocated trainer must fill whole nodes")
+        return Finding(
+            "actor-num-gpus-per-node",
+            f"with --colocate VIME replaces --num-gpus-per-node ({flags.get('num-gpus-per-node', 8)}) by "
+            f"--actor-num-gpus-per-node ({flags.get('actor-num-gpus-per-node', 8)}) ({VIME_ARGS} vime_validate_args): "
+            f"a colocated trainer must fill whole nodes",
+        )
 
 
 @rule(backends=CLUSTER)
 def split_rollout_gpus_given(flags, spec, knobs):
     if not flags.get("colocate") and not whole(flags, "rollout-num-gpus", 0):
-        return Finding("rollout-num-gpus", "without --colocate VIME needs --rollout-num-gpus (its default, None, "
-                                           "leaves the rollout engines no GPUs)")
+        return Finding("rollout-num-gpus", "without --colocate VIME needs --rollout-num-gpus (its default, None, leaves the rollout engines no GPUs)")
 
 
 @rule(backends=CLUSTER)
@@ -111,9 +126,11 @@ def engine_gpus_divide_into_vllm_parallelism(flags, spec, knobs):
     for name in ("vllm-pipeline-parallel-size", "vllm-prefill-context-parallel-size", "vllm-data-parallel-size"):
         other *= whole(flags, name, 1)
     if per_engine % other or per_engine // other < 1:
-        return Finding("rollout-num-gpus-per-engine",
-                       f"VIME sets vLLM's tensor-parallel size to --rollout-num-gpus-per-engine ({per_engine}) // "
-                       f"(vLLM PP x PCP x DP = {other}) ({VLLM_ARGS} vllm_parse_args): it must divide exactly and be >= 1")
+        return Finding(
+            "rollout-num-gpus-per-engine",
+            f"VIME sets vLLM's tensor-parallel size to --rollout-num-gpus-per-engine ({per_engine}) // "
+            f"(vLLM PP x PCP x DP = {other}) ({VLLM_ARGS} vllm_parse_args): it must divide exactly and be >= 1",
+        )
 
 
 @rule(backends=CLUSTER)
@@ -126,8 +143,10 @@ def over_sampling_covers_the_batch(flags, spec, knobs):
 def kl_settings_are_consistent(flags, spec, knobs):
     kl_coef, kl_loss_coef = flags.get("kl-coef", 0.0), flags.get("kl-loss-coef", 0.0)
     if (kl_coef or flags.get("use-kl-loss")) and "ref-load" not in flags:
-        return Finding("use-kl-loss" if flags.get("use-kl-loss") else "kl-coef",
-                       f"VIME opens --ref-load when a KL term is on ({VIME_ARGS} vime_validate_args); none is set")
+        return Finding(
+            "use-kl-loss" if flags.get("use-kl-loss") else "kl-coef",
+            f"VIME opens --ref-load when a KL term is on ({VIME_ARGS} vime_validate_args); none is set",
+        )
     if kl_coef and kl_loss_coef:
         return Finding("kl-coef", f"VIME asserts 'Only one of kl_coef and kl_loss_coef can be set' ({VIME_ARGS})")
 
@@ -141,6 +160,4 @@ def balance_by_flops_needs_dynamic_batch(flags, spec, knobs):
 @rule(backends=CLUSTER)
 def mismatch_metrics_need_tis_function(flags, spec, knobs):
     if flags.get("get-mismatch-metrics") and "custom-tis-function-path" not in flags:
-        return Finding("get-mismatch-metrics", f"VIME asserts custom_tis_function_path must be set when "
-                                               f"get_mismatch_metrics is set ({VIME_ARGS})")
-
+        return Finding("get-mismatch-metrics", f"VIME asserts custom_tis_function_path must be set when get_mismatch_metrics is set ({VIME_ARGS})")

@@ -21,12 +21,39 @@ LINE = re.compile(r"train\.py:\d+ - (step|rollout|perf) (\d+): (\{.*\})$")
 
 # A miniature of the P0 profile: 4 prompts x 4 samples, 2 rollouts, fp32 both sides, no filters.
 BASE_ARGS = [
-    "--hf-checkpoint", "embedded://model/qwen3-tiny", "--prompt-data", "embedded://data/arith-dapo",
-    "--apply-chat-template", "--input-key", "prompt", "--label-key", "label", "--rm-type", "deepscaler",
-    "--num-rollout", "2", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
-    "--global-batch-size", "16", "--rollout-max-response-len", "24", "--seed", "1234",
-    "--rollout-temperature", "1.0", "--rollout-top-p", "1.0", "--rollout-top-k", "-1",
-    "--vllm-dtype", "float32", "--vllm-logprobs-mode", "processed_logprobs",
+    "--hf-checkpoint",
+    "embedded://model/qwen3-tiny",
+    "--prompt-data",
+    "embedded://data/arith-dapo",
+    "--apply-chat-template",
+    "--input-key",
+    "prompt",
+    "--label-key",
+    "label",
+    "--rm-type",
+    "deepscaler",
+    "--num-rollout",
+    "2",
+    "--rollout-batch-size",
+    "4",
+    "--n-samples-per-prompt",
+    "4",
+    "--global-batch-size",
+    "16",
+    "--rollout-max-response-len",
+    "24",
+    "--seed",
+    "1234",
+    "--rollout-temperature",
+    "1.0",
+    "--rollout-top-p",
+    "1.0",
+    "--rollout-top-k",
+    "-1",
+    "--vllm-dtype",
+    "float32",
+    "--vllm-logprobs-mode",
+    "processed_logprobs",
 ]
 
 
@@ -77,11 +104,15 @@ def trainer(tmp_path_factory):
         key = tuple(args)
         if key not in cache:
             out = tmp_path_factory.mktemp("embedded-run")
-            argv = args + ["--embedded-output-dir", str(out),
-                           "--save-debug-rollout-data", str(out / "dumps" / "rollout_{rollout_id}.pt"),
-                           "--save-debug-train-data", str(out / "dumps" / "train_{rollout_id}_{rank}.pt")]
-            proc = subprocess.run([sys.executable, "-m", "harness.embedded.train", *argv], cwd=REPO,
-                                  capture_output=True, text=True, timeout=timeout)
+            argv = args + [
+                "--embedded-output-dir",
+                str(out),
+                "--save-debug-rollout-data",
+                str(out / "dumps" / "rollout_{rollout_id}.pt"),
+                "--save-debug-train-data",
+                str(out / "dumps" / "train_{rollout_id}_{rank}.pt"),
+            ]
+            proc = subprocess.run([sys.executable, "-m", "harness.embedded.train", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
             cache[key] = Run(proc.returncode, proc.stdout, proc.stderr, out, parse_lines(proc.stdout))
         return cache[key]
 

@@ -59,8 +59,7 @@ def test_p0_render_lists_the_flags_it_does_not_honour():
     argv = render_argv(resolve(KNOBS, "p0", "fp8-plus-filters", "colocate", "embedded").flags)
     values, given = flags.parse(argv)
     skipped = {row["flag"]: row["reason"] for row in flags.not_honoured(given, values)}
-    for name in ("vllm-all2all-backend", "recompute-granularity", "attention-backend", "vllm-router-policy",
-                 "vllm-gpu-memory-utilization"):
+    for name in ("vllm-all2all-backend", "recompute-granularity", "attention-backend", "vllm-router-policy", "vllm-gpu-memory-utilization"):
         assert skipped.get(name), name
     assert "rollout-top-p" not in skipped and "vllm-quantization" not in skipped
 
@@ -71,19 +70,23 @@ def test_typo_is_rejected_with_the_closest_flag():
 
 
 def test_cli_typo_exits_2_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "harness.embedded.train", "--num-rollout", "1", "--colocte"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.embedded.train", "--num-rollout", "1", "--colocte"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert lines == ["error: unknown flag --colocte; did you mean --colocate?"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--rollout-top-k", "forty"], "--rollout-top-k forty: expected int"),
-    (["--tensor-model-parallel-size", "4"], "supports [1, 2]"),
-    (["--embedded-inject", "token-shfit"], "unknown fault"),
-    (["--embedded-inject", "stale-weights:0"], "stale-weights:K with K >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--rollout-top-k", "forty"], "--rollout-top-k forty: expected int"),
+        (["--tensor-model-parallel-size", "4"], "supports [1, 2]"),
+        (["--embedded-inject", "token-shfit"], "unknown fault"),
+        (["--embedded-inject", "stale-weights:0"], "stale-weights:K with K >= 1"),
+    ],
+)
 def test_bad_values_are_named(argv, message):
     base = ["--hf-checkpoint", "x", "--prompt-data", "y", "--num-rollout", "1", "--rollout-batch-size", "1"]
     with pytest.raises(flags.FlagError, match=None) as err:

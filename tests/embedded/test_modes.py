@@ -64,8 +64,7 @@ def test_rendered_p0_profile_runs_with_emulated_fp8(trainer, thresholds):
 
 
 def _fails(args: list[str], tmp_path: Path) -> list[str]:
-    proc = subprocess.run([sys.executable, "-m", "harness.embedded.train", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "harness.embedded.train", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     return [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]

@@ -14,8 +14,8 @@ from harness.embedded.reward import deepscaler
 
 @pytest.fixture(scope="module")
 def checkpoint():
-    from transformers import AutoConfig
     from safetensors.torch import load_file
+    from transformers import AutoConfig
 
     from harness.embedded.factory import ensure_model
 
@@ -69,10 +69,10 @@ def test_fp8_blocks_bound_the_error_by_their_own_scale():
     q = fp8.quantize_weight_blockwise(w)
     assert not torch.equal(q, w)
     quiet = (q[128:, 128:] - w[128:, 128:]).abs().max()
-    assert quiet <= w[128:, 128:].abs().max() * 2 ** -3  # e4m3: 3 mantissa bits
+    assert quiet <= w[128:, 128:].abs().max() * 2**-3  # e4m3: 3 mantissa bits
     assert quiet < (q[:128, :128] - w[:128, :128]).abs().max()
     x = torch.randn(7, 64)
-    assert (fp8.quantize_activation_groups(x) - x).abs().max() <= x.abs().max() * 2 ** -3
+    assert (fp8.quantize_activation_groups(x) - x).abs().max() <= x.abs().max() * 2**-3
 
 
 def test_micro_batches_respect_the_token_budget():
@@ -81,12 +81,15 @@ def test_micro_batches_respect_the_token_budget():
     assert batches == [[0, 1], [2, 3], [4]]
 
 
-@pytest.mark.parametrize("response, label, reward", [
-    ("<think>\n3+4=7\n</think>\n\n\\boxed{7}", "7", 1.0),
-    ("<think>x</think> so \\boxed{\\frac{1}{2}}", "0.5", 1.0),
-    ("<think>x</think> \\boxed{8}", "7", 0.0),
-    ("\\boxed{7}", "7", 0.0),  # no </think>: VIME's deepscaler gives 0
-    ("<think>x</think> \\boxed{7", "7", 0.0),  # truncated answer
-])
+@pytest.mark.parametrize(
+    "response, label, reward",
+    [
+        ("<think>\n3+4=7\n</think>\n\n\\boxed{7}", "7", 1.0),
+        ("<think>x</think> so \\boxed{\\frac{1}{2}}", "0.5", 1.0),
+        ("<think>x</think> \\boxed{8}", "7", 0.0),
+        ("\\boxed{7}", "7", 0.0),  # no </think>: VIME's deepscaler gives 0
+        ("<think>x</think> \\boxed{7", "7", 0.0),  # truncated answer
+    ],
+)
 def test_deepscaler_reward(response, label, reward):
     assert deepscaler(response, label) == reward

@@ -14,12 +14,33 @@ from conftest import assert_finished
 
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
 VIME_NAMES = {
-    "step": ["train/train_rollout_logprob_abs_diff", "train/ppo_kl", "train/pg_clipfrac", "train/loss",
-             "train/pg_loss", "train/grad_norm", "train/entropy_loss"],
-    "rollout": ["rollout/raw_reward", "rollout/log_probs", "rollout/rollout_log_probs", "rollout/response_len/mean",
-                "rollout/response_len/max", "rollout/truncated_ratio", "rollout/advantages"],
-    "perf": ["perf/step_time", "perf/rollout_time", "perf/log_probs_time", "perf/update_weights_time",
-             "perf/train_time", "perf/tokens_per_cpu_per_sec", "perf/peak_memory_gb"],
+    "step": [
+        "train/train_rollout_logprob_abs_diff",
+        "train/ppo_kl",
+        "train/pg_clipfrac",
+        "train/loss",
+        "train/pg_loss",
+        "train/grad_norm",
+        "train/entropy_loss",
+    ],
+    "rollout": [
+        "rollout/raw_reward",
+        "rollout/log_probs",
+        "rollout/rollout_log_probs",
+        "rollout/response_len/mean",
+        "rollout/response_len/max",
+        "rollout/truncated_ratio",
+        "rollout/advantages",
+    ],
+    "perf": [
+        "perf/step_time",
+        "perf/rollout_time",
+        "perf/log_probs_time",
+        "perf/update_weights_time",
+        "perf/train_time",
+        "perf/tokens_per_cpu_per_sec",
+        "perf/peak_memory_gb",
+    ],
 }
 
 
@@ -73,8 +94,7 @@ def test_bf16_rollout_is_clearly_larger(trainer, thresholds):
 def test_top_p_drift_rises_and_the_contract_replay_removes_it(trainer, thresholds):
     floor = trainer("--colocate").mean("step", ABS_DIFF)
     filtered = trainer("--colocate", "--rollout-top-p", "0.9", "--rollout-top-k", "40")
-    replayed = trainer("--colocate", "--rollout-top-p", "0.9", "--rollout-top-k", "40",
-                       "--embedded-replay-processed-logprobs")
+    replayed = trainer("--colocate", "--rollout-top-p", "0.9", "--rollout-top-k", "40", "--embedded-replay-processed-logprobs")
     assert_finished(filtered)
     assert_finished(replayed)
     raised, after = filtered.mean("step", ABS_DIFF), replayed.mean("step", ABS_DIFF)
@@ -84,13 +104,16 @@ def test_top_p_drift_rises_and_the_contract_replay_removes_it(trainer, threshold
     assert '"actual_backend": "processed-replay"' in replayed.stdout
 
 
-@pytest.mark.parametrize("fault, extra", [
-    ("token-shift", []),
-    ("mask-off-by-one", []),
-    ("reorder-samples", []),
-    # T=1 would make ignoring it a no-op; the clean T=0.8 run sits at the floor (temperature rung).
-    ("no-temperature", ["--rollout-temperature", "0.8"]),
-])
+@pytest.mark.parametrize(
+    "fault, extra",
+    [
+        ("token-shift", []),
+        ("mask-off-by-one", []),
+        ("reorder-samples", []),
+        # T=1 would make ignoring it a no-op; the clean T=0.8 run sits at the floor (temperature rung).
+        ("no-temperature", ["--rollout-temperature", "0.8"]),
+    ],
+)
 def test_each_injected_fault_moves_the_metric(trainer, thresholds, fault, extra):
     clean = trainer("--colocate")
     faulty = trainer("--colocate", *extra, "--embedded-inject", fault)

@@ -44,10 +44,26 @@ class LoopbackRayHead:
         subprocess.run(self.in_ns("ip", "link", "set", "lo", "up"), check=True)
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
         self.proc = subprocess.Popen(
-            self.in_ns(str(VENV_BIN / "ray"), "start", "--head", "--block", "--port=6390", "--node-ip-address=127.0.0.1",
-                       "--dashboard-host=127.0.0.1", f"--dashboard-port={DASHBOARD_PORT}", "--include-dashboard=true",
-                       "--num-cpus=2", f"--temp-dir={self.temp_dir}", "--disable-usage-stats"),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+            self.in_ns(
+                str(VENV_BIN / "ray"),
+                "start",
+                "--head",
+                "--block",
+                "--port=6390",
+                "--node-ip-address=127.0.0.1",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={DASHBOARD_PORT}",
+                "--include-dashboard=true",
+                "--num-cpus=2",
+                f"--temp-dir={self.temp_dir}",
+                "--disable-usage-stats",
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=env,
+        )
         probe = f"from ray.job_submission import JobSubmissionClient as C; C({self.address!r}).list_jobs()"
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -40,8 +40,9 @@ def test_a_finished_run_is_recorded_and_reused(tmp_path):
     first_mtime = run_dir.file("status.json").stat().st_mtime
     again = ensure_run(spec(**{"num-rollout": 3}), options)
     assert again.path == run_dir.path and again.file("status.json").stat().st_mtime == first_mtime
-    rerun = ensure_run(spec(**{"num-rollout": 3}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False,
-                                                                 rerun=True, session_started=time.time()))
+    rerun = ensure_run(
+        spec(**{"num-rollout": 3}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False, rerun=True, session_started=time.time())
+    )
     assert rerun.file("status.json").stat().st_mtime > first_mtime
 
 
@@ -68,7 +69,8 @@ def test_ctrl_c_stops_only_the_trainer_it_started_and_marks_the_run_interrupted(
         "from harness.spec import load_knobs, resolve\n"
         "k = load_knobs(Path('knobs'))\n"
         "s = resolve(k, 'p1', 'near-aligned', 'colocate', 'embedded', {'num-rollout': 10000})\n"
-        f"ensure_run(s, LaunchOptions(runs_dir=Path({str(tmp_path)!r}), trainer={TRAINER!r}, progress=False))\n")
+        f"ensure_run(s, LaunchOptions(runs_dir=Path({str(tmp_path)!r}), trainer={TRAINER!r}, progress=False))\n"
+    )
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     harness = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
     try:

@@ -11,10 +11,10 @@ import subprocess
 import sys
 
 import pytest
+from ray_head import LoopbackRayHead, netns_available
 
 from harness import REPO_ROOT
 from harness.records.rundir import RunDir
-from ray_head import LoopbackRayHead, netns_available
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +32,29 @@ def ray_head(tmp_path_factory):
 
 def test_embedded_trainer_runs_as_a_ray_job(ray_head, tmp_path):
     result = subprocess.run(
-        ray_head.in_ns(sys.executable, "-m", "harness", "run", "--stage", "p1", "--rung", "near-aligned",
-                       "--set", "num-rollout=2", "--runs-dir", str(tmp_path), "--ray-address", ray_head.address,
-                       "--timeout", "400"),
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+        ray_head.in_ns(
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--stage",
+            "p1",
+            "--rung",
+            "near-aligned",
+            "--set",
+            "num-rollout=2",
+            "--runs-dir",
+            str(tmp_path),
+            "--ray-address",
+            ray_head.address,
+            "--timeout",
+            "400",
+        ),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run = RunDir(result.stdout.strip().splitlines()[-1]).load()
     assert run.status.state == "finished"

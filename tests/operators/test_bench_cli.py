@@ -11,7 +11,18 @@ import pytest
 pytestmark = pytest.mark.operator
 
 CLI = Path(__file__).resolve().parents[2] / "tools" / "bench_operators.py"
-REQUIRED = ("name", "mean_abs_err", "p99_abs_err", "max_abs_err", "batch_invariant", "tp_invariant", "ms_median", "gemm_ms_median", "peak_extra_bytes", "shape")
+REQUIRED = (
+    "name",
+    "mean_abs_err",
+    "p99_abs_err",
+    "max_abs_err",
+    "batch_invariant",
+    "tp_invariant",
+    "ms_median",
+    "gemm_ms_median",
+    "peak_extra_bytes",
+    "shape",
+)
 
 
 def _cli():
@@ -23,8 +34,24 @@ def _cli():
 
 def test_cli_writes_a_complete_record(tmp_path, capsys):
     out, md = tmp_path / "cpu.json", tmp_path / "cpu.md"
-    rc = _cli().main(["--device", "cpu", "--shape", "64,128,1024", "--names", "fused-linear-logprob,vllm-native",
-                      "--reps", "1", "--warmup", "0", "--out", str(out), "--markdown", str(md)])
+    rc = _cli().main(
+        [
+            "--device",
+            "cpu",
+            "--shape",
+            "64,128,1024",
+            "--names",
+            "fused-linear-logprob,vllm-native",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+            "--markdown",
+            str(md),
+        ]
+    )
     assert rc == 0
     record = json.loads(out.read_text())
     assert "gpu" in record["hardware"] and record["libraries"]["torch"]

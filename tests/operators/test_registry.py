@@ -14,8 +14,15 @@ from harness.operators.contract import Contract
 pytestmark = pytest.mark.operator
 
 BUILTINS = {
-    "fp64-reference", "fp64-reference-processed", "megatron-native", "vllm-native", "vllm-processed",
-    "fp8-per-tensor", "fp8-block", "liger-fused-linear-ce", "fused-linear-logprob",
+    "fp64-reference",
+    "fp64-reference-processed",
+    "megatron-native",
+    "vllm-native",
+    "vllm-processed",
+    "fp8-per-tensor",
+    "fp8-block",
+    "liger-fused-linear-ce",
+    "fused-linear-logprob",
 }
 
 
@@ -52,12 +59,14 @@ def test_bad_operands_get_one_clear_line():
 
 def test_plugin_from_an_installed_distribution_is_found(tmp_path, monkeypatch):
     """A real dist-info with an entry point in the group, on sys.path: what `pip install` leaves."""
-    (tmp_path / "bcard_ops.py").write_text(textwrap.dedent('''
+    (tmp_path / "bcard_ops.py").write_text(
+        textwrap.dedent("""
         from harness.operators.impl_fused import FusedLinearLogprobOperator
 
         class BCardLogprob(FusedLinearLogprobOperator):
             pass
-    '''))
+    """)
+    )
     dist = tmp_path / "bcard_ops-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bcard-ops\nVersion: 0.1\n")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.operator
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import torch
     from harness.operators.fused_plan import chunk_bounds, merge_partials, shard_chunk_bounds
     from harness.operators.fused_torch import torch_partials
@@ -42,13 +42,13 @@ SCRIPT = textwrap.dedent('''
         full_m = triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg)[0]
         assert torch.equal(m, full_m[60:90]), variant
     print("ok")
-''')
+""")
 
 # The backward's three kernels (grad_logits tile, grad_weight rows, grad_hidden group partial) against
 # the torch plan. fp32 operands: the interpreter's numpy has no bf16. Bitwise where the design says so:
 # a TP shard's partials and grad_weight rows equal the unsplit ones, a slice of rows equals the same rows
 # in the batch, and the slice width changes no bit.
-BACKWARD_SCRIPT = textwrap.dedent('''
+BACKWARD_SCRIPT = textwrap.dedent("""
     import sys
     import torch
     from dataclasses import replace
@@ -79,7 +79,7 @@ BACKWARD_SCRIPT = textwrap.dedent('''
     rows = list(triton_backward_groups(h[3:10], w, t[3:10], lse[3:10], 0.7, g[3:10], group_bounds(V), torch.empty(V, H), cfg))
     assert all(torch.equal(a, b[3:10]) for a, b in zip(rows, got))
     print("ok")
-''')
+""")
 
 
 def test_triton_kernel_matches_the_torch_plan_under_the_interpreter():

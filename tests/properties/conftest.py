@@ -10,9 +10,7 @@ import torch
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "property: hypothesis property tests of the harness's own data-layout code"
-    )
+    config.addinivalue_line("markers", "property: hypothesis property tests of the harness's own data-layout code")
 
 
 @pytest.fixture(autouse=True)

@@ -63,12 +63,7 @@ def test_selected_logprobs_equal_a_position_by_position_reference(prompt_len, re
     logits = torch.randn(total, vocab, generator=generator) * 3
     tokens = torch.randint(0, vocab, (total,), generator=generator)
     got = selected_token_logprobs(logits, tokens, response_len, temperature=temperature)
-    expected = torch.stack(
-        [
-            torch.log_softmax(logits[prompt_len + j - 1] / temperature, dim=-1)[tokens[prompt_len + j]]
-            for j in range(response_len)
-        ]
-    )
+    expected = torch.stack([torch.log_softmax(logits[prompt_len + j - 1] / temperature, dim=-1)[tokens[prompt_len + j]] for j in range(response_len)])
     note(f"tokens={tokens.tolist()} prompt_len={prompt_len} got={got.tolist()} expected={expected.tolist()}")
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
 

@@ -43,9 +43,7 @@ def test_native_merge_equals_the_full_reduce_within_rounding(case):
     merged, full = sharded_logsumexp(shards), full_logsumexp(logits)
     note(f"merged lse={merged.tolist()} full lse={full.tolist()}")
     torch.testing.assert_close(merged, full, rtol=2e-6, atol=2e-6)
-    torch.testing.assert_close(
-        sharded_token_logprobs(shards, targets), full_token_logprobs(logits, targets), rtol=2e-6, atol=4e-6
-    )
+    torch.testing.assert_close(sharded_token_logprobs(shards, targets), full_token_logprobs(logits, targets), rtol=2e-6, atol=4e-6)
 
 
 @given(case=logits_and_targets())

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
+from vime_log_builder import build_run_log  # noqa: E402
 
 from harness.records.environment import cpu_and_memory  # noqa: E402
 from harness.records.ingest import ingest  # noqa: E402
-from vime_log_builder import build_run_log  # noqa: E402
 
 
 def write_dumps(directory: Path, rollouts: int, tokens_total: int, seed: int = 0) -> int:
@@ -39,12 +39,19 @@ def write_dumps(directory: Path, rollouts: int, tokens_total: int, seed: int = 0
         while used < per_rollout:
             prompt = 256
             response = min(rng.randint(200, 3000), max(per_rollout - used - prompt, 1))
-            samples.append({
-                "tokens": [rng.randrange(151_000)] * (prompt + response),
-                "response_length": response, "reward": float(rng.random() < 0.5),
-                "loss_mask": [1] * response, "rollout_log_probs": [-rng.random()] * response,
-                "weight_versions": [str(rollout_id)], "metadata": {}, "index": len(samples), "group_index": len(samples) // 8,
-            })
+            samples.append(
+                {
+                    "tokens": [rng.randrange(151_000)] * (prompt + response),
+                    "response_length": response,
+                    "reward": float(rng.random() < 0.5),
+                    "loss_mask": [1] * response,
+                    "rollout_log_probs": [-rng.random()] * response,
+                    "weight_versions": [str(rollout_id)],
+                    "metadata": {},
+                    "index": len(samples),
+                    "group_index": len(samples) // 8,
+                }
+            )
             used += prompt + response
         torch.save({"rollout_id": rollout_id, "samples": samples}, directory / f"rollout_{rollout_id}.pt")
         written += used
@@ -70,12 +77,20 @@ def main() -> int:
         log_started = time.perf_counter()
         ingest(source / "driver.log")
         log_only = time.perf_counter() - log_started
-    print(json.dumps({
-        "steps": args.steps, "log_lines": len(lines), "dumped_tokens": tokens, "input_mib": round(input_bytes / 2**20, 1),
-        "records": len(result.records), "ingest_seconds": round(elapsed, 2), "log_only_seconds": round(log_only, 3),
-        "machine": {**cpu_and_memory(), "python": platform.python_version(), "torch": torch.__version__,
-                    "load_average": os.getloadavg()},
-    }))
+    print(
+        json.dumps(
+            {
+                "steps": args.steps,
+                "log_lines": len(lines),
+                "dumped_tokens": tokens,
+                "input_mib": round(input_bytes / 2**20, 1),
+                "records": len(result.records),
+                "ingest_seconds": round(elapsed, 2),
+                "log_only_seconds": round(log_only, 3),
+                "machine": {**cpu_and_memory(), "python": platform.python_version(), "torch": torch.__version__, "load_average": os.getloadavg()},
+            }
+        )
+    )
     return 0
 
 

@@ -10,20 +10,22 @@ from harness.records.environment import REDACTED, collect_environment, container
 
 
 def test_secret_keys_and_token_values_are_redacted_and_the_rest_kept():
-    env = redact_env({
-        "NCCL_DEBUG": "INFO",
-        "NCCL_IB_HCA": "mlx5_0,mlx5_1",
-        "CUDA_VISIBLE_DEVICES": "0,1,2,3",
-        "VLLM_API_KEY": "short",
-        "TORCH_HUB_TOKEN": "abc",
-        "VLLM_SOME_SETTING": "hf_abcdefghijklmnopqrstuvwxyz0123",
-        "NVTE_OPAQUE": "Zx9kQ2mP7vL4nR8tW1yB6cF3hJ5sD0gA",
-        "CUDA_HOME": "/usr/local/cuda-12.8/targets/x86_64-linux/Lib64Extra",
-        "VLLM_REMOTE": "https://alice:s3cret@models.example.com/v1",
-        "TORCH_CUDA_ARCH_LIST": "9.0;10.0",
-        "HOME": "/root",
-        "HF_TOKEN": "hf_notrelevantprefix",
-    })
+    env = redact_env(
+        {
+            "NCCL_DEBUG": "INFO",
+            "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            "VLLM_API_KEY": "short",
+            "TORCH_HUB_TOKEN": "abc",
+            "VLLM_SOME_SETTING": "hf_abcdefghijklmnopqrstuvwxyz0123",
+            "NVTE_OPAQUE": "Zx9kQ2mP7vL4nR8tW1yB6cF3hJ5sD0gA",
+            "CUDA_HOME": "/usr/local/cuda-12.8/targets/x86_64-linux/Lib64Extra",
+            "VLLM_REMOTE": "https://alice:s3cret@models.example.com/v1",
+            "TORCH_CUDA_ARCH_LIST": "9.0;10.0",
+            "HOME": "/root",
+            "HF_TOKEN": "hf_notrelevantprefix",
+        }
+    )
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and env["TORCH_CUDA_ARCH_LIST"] == "9.0;10.0"
     assert env["CUDA_HOME"].startswith("/usr/local/cuda")
@@ -58,9 +60,11 @@ def test_image_from_the_environment():
 
 def test_hardware_and_versions_without_importing_heavy_packages():
     # In a fresh interpreter: the record must not pay for (or depend on) importing torch/vllm/ray.
-    code = ("import json, sys; from harness.records.environment import collect_environment; "
-            "r = collect_environment(None, None); "
-            "print(json.dumps({'r': r, 'heavy': [m for m in ('torch', 'vllm', 'ray', 'megatron') if m in sys.modules]}))")
+    code = (
+        "import json, sys; from harness.records.environment import collect_environment; "
+        "r = collect_environment(None, None); "
+        "print(json.dumps({'r': r, 'heavy': [m for m in ('torch', 'vllm', 'ray', 'megatron') if m in sys.modules]}))"
+    )
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     record = out["r"]
     assert out["heavy"] == []
@@ -68,6 +72,7 @@ def test_hardware_and_versions_without_importing_heavy_packages():
     assert cpu["cores"] >= 1 and cpu["memory_gib"] > 0 and cpu["model"]
     assert "count" in record["hardware"]["gpus"] and record["hardware"]["nodes"]["count"] >= 1
     from importlib.metadata import version
+
     assert record["versions"]["torch"]["version"] == version("torch")
     assert record["versions"]["megatron-core"]["version"] == version("megatron-core")
     assert record["versions"]["ray"]["version"] == version("ray")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from vime_log_builder import build_run_log
 
 from harness.records import RunDir, parse_log_file
 from harness.records.ingest import ingest
-from vime_log_builder import build_run_log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,8 @@ def test_cli_json_prints_the_metrics_jsonl_shape(vime_logs, harness_cli):
     # printed, and one line says the run did not end (exit 2, as for any incomplete input).
     assert code == 2 and err.splitlines() == [
         f"error: {vime_logs / 'single_process_no_ray.log'}: the log stops at line 7 without the trainer's end line "
-        f"('training finished'); last step 0 at line 5: the run is recorded as unfinished"]
+        f"('training finished'); last step 0 at line 5: the run is recorded as unfinished"
+    ]
     lines = [json.loads(line) for line in out.splitlines()]
     assert [set(line) for line in lines] == [{"kind", "n", "metrics"}] * 5
     assert lines[2]["kind"] == "step" and lines[2]["metrics"]["train/grad_norm"] == math.inf
@@ -81,16 +82,20 @@ def test_truncated_log_exits_2_but_keeps_every_readable_step(vime_logs, tmp_path
     assert code == 2
     assert err.strip().splitlines() == [
         f"error: {vime_logs / 'truncated_mid_record.log'}: line 25: truncated step record (not a complete Python "
-        "literal ('{' was never closed at column 1)), parsed 24 lines"]
+        "literal ('{' was never closed at column 1)), parsed 24 lines"
+    ]
     run = RunDir(tmp_path / "cut").load()
     assert run.steps() == [0, 1] and run.status.state == "interrupted" and run.problems == []
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "empty file"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary data (NUL byte at offset 8)"),
-    (b"hello\nthis is not a VIME log\n", "no step/rollout/perf/eval records and no failure signatures"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "empty file"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary data (NUL byte at offset 8)"),
+        (b"hello\nthis is not a VIME log\n", "no step/rollout/perf/eval records and no failure signatures"),
+    ],
+)
 def test_unusable_input_is_one_line_exit_2_and_nothing_written(tmp_path, content, message, harness_cli):
     bad = tmp_path / "input.log"
     bad.write_bytes(content)
@@ -146,6 +151,7 @@ def test_run_directory_with_a_corrupt_file_is_named_and_its_steps_kept(vime_logs
 
 # --- TensorBoard events, written by the same writer VIME uses (torch's SummaryWriter)
 
+
 def _write_events(directory: Path, steps: int) -> Path:
     from torch.utils.tensorboard import SummaryWriter
 
@@ -181,13 +187,23 @@ def test_truncated_event_file_keeps_the_events_before_the_cut(tmp_path):
 
 # --- debug dumps
 
+
 def _rollout_dump(path: Path, rollout_id: int) -> None:
     samples = []
     for index, (prompt_len, response_len, reward) in enumerate([(3, 2, 1.0), (3, 4, 0.0)]):
-        samples.append({"tokens": list(range(prompt_len + response_len)), "response_length": response_len,
-                        "reward": reward, "loss_mask": [1] * response_len,
-                        "rollout_log_probs": [-0.5] * response_len, "weight_versions": ["3"], "metadata": {},
-                        "index": index, "group_index": 0})
+        samples.append(
+            {
+                "tokens": list(range(prompt_len + response_len)),
+                "response_length": response_len,
+                "reward": reward,
+                "loss_mask": [1] * response_len,
+                "rollout_log_probs": [-0.5] * response_len,
+                "weight_versions": ["3"],
+                "metadata": {},
+                "index": index,
+                "group_index": 0,
+            }
+        )
     torch.save({"rollout_id": rollout_id, "samples": samples}, path)
 
 
@@ -200,7 +216,8 @@ def _train_dump(path: Path, rollout_id: int, rank: int) -> None:
         "log_probs": [torch.tensor([-0.1]), torch.tensor([-0.2, -0.2, -0.2, -5.0])],
         "rollout_log_probs": [[-0.5], [-0.3, -0.1, -0.3, 0.0]],
         "loss_masks": [torch.tensor([1]), torch.tensor([1, 1, 1, 0])],
-        "response_lengths": [1, 4], "rewards": [1.0, 0.0],
+        "response_lengths": [1, 4],
+        "rewards": [1.0, 0.0],
     }
     torch.save({"rollout_id": rollout_id, "rank": rank, "rollout_data": rollout_data}, path)
 
@@ -221,8 +238,10 @@ def test_dumps_become_summary_records_with_vimes_abs_diff(tmp_path):
     assert record.metrics["dump/raw_reward_mean"] == 0.5 and record.metrics["dump/rollout_log_probs_mean"] == -0.5
     run = RunDir(tmp_path / "run").load()
     assert run.dumps == ["rollout_0.pt", "train_0_0.pt", "train_0_1.pt"]
-    assert os.path.samefile(run.path / "dumps" / "rollout_0.pt", dumps / "rollout_0.pt") or \
-        (run.path / "dumps" / "rollout_0.pt").read_bytes() == (dumps / "rollout_0.pt").read_bytes()
+    assert (
+        os.path.samefile(run.path / "dumps" / "rollout_0.pt", dumps / "rollout_0.pt")
+        or (run.path / "dumps" / "rollout_0.pt").read_bytes() == (dumps / "rollout_0.pt").read_bytes()
+    )
 
 
 class NotAllowed:
@@ -232,8 +251,9 @@ class NotAllowed:
 def test_dump_with_arbitrary_objects_is_refused_unless_trusted(tmp_path):
     torch.save({"rollout_id": 0, "samples": [], "extra": NotAllowed()}, tmp_path / "odd.pt")
     result = ingest(tmp_path / "odd.pt")
-    assert result.problems == [f"{tmp_path / 'odd.pt'}: holds objects that weights_only loading refuses; "
-                               f"if you trust the file, rerun with --trust-dumps"]
+    assert result.problems == [
+        f"{tmp_path / 'odd.pt'}: holds objects that weights_only loading refuses; if you trust the file, rerun with --trust-dumps"
+    ]
 
 
 def test_corrupt_dump_is_one_line(tmp_path):

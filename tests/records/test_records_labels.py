@@ -20,9 +20,26 @@ def spec(rung, backend="records", **overrides):
 
 def test_a_labelled_ingest_is_found_by_rung_and_mode(tmp_path):
     log = sorted(LOGS.glob("*.log"))[0]
-    out = subprocess.run([sys.executable, "-m", "harness", "ingest", str(log), "--out", str(tmp_path / "gb200-baseline"),
-                          "--rung", "fp8-plus-filters", "--stage", "p1", "--mode", "colocate"],
-                         cwd=REPO_ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "ingest",
+            str(log),
+            "--out",
+            str(tmp_path / "gb200-baseline"),
+            "--rung",
+            "fp8-plus-filters",
+            "--stage",
+            "p1",
+            "--mode",
+            "colocate",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr  # 2 would mean the ingest found problems
     found, how = find_recorded_run(tmp_path, spec("fp8-plus-filters"))
     assert found == tmp_path / "gb200-baseline" and how.startswith("labels"), how

@@ -5,16 +5,15 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vime_log_builder import build_run_log, render
 
 from harness.records import LogFileError, LogParser, parse_log_file, parse_log_lines
 from harness.records.lineclean import clean_line
-from vime_log_builder import build_run_log, render
 
 
 def test_colocate_log_yields_every_record_with_its_actor(vime_logs):
     result = parse_log_file(vime_logs / "colocate_3_rollouts.log")
-    assert [(r.kind, r.n) for r in result.records] == [
-        (kind, n) for n in range(3) for kind in ("perf", "rollout", "step", "perf")]
+    assert [(r.kind, r.n) for r in result.records] == [(kind, n) for n in range(3) for kind in ("perf", "rollout", "step", "perf")]
     perf_sources = [r.source for r in result.records if r.kind == "perf" and r.n == 1]
     assert perf_sources == ["RolloutManager pid=2987", "MegatronTrainRayActor pid=3121"]
     assert result.failures == [] and result.stopped_at is None and result.warnings == []
@@ -47,8 +46,7 @@ def test_truncated_last_record_stops_and_says_where(vime_logs):
 
 
 def test_malformed_record_mid_log_is_skipped_not_a_stop():
-    lines = [render("step", 0, {"train/loss": 0.1}), "step 1: {'train/loss': 0.2, (RolloutManager pid=1) hi",
-             render("step", 2, {"train/loss": 0.3})]
+    lines = [render("step", 0, {"train/loss": 0.1}), "step 1: {'train/loss': 0.2, (RolloutManager pid=1) hi", render("step", 2, {"train/loss": 0.3})]
     result = parse_log_lines(lines)
     assert [r.n for r in result.records] == [0, 2]
     assert result.stopped_at is None
@@ -63,18 +61,23 @@ def test_two_runs_in_one_log_are_reported_once_and_all_records_kept(vime_logs):
 
 
 def test_ray_repeats_of_an_older_record_are_not_mistaken_for_a_second_run():
-    lines = [render("step", 5, {"a": 1.0}), render("step", 6, {"a": 2.0}),
-             render("step", 5, {"a": 1.5}, source="MegatronTrainRayActor pid=3122", repeated=3)]
+    lines = [
+        render("step", 5, {"a": 1.0}),
+        render("step", 6, {"a": 2.0}),
+        render("step", 5, {"a": 1.5}, source="MegatronTrainRayActor pid=3122", repeated=3),
+    ]
     result = parse_log_lines(lines)
     assert result.bad_input == [] and len(result.records) == 3
 
 
-@pytest.mark.parametrize("log, expected", [
-    ("cuda_oom_mid_run.log", [("python-traceback", 16), ("cuda-oom", 20), ("ray-actor-died", 26)]),
-    ("nccl_and_illegal_access.log", [("nccl-error", 13), ("nccl-error", 14), ("cuda-illegal-memory-access", 15)]),
-    ("rollout_engine_died.log", [("engine-dead", 14), ("engine-dead", 15), ("http-error", 16),
-                                 ("connection-refused", 17), ("timeout", 18)]),
-])
+@pytest.mark.parametrize(
+    "log, expected",
+    [
+        ("cuda_oom_mid_run.log", [("python-traceback", 16), ("cuda-oom", 20), ("ray-actor-died", 26)]),
+        ("nccl_and_illegal_access.log", [("nccl-error", 13), ("nccl-error", 14), ("cuda-illegal-memory-access", 15)]),
+        ("rollout_engine_died.log", [("engine-dead", 14), ("engine-dead", 15), ("http-error", 16), ("connection-refused", 17), ("timeout", 18)]),
+    ],
+)
 def test_failure_signatures_and_their_lines(vime_logs, log, expected):
     result = parse_log_file(vime_logs / log)
     assert [(f.signature, f.line) for f in result.failures] == expected
@@ -115,20 +118,25 @@ def test_nested_dicts_flatten_and_lists_are_left_out_with_a_warning():
 
 
 def test_clean_line_peels_every_layer():
-    line = clean_line("\x1b[36m(RolloutManager pid=77, ip=10.0.0.2)\x1b[0m [2026-11-20 10:00:01] rollout.py:612 - "
-                      "perf 3: {'perf/rollout_time': 1.0} [repeated 7x across cluster]\x1b[2m (Ray deduplicates logs "
-                      "by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/"
-                      "x.html#log-deduplication for more options.)\x1b[0m\n")
+    line = clean_line(
+        "\x1b[36m(RolloutManager pid=77, ip=10.0.0.2)\x1b[0m [2026-11-20 10:00:01] rollout.py:612 - "
+        "perf 3: {'perf/rollout_time': 1.0} [repeated 7x across cluster]\x1b[2m (Ray deduplicates logs "
+        "by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/"
+        "x.html#log-deduplication for more options.)\x1b[0m\n"
+    )
     assert line.message == "perf 3: {'perf/rollout_time': 1.0}"
     assert line.source == "RolloutManager pid=77, ip=10.0.0.2"
     assert line.repeated == 7 and line.timestamp == "2026-11-20 10:00:01" and line.logged_at == "rollout.py:612"
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "empty file"),
-    (b"\n\n  \n", "empty file"),
-    (b"PK\x03\x04\x00\x00binary", "binary data (NUL byte at offset 4)"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "empty file"),
+        (b"\n\n  \n", "empty file"),
+        (b"PK\x03\x04\x00\x00binary", "binary data (NUL byte at offset 4)"),
+    ],
+)
 def test_unreadable_files_get_one_line_naming_the_file(tmp_path, content, message):
     path = tmp_path / "run.log"
     path.write_bytes(content)
@@ -145,8 +153,7 @@ def test_missing_file_and_directory_are_named(tmp_path):
 
 
 def _same_metrics(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        (isinstance(v, float) and math.isnan(v) and math.isnan(b[k])) or v == b[k] for k, v in a.items())
+    return a.keys() == b.keys() and all((isinstance(v, float) and math.isnan(v) and math.isnan(b[k])) or v == b[k] for k, v in a.items())
 
 
 @pytest.mark.property
@@ -181,11 +188,13 @@ def test_async_interleaving_of_actors_is_not_a_mixed_log():
     can print before the trainer's perf N. Each actor's own sequence still only moves forward."""
     from harness.records.merge import metric_series
 
-    lines = [render("perf", 0, {"perf/rollout_time": 60.0}, source="RolloutManager pid=2987"),
-             render("perf", 1, {"perf/rollout_time": 61.0}, source="RolloutManager pid=2987"),
-             render("perf", 0, {"perf/train_time": 30.0}),
-             render("perf", 2, {"perf/rollout_time": 62.0}, source="RolloutManager pid=2987"),
-             render("perf", 1, {"perf/train_time": 31.0})]
+    lines = [
+        render("perf", 0, {"perf/rollout_time": 60.0}, source="RolloutManager pid=2987"),
+        render("perf", 1, {"perf/rollout_time": 61.0}, source="RolloutManager pid=2987"),
+        render("perf", 0, {"perf/train_time": 30.0}),
+        render("perf", 2, {"perf/rollout_time": 62.0}, source="RolloutManager pid=2987"),
+        render("perf", 1, {"perf/train_time": 31.0}),
+    ]
     result = parse_log_lines(lines)
     assert result.bad_input == [] and len(result.records) == 5
     assert metric_series(result.records, "perf/train_time") == [(0, 30.0), (1, 31.0)]

@@ -18,21 +18,23 @@ def test_reads_nan_inf_and_negative_inf():
 
 
 def test_reads_numpy2_scalars_and_stray_tensors():
-    value = parse_dict("{'a': np.float64(0.25), 'b': numpy.int64(7), 'c': tensor(0.5, device='cuda:0'), "
-                       "'d': float('nan'), 'e': np.float32(-inf)}")
+    value = parse_dict("{'a': np.float64(0.25), 'b': numpy.int64(7), 'c': tensor(0.5, device='cuda:0'), 'd': float('nan'), 'e': np.float32(-inf)}")
     assert value["a"] == 0.25 and value["b"] == 7 and value["c"] == 0.5
     assert math.isnan(value["d"]) and value["e"] == -math.inf
 
 
-@pytest.mark.parametrize("text", [
-    "{'a': __import__('os').system('true')}",
-    "{'a': os.getcwd()}",
-    "{'a': 1 + 1}",
-    "{'a': [x for x in range(3)]}",
-    "{'a': some_name}",
-    "{**other}",
-    "{'a': lambda: 1}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{'a': __import__('os').system('true')}",
+        "{'a': os.getcwd()}",
+        "{'a': 1 + 1}",
+        "{'a': [x for x in range(3)]}",
+        "{'a': some_name}",
+        "{**other}",
+        "{'a': lambda: 1}",
+    ],
+)
 def test_refuses_anything_that_is_code(text):
     with pytest.raises(LiteralSyntaxError):
         parse_dict(text)
@@ -48,8 +50,7 @@ def test_a_list_is_not_a_dict():
         parse_dict("[1, 2]")
 
 
-scalars = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.text(max_size=20),
-                    st.none(), st.booleans())
+scalars = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.text(max_size=20), st.none(), st.booleans())
 
 
 @pytest.mark.property

@@ -26,8 +26,7 @@ def _full_run(path):
     with run_dir:
         for n in range(3):
             run_dir.append_log(f"step {n}: {{'train/loss': {0.1 * n}}}")
-            run_dir.append_record(Record(kind="step", n=n, metrics={"train/loss": 0.1 * n,
-                                                                     "train/train_rollout_logprob_abs_diff": 0.01 + n / 1000}))
+            run_dir.append_record(Record(kind="step", n=n, metrics={"train/loss": 0.1 * n, "train/train_rollout_logprob_abs_diff": 0.01 + n / 1000}))
             run_dir.append_record(Record(kind="perf", n=n, metrics={"perf/rollout_time": 5.0}, source="RolloutManager pid=1"))
             run_dir.append_record(Record(kind="perf", n=n, metrics={"perf/train_time": 7.0, "perf/step_time": math.nan}))
     run_dir.set_status("finished", exit_code=0)
@@ -85,15 +84,21 @@ def test_torn_last_line_is_dropped_and_named(tmp_path):
     assert run.problems == ["metrics.jsonl: line 10 is torn (the run was killed while writing it); kept 9 records"]
 
 
-@pytest.mark.parametrize("name, content, expected", [
-    ("spec.yaml", "flags: [unclosed", "spec.yaml: not readable YAML"),
-    ("spec.yaml", "- just\n- a list\n", "spec.yaml: expected a mapping, found list"),
-    ("argv.json", '{"not": "a list"}', "argv.json: expected a JSON list, found dict"),
-    ("environment.json", "{oops", "environment.json: not valid JSON"),
-    ("status.json", '{"state": "exploded"}', "status.json: key 'state': Input should be"),
-    ("metrics.jsonl", '{"kind": "step", "n": 0, "metrics": {}}\nnot json\n{"kind": "nope", "n": 1, "metrics": {}}\n',
-     "metrics.jsonl: line 2 is not a {kind, n, metrics} record"),
-])
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("spec.yaml", "flags: [unclosed", "spec.yaml: not readable YAML"),
+        ("spec.yaml", "- just\n- a list\n", "spec.yaml: expected a mapping, found list"),
+        ("argv.json", '{"not": "a list"}', "argv.json: expected a JSON list, found dict"),
+        ("environment.json", "{oops", "environment.json: not valid JSON"),
+        ("status.json", '{"state": "exploded"}', "status.json: key 'state': Input should be"),
+        (
+            "metrics.jsonl",
+            '{"kind": "step", "n": 0, "metrics": {}}\nnot json\n{"kind": "nope", "n": 1, "metrics": {}}\n',
+            "metrics.jsonl: line 2 is not a {kind, n, metrics} record",
+        ),
+    ],
+)
 def test_a_corrupt_file_is_named_and_the_rest_still_loads(tmp_path, name, content, expected):
     run_dir = _full_run(tmp_path / "r")
     run_dir.file(name).write_text(content)
@@ -131,7 +136,14 @@ def test_atomic_writes_leave_no_temp_files(tmp_path):
     for _ in range(3):
         run_dir.write_spec(SPEC)
     assert sorted(p.name for p in run_dir.path.iterdir()) == [
-        "argv.json", "dumps", "environment.json", "log.txt", "metrics.jsonl", "spec.yaml", "status.json"]
+        "argv.json",
+        "dumps",
+        "environment.json",
+        "log.txt",
+        "metrics.jsonl",
+        "spec.yaml",
+        "status.json",
+    ]
 
 
 def test_a_killed_writer_keeps_every_record_it_appended(tmp_path):
@@ -149,8 +161,7 @@ def test_a_killed_writer_keeps_every_record_it_appended(tmp_path):
                 print("ready", flush=True)
             time.sleep(0.001)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            cwd=os.getcwd(), start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd(), start_new_session=True)
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)

@@ -16,8 +16,7 @@ ROLLOUT_MANAGER = "RolloutManager pid=2987"
 LOGGED_AT = {"step": "model.py:540", "rollout": "data.py:277", "perf": "train_metric_utils.py:88", "eval": "eval.py:50"}
 
 
-def render(kind: str, n: int, metrics: dict, *, source: str | None = TRAINER, ansi: bool = True,
-           repeated: int | None = None, second: int = 0) -> str:
+def render(kind: str, n: int, metrics: dict, *, source: str | None = TRAINER, ansi: bool = True, repeated: int | None = None, second: int = 0) -> str:
     prefix = ""
     if source:
         prefix = f"{ANSI_CYAN}({source}){ANSI_RESET} " if ansi else f"({source}) "
@@ -28,28 +27,45 @@ def render(kind: str, n: int, metrics: dict, *, source: str | None = TRAINER, an
 
 def step_metrics(n: int, rng: random.Random) -> dict:
     return {
-        "train/loss": rng.uniform(-0.05, 0.05), "train/pg_loss": rng.uniform(-0.05, 0.05),
-        "train/entropy_loss": rng.uniform(0.2, 0.6), "train/pg_clipfrac": rng.uniform(0, 0.01),
-        "train/ppo_kl": rng.uniform(0, 1e-4), "train/train_rollout_logprob_abs_diff": rng.uniform(0.01, 0.03),
-        "train/kl_loss": 0.0, "train/grad_norm": rng.uniform(0.1, 0.5), "train/step": n,
+        "train/loss": rng.uniform(-0.05, 0.05),
+        "train/pg_loss": rng.uniform(-0.05, 0.05),
+        "train/entropy_loss": rng.uniform(0.2, 0.6),
+        "train/pg_clipfrac": rng.uniform(0, 0.01),
+        "train/ppo_kl": rng.uniform(0, 1e-4),
+        "train/train_rollout_logprob_abs_diff": rng.uniform(0.01, 0.03),
+        "train/kl_loss": 0.0,
+        "train/grad_norm": rng.uniform(0.1, 0.5),
+        "train/step": n,
     }
 
 
 def rollout_metrics(n: int, rng: random.Random) -> dict:
     logp = rng.uniform(-0.5, -0.2)
-    return {"rollout/log_probs": logp, "rollout/rollout_log_probs": logp + rng.uniform(-0.01, 0.01),
-            "rollout/raw_reward": rng.uniform(0, 1), "rollout/response_lengths": rng.uniform(200, 8192),
-            "rollout/truncated": rng.uniform(0, 0.1), "rollout/step": n}
+    return {
+        "rollout/log_probs": logp,
+        "rollout/rollout_log_probs": logp + rng.uniform(-0.01, 0.01),
+        "rollout/raw_reward": rng.uniform(0, 1),
+        "rollout/response_lengths": rng.uniform(200, 8192),
+        "rollout/truncated": rng.uniform(0, 0.1),
+        "rollout/step": n,
+    }
 
 
 def manager_perf(n: int, rng: random.Random) -> dict:
-    return {"rollout/response_len/mean": rng.uniform(200, 8192), "perf/rollout_time": rng.uniform(30, 90),
-            "perf/tokens_per_gpu_per_sec": rng.uniform(1000, 5000)}
+    return {
+        "rollout/response_len/mean": rng.uniform(200, 8192),
+        "perf/rollout_time": rng.uniform(30, 90),
+        "perf/tokens_per_gpu_per_sec": rng.uniform(1000, 5000),
+    }
 
 
 def trainer_perf(n: int, rng: random.Random) -> dict:
-    return {"perf/update_weights_time": rng.uniform(20, 40), "perf/log_probs_time": rng.uniform(5, 15),
-            "perf/train_time": rng.uniform(20, 40), "perf/step_time": rng.uniform(80, 130)}
+    return {
+        "perf/update_weights_time": rng.uniform(20, 40),
+        "perf/log_probs_time": rng.uniform(5, 15),
+        "perf/train_time": rng.uniform(20, 40),
+        "perf/step_time": rng.uniform(80, 130),
+    }
 
 
 NOISE = [
@@ -59,15 +75,18 @@ NOISE = [
 ]
 
 
-def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: int = 3,
-                  finished: bool = True) -> tuple[list[str], list[tuple]]:
+def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: int = 3, finished: bool = True) -> tuple[list[str], list[tuple]]:
     """Lines of a run with `steps` rollouts (one train step each) and the records they hold, as
     (kind, n, metrics, source) in line order; a finished run ends with VIME's "training finished"."""
     rng = random.Random(seed)
     lines, expected = [], []
     for n in range(steps):
-        groups = [("perf", manager_perf(n, rng), ROLLOUT_MANAGER), ("rollout", rollout_metrics(n, rng), TRAINER),
-                  ("step", step_metrics(n, rng), TRAINER), ("perf", trainer_perf(n, rng), TRAINER)]
+        groups = [
+            ("perf", manager_perf(n, rng), ROLLOUT_MANAGER),
+            ("rollout", rollout_metrics(n, rng), TRAINER),
+            ("step", step_metrics(n, rng), TRAINER),
+            ("perf", trainer_perf(n, rng), TRAINER),
+        ]
         if nan_every and n % nan_every == 0:
             groups[2][1]["train/loss"] = math.nan
             groups[2][1]["train/grad_norm"] = math.inf

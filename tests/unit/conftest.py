@@ -20,16 +20,34 @@ def vime_line(kind: str, n: int, metrics: dict) -> str:
 
 @pytest.fixture
 def build_run(tmp_path):
-    def build(name="run", steps=30, abs_diff=lambda n: 0.02, reward=lambda n: 0.4, extra_lines=(),
-              rung="fp8-plus-filters", mode="colocate", backend="embedded", seed=1234, state="finished",
-              environment=None, drop_metric_at=()):
+    def build(
+        name="run",
+        steps=30,
+        abs_diff=lambda n: 0.02,
+        reward=lambda n: 0.4,
+        extra_lines=(),
+        rung="fp8-plus-filters",
+        mode="colocate",
+        backend="embedded",
+        seed=1234,
+        state="finished",
+        environment=None,
+        drop_metric_at=(),
+    ):
         run_dir = RunDir(tmp_path / name).create()
-        run_dir.write_spec({"run_id": name, "stage": "p1", "rung": rung, "mode": mode, "backend": backend,
-                            "flags": {"seed": seed, "num-rollout": steps}})
+        run_dir.write_spec(
+            {"run_id": name, "stage": "p1", "rung": rung, "mode": mode, "backend": backend, "flags": {"seed": seed, "num-rollout": steps}}
+        )
         run_dir.write_argv(["python", "-m", "harness.embedded.train", "--num-rollout", str(steps)])
-        run_dir.write_environment(environment if environment is not None else {
-            "harness": {"commit": "0123456789abcdef"}, "container": {"image": None},
-            "hardware": {"gpus": {"count": 0}, "cpu": {"model": "test cpu"}}})
+        run_dir.write_environment(
+            environment
+            if environment is not None
+            else {
+                "harness": {"commit": "0123456789abcdef"},
+                "container": {"image": None},
+                "hardware": {"gpus": {"count": 0}, "cpu": {"model": "test cpu"}},
+            }
+        )
         parser = LogParser()
         lines = []
         for n in range(steps):
@@ -47,4 +65,5 @@ def build_run(tmp_path):
         run_dir.set_status(state, exit_code=0 if state == "finished" else 1)
         run_dir.close()
         return run_dir.load()
+
     return build

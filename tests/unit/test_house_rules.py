@@ -9,16 +9,28 @@ KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
 
 
 def code_text() -> str:
-    files = [*(REPO_ROOT / "harness").rglob("*.py"), *(REPO_ROOT / "tests").rglob("*.py"),
-             *(REPO_ROOT / "fixtures").rglob("*.py"), REPO_ROOT / "knobs" / "acceptance.yaml"]
+    files = [
+        *(REPO_ROOT / "harness").rglob("*.py"),
+        *(REPO_ROOT / "tests").rglob("*.py"),
+        *(REPO_ROOT / "fixtures").rglob("*.py"),
+        REPO_ROOT / "knobs" / "acceptance.yaml",
+    ]
     return "\n".join(Path(f).read_text() for f in files)
 
 
 def test_every_threshold_is_used_somewhere():
     text = code_text()
     bounds = {name for rung in KNOBS.rungs.values() for name in rung.expect.bound_names().values()}  # ladder/*.yaml expect.max_*
-    unused = [name for name in KNOBS.thresholds if f'"{name}"' not in text and f"'{name}'" not in text and f" {name}," not in text
-              and f"[{name}" not in text and f" {name}]" not in text and name not in bounds]
+    unused = [
+        name
+        for name in KNOBS.thresholds
+        if f'"{name}"' not in text
+        and f"'{name}'" not in text
+        and f" {name}," not in text
+        and f"[{name}" not in text
+        and f" {name}]" not in text
+        and name not in bounds
+    ]
     assert not unused, f"thresholds.yaml names thresholds nothing reads: {unused}"
 
 
@@ -68,4 +80,6 @@ def test_no_module_reads_a_run_spec_as_a_dict():
     for root in ("harness", "fixtures", "tests"):
         for path in (REPO_ROOT / root).rglob("*.py"):
             for number, line in enumerate(path.read_text().splitlines(), 1):
-                assert not pattern.search(line), f"{path.relative_to(REPO_ROOT)}:{number}: read run.spec's typed fields (harness/records/recorded_spec.py), not a dict: {line.strip()}"
+                assert not pattern.search(line), (
+                    f"{path.relative_to(REPO_ROOT)}:{number}: read run.spec's typed fields (harness/records/recorded_spec.py), not a dict: {line.strip()}"
+                )

@@ -12,9 +12,19 @@ from harness.embedded.samples import Sample
 
 
 def sample(index, response_len, logprob_len):
-    return Sample(index=index, group_index=0, prompt_ids=[1, 2], response_ids=list(range(response_len)),
-                  rollout_log_probs=[-0.5] * logprob_len, rollout_ranks=[None] * logprob_len, loss_mask=[1] * response_len,
-                  label="1", response_text="", finish_reason="stop", rollout_weight_version=0)
+    return Sample(
+        index=index,
+        group_index=0,
+        prompt_ids=[1, 2],
+        response_ids=list(range(response_len)),
+        rollout_log_probs=[-0.5] * logprob_len,
+        rollout_ranks=[None] * logprob_len,
+        loss_mask=[1] * response_len,
+        label="1",
+        response_text="",
+        finish_reason="stop",
+        rollout_weight_version=0,
+    )
 
 
 def trainer(reorder=False):

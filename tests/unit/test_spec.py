@@ -97,16 +97,19 @@ def test_run_id_is_stable_and_spec_sensitive(knobs):
     assert a.run_id != c.run_id
 
 
-@pytest.mark.parametrize(("overrides", "fragment"), [
-    ({"tensor-model-parallel-size": 3}, "TP x PP x CP"),
-    ({"expert-model-parallel-size": 3}, "--num-experts (128) divisible"),
-    ({"global-batch-size": 100}, "must divide rollout-batch-size x n-samples-per-prompt (256)"),
-    ({"rollout-num-gpus": 16}, "with --colocate VIME forces"),
-    ({"rollout-num-gpus-per-engine": 3}, "multiple of --rollout-num-gpus-per-engine"),
-    ({"max-tokens-per-gpu": None}, "requires --max-tokens-per-gpu"),
-    ({"num-rollout": None}, "--num-rollout or --num-epoch"),
-    ({"rollout-top-p": 1.5}, "--rollout-top-p must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"tensor-model-parallel-size": 3}, "TP x PP x CP"),
+        ({"expert-model-parallel-size": 3}, "--num-experts (128) divisible"),
+        ({"global-batch-size": 100}, "must divide rollout-batch-size x n-samples-per-prompt (256)"),
+        ({"rollout-num-gpus": 16}, "with --colocate VIME forces"),
+        ({"rollout-num-gpus-per-engine": 3}, "multiple of --rollout-num-gpus-per-engine"),
+        ({"max-tokens-per-gpu": None}, "requires --max-tokens-per-gpu"),
+        ({"num-rollout": None}, "--num-rollout or --num-epoch"),
+        ({"rollout-top-p": 1.5}, "--rollout-top-p must be in (0, 1]"),
+    ],
+)
 def test_impossible_settings_are_explained_in_vime_terms(knobs, overrides, fragment):
     spec = resolve(knobs, "p1", "fp8-plus-filters", "colocate", "vime", overrides)
     with pytest.raises(SpecError) as err:
@@ -121,20 +124,27 @@ def break_file(root: Path, name: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-@pytest.mark.parametrize(("name", "old", "new", "fragment"), [
-    ("ladder/top-p.yaml", "rollout-top-p: 0.95", "rollout-top-p: [0.95", "ladder/top-p.yaml: line"),
-    ("ladder/top-p.yaml", "parent: near-aligned", "parent: near-alined", "ladder/top-p.yaml: parent: expected one of the rungs"),
-    ("ladder/top-p.yaml", "why:", "wyh: x\nwhy:", "ladder/top-p.yaml: wyh: unknown key"),
-    ("ladder/fp32-floor.yaml", "parent: null", "parent: fp8-plus-filters", "got a cycle"),
-    ("stages.yaml", "nodes: 2", "nodes: two", "stages.yaml: stages.p1.nodes: expected a valid integer"),
-    ("ladder/top-k.yaml", "class: semantic", "class: semantical", "ladder/top-k.yaml: expect.class: expected"),
-    ("thresholds.yaml", "reason: \"Seed acceptance", "raisin: \"Seed acceptance", "thresholds.min_rollout_steps.raisin: unknown key"),
-    ("ab.yaml", "candidate: candidate-operator", "candidate: candidate-operater", "ab.yaml: pair.candidate: expected one of the rungs"),
-    ("ab.yaml", "stage: p3", "stage: p0", "ab.yaml: pair.stage: candidate-operator runs at p3, not 'p0'"),
-    ("ladder/near-aligned.yaml", "max_rel_trend: near_aligned_max_rel_trend", "max_rel_trend: near_aligned_trend",
-     "ladder/near-aligned.yaml: expect.max_rel_trend: expected a name from thresholds.yaml, got 'near_aligned_trend'"),
-    ("operator_thresholds.yaml", "value: 1.0e-4", "valeu: 1.0e-4", "operator_thresholds.yaml: thresholds.fused_max_abs_err.valeu: unknown key"),
-])
+@pytest.mark.parametrize(
+    ("name", "old", "new", "fragment"),
+    [
+        ("ladder/top-p.yaml", "rollout-top-p: 0.95", "rollout-top-p: [0.95", "ladder/top-p.yaml: line"),
+        ("ladder/top-p.yaml", "parent: near-aligned", "parent: near-alined", "ladder/top-p.yaml: parent: expected one of the rungs"),
+        ("ladder/top-p.yaml", "why:", "wyh: x\nwhy:", "ladder/top-p.yaml: wyh: unknown key"),
+        ("ladder/fp32-floor.yaml", "parent: null", "parent: fp8-plus-filters", "got a cycle"),
+        ("stages.yaml", "nodes: 2", "nodes: two", "stages.yaml: stages.p1.nodes: expected a valid integer"),
+        ("ladder/top-k.yaml", "class: semantic", "class: semantical", "ladder/top-k.yaml: expect.class: expected"),
+        ("thresholds.yaml", 'reason: "Seed acceptance', 'raisin: "Seed acceptance', "thresholds.min_rollout_steps.raisin: unknown key"),
+        ("ab.yaml", "candidate: candidate-operator", "candidate: candidate-operater", "ab.yaml: pair.candidate: expected one of the rungs"),
+        ("ab.yaml", "stage: p3", "stage: p0", "ab.yaml: pair.stage: candidate-operator runs at p3, not 'p0'"),
+        (
+            "ladder/near-aligned.yaml",
+            "max_rel_trend: near_aligned_max_rel_trend",
+            "max_rel_trend: near_aligned_trend",
+            "ladder/near-aligned.yaml: expect.max_rel_trend: expected a name from thresholds.yaml, got 'near_aligned_trend'",
+        ),
+        ("operator_thresholds.yaml", "value: 1.0e-4", "valeu: 1.0e-4", "operator_thresholds.yaml: thresholds.fused_max_abs_err.valeu: unknown key"),
+    ],
+)
 def test_broken_knob_file_is_named_with_its_key(knobs_copy, name, old, new, fragment):
     break_file(knobs_copy, name, old, new)
     with pytest.raises(SpecError) as err:
@@ -148,15 +158,17 @@ def test_a_value_that_fits_no_member_of_a_union_is_one_problem(knobs_copy):
     with pytest.raises(SpecError) as err:
         load_knobs(knobs_copy)
     (problem,) = err.value.problems
-    assert problem.endswith("thresholds.yaml: thresholds.rung_min_abs_delta.value: expected one of float or int, "
-                            "got 'lots' (type=str)"), problem
+    assert problem.endswith("thresholds.yaml: thresholds.rung_min_abs_delta.value: expected one of float or int, got 'lots' (type=str)"), problem
 
 
 def test_cli_reports_a_broken_knob_file_in_one_line_without_traceback(knobs_copy):
     break_file(knobs_copy, "ladder/top-k.yaml", "rollout-top-k: 40", "rollout-top-k: {40")
     result = subprocess.run(
         [sys.executable, "-m", "harness", "argv", "--stage", "p1", "--rung", "top-k", "--knobs", str(knobs_copy)],
-        capture_output=True, text=True, cwd=REPO_ROOT)
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "ladder/top-k.yaml" in result.stderr and "expected valid YAML" in result.stderr, result.stderr
@@ -164,9 +176,26 @@ def test_cli_reports_a_broken_knob_file_in_one_line_without_traceback(knobs_copy
 
 def test_cli_argv_applies_set_overrides():
     result = subprocess.run(
-        [sys.executable, "-m", "harness", "argv", "--stage", "p1", "--rung", "near-aligned", "--json",
-         "--set", "num-rollout=3", "--set", "balance-data=null"],
-        capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "argv",
+            "--stage",
+            "p1",
+            "--rung",
+            "near-aligned",
+            "--json",
+            "--set",
+            "num-rollout=3",
+            "--set",
+            "balance-data=null",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=True,
+    )
     flags = parse_argv(__import__("json").loads(result.stdout))
     assert flags["num-rollout"] == 3
     assert "balance-data" not in flags
@@ -174,9 +203,11 @@ def test_cli_argv_applies_set_overrides():
 
 def test_pytest_collects_the_p1_ladder_and_the_acceptance_criteria():
     def collect(*args):
-        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                             capture_output=True, text=True, cwd=REPO_ROOT)
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args], capture_output=True, text=True, cwd=REPO_ROOT
+        )
         return [line for line in out.stdout.splitlines() if "::" in line]
+
     p1 = collect("-m", "p1", "--mode=colocate", "tests/ladder")
     assert len(p1) >= 5 and all("[p1-" in line for line in p1), p1
     acceptance = collect("-m", "acceptance", "tests/acceptance")

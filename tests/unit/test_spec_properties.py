@@ -13,7 +13,8 @@ flag_names = st.from_regex(r"[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,6}){0,3}", fullmatch
 # Values as they appear in knobs: switches, counts, fractions, words and paths. Strings that YAML
 # would read as another type are exactly what a knob cannot carry, so they are excluded.
 words = st.from_regex(r"[a-z_/][a-zA-Z0-9_./:-]{0,20}", fullmatch=True).filter(
-    lambda s: s not in {"true", "false", "yes", "no", "on", "off", "null", "y", "n"})
+    lambda s: s not in {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
+)
 values = st.one_of(st.just(True), st.integers(-5, 10**6), st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False), words)
 flag_dicts = st.dictionaries(flag_names, values, max_size=12)
 layers = st.dictionaries(flag_names, st.one_of(st.none(), values), max_size=8)

@@ -28,9 +28,29 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def harness_argv(knobs: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "argv", "--stage", "p1", "--rung", "fp8-plus-filters",
-                           "--mode", "colocate", "--backend", "vime", "--knobs", str(knobs), *extra],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "argv",
+            "--stage",
+            "p1",
+            "--rung",
+            "fp8-plus-filters",
+            "--mode",
+            "colocate",
+            "--backend",
+            "vime",
+            "--knobs",
+            str(knobs),
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def one_error_line(done: subprocess.CompletedProcess) -> str:
@@ -42,24 +62,53 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("file", "old", "new", "expected"), [
-    # a flag no VIME parser defines: dropped silently by VIME, refused here with the closest name
-    ("base.yaml", "  rollout-top-p: 0.95\n", "  rollout-top-pp: 0.95\n",
-     ("base.yaml: flags.rollout-top-pp: VIME (rl-align) has no flag --rollout-top-pp", "did you mean --rollout-top-p?",
-      "[rule vime-flag-table; p1/fp8-plus-filters/colocate on vime]")),
-    # a value given to a switch
-    ("base.yaml", "  sequence-parallel: true\n", "  sequence-parallel: 2\n",
-     ("base.yaml: flags.sequence-parallel: --sequence-parallel is a switch (megatron parser) and takes no value, got 2",
-      "[rule vime-flag-table;")),
-    # parallelism that does not divide the trainer's GPUs
-    ("base.yaml", "  context-parallel-size: 2\n", "  context-parallel-size: 3\n",
-     ("base.yaml: flags.tensor-model-parallel-size: Megatron needs TP x PP x CP to divide the trainer's GPUs",
-      "4 x 1 x 3 = 12 does not divide 8", "[rule model-parallel-divides-world;")),
-    # experts that expert parallelism cannot split
-    ("models/qwen3-30b-a3b.yaml", "num-experts: 128", "num-experts: 100",
-     ("base.yaml: flags.expert-model-parallel-size: Megatron needs --num-experts (100) divisible by --expert-model-parallel-size (8)",
-      "[rule experts-divisible-by-ep;")),
-])
+@pytest.mark.parametrize(
+    ("file", "old", "new", "expected"),
+    [
+        # a flag no VIME parser defines: dropped silently by VIME, refused here with the closest name
+        (
+            "base.yaml",
+            "  rollout-top-p: 0.95\n",
+            "  rollout-top-pp: 0.95\n",
+            (
+                "base.yaml: flags.rollout-top-pp: VIME (rl-align) has no flag --rollout-top-pp",
+                "did you mean --rollout-top-p?",
+                "[rule vime-flag-table; p1/fp8-plus-filters/colocate on vime]",
+            ),
+        ),
+        # a value given to a switch
+        (
+            "base.yaml",
+            "  sequence-parallel: true\n",
+            "  sequence-parallel: 2\n",
+            (
+                "base.yaml: flags.sequence-parallel: --sequence-parallel is a switch (megatron parser) and takes no value, got 2",
+                "[rule vime-flag-table;",
+            ),
+        ),
+        # parallelism that does not divide the trainer's GPUs
+        (
+            "base.yaml",
+            "  context-parallel-size: 2\n",
+            "  context-parallel-size: 3\n",
+            (
+                "base.yaml: flags.tensor-model-parallel-size: Megatron needs TP x PP x CP to divide the trainer's GPUs",
+                "4 x 1 x 3 = 12 does not divide 8",
+                "[rule model-parallel-divides-world;",
+            ),
+        ),
+        # experts that expert parallelism cannot split
+        (
+            "models/qwen3-30b-a3b.yaml",
+            "num-experts: 128",
+            "num-experts: 100",
+            (
+                "base.yaml: flags.expert-model-parallel-size: Megatron needs --num-experts (100) divisible by --expert-model-parallel-size (8)",
+                "[rule experts-divisible-by-ep;",
+            ),
+        ),
+    ],
+)
 def test_a_broken_knob_is_one_line_naming_file_key_and_rule(knobs_copy, file, old, new, expected):
     edit(knobs_copy / file, old, new)
     line = one_error_line(harness_argv(knobs_copy))
@@ -79,8 +128,13 @@ def test_a_trainer_precision_vime_would_override_is_refused(knobs_copy):
 
 
 def test_a_rung_vime_cannot_express_says_why_on_the_command_line():
-    done = subprocess.run([sys.executable, "-m", "harness", "argv", "--stage", "p1", "--rung", "fp32-floor",
-                           "--backend", "vime"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "argv", "--stage", "p1", "--rung", "fp32-floor", "--backend", "vime"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = one_error_line(done)
     assert "knobs/ladder/fp32-floor.yaml: on-vime: not run on VIME (rl-align): VIME trains in bf16 whatever the flags" in line, line
 
@@ -88,16 +142,42 @@ def test_a_rung_vime_cannot_express_says_why_on_the_command_line():
 def test_harness_run_refuses_the_same_knob_before_anything_is_launched(knobs_copy, tmp_path):
     edit(knobs_copy / "base.yaml", "  sequence-parallel: true\n", "  sequence-parallel: 2\n")
     runs = tmp_path / "runs"
-    done = subprocess.run([sys.executable, "-m", "harness", "run", "--stage", "p1", "--rung", "fp8-plus-filters",
-                           "--backend", "vime", "--knobs", str(knobs_copy), "--runs-dir", str(runs),
-                           "--vime-root", str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--stage",
+            "p1",
+            "--rung",
+            "fp8-plus-filters",
+            "--backend",
+            "vime",
+            "--knobs",
+            str(knobs_copy),
+            "--runs-dir",
+            str(runs),
+            "--vime-root",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = one_error_line(done)
     assert "flags.sequence-parallel: --sequence-parallel is a switch" in line, line
     assert not runs.exists(), "a run directory was created for a spec VIME would reject"
 
 
 def test_argv_says_when_it_renders_a_rung_s_nearest_equivalent():
-    done = subprocess.run([sys.executable, "-m", "harness", "argv", "--stage", "p3", "--rung", "candidate-operator",
-                           "--backend", "vime"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "argv", "--stage", "p3", "--rung", "candidate-operator", "--backend", "vime"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("note: knobs/ladder/candidate-operator.yaml: on-vime: rendered as its nearest VIME equivalent"), done.stderr

@@ -16,8 +16,7 @@ from harness.spec.models import load_model
 from harness.spec.vime_flags import flag_problem, load_flag_table
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
-MATRIX = [(stage, rung.id, mode) for rung in KNOBS.rungs.values() for stage in rung.stages
-          for mode in KNOBS.stages[stage].modes]
+MATRIX = [(stage, rung.id, mode) for rung in KNOBS.rungs.values() for stage in rung.stages for mode in KNOBS.stages[stage].modes]
 
 
 @pytest.mark.parametrize(("stage", "rung_id", "mode"), MATRIX, ids=["-".join(case) for case in MATRIX])
@@ -73,7 +72,7 @@ def test_the_readme_shows_the_baseline_argv_as_rendered():
 
     readme = (DEFAULT_KNOBS_DIR.parent / "README.md").read_text()
     start = readme.index("    python3 train.py \\\n")
-    block = readme[start:readme.index("\n\n", start)]
+    block = readme[start : readme.index("\n\n", start)]
     shown = shlex.split(block.replace("\\\n", " "))[2:]
     spec = validate(resolve(KNOBS, "p1", "fp8-plus-filters", "colocate", "vime"), KNOBS)
     assert shown == render_argv(spec.flags), "README's cluster section: regenerate the argv block with `python -m harness argv`"

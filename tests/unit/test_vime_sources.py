@@ -57,10 +57,8 @@ def test_the_miniature_model_file_is_the_recipe_it_builds():
     recipe = MODEL_RECIPES[model.id]
     flags = model.flags
     assert model.rendered_on == []  # the embedded trainer reads its architecture from the checkpoint
-    assert (flags["num-layers"], flags["hidden-size"], flags["ffn-hidden-size"]) == (
-        recipe.num_layers, recipe.hidden_size, recipe.intermediate_size)
-    assert (flags["num-attention-heads"], flags["num-query-groups"], flags["kv-channels"]) == (
-        recipe.num_heads, recipe.num_kv_heads, recipe.head_dim)
+    assert (flags["num-layers"], flags["hidden-size"], flags["ffn-hidden-size"]) == (recipe.num_layers, recipe.hidden_size, recipe.intermediate_size)
+    assert (flags["num-attention-heads"], flags["num-query-groups"], flags["kv-channels"]) == (recipe.num_heads, recipe.num_kv_heads, recipe.head_dim)
     assert flags["vocab-size"] == recipe.vocab_size and flags["rotary-base"] == recipe.rope_theta
     assert flags["untie-embeddings-and-output-weights"] is (not recipe.tie_embeddings)
     assert recipe.num_experts == 0 and not any(name.startswith("moe-") for name in flags)
@@ -71,9 +69,26 @@ def test_a_spec_vime_would_reject_stops_collection_with_one_line(tmp_path):
     shutil.copytree(DEFAULT_KNOBS_DIR, knobs)
     base = knobs / "base.yaml"
     base.write_text(base.read_text().replace("  balance-data: true\n", "  balance-dataa: true\n", 1))
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "tests/ladder", "--backend", "vime", "--knobs", str(knobs)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/ladder",
+            "--backend",
+            "vime",
+            "--knobs",
+            str(knobs),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert "Traceback" not in output, output

@@ -57,5 +57,4 @@ def _cpu_fixes():
 if os.environ.get("EMBEDDED_FP8_ACTIVATIONS") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.linear", _fp8))
 if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
-    sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method",
-                                         _cpu_fixes))
+    sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", _cpu_fixes))
