@@ -32,7 +32,7 @@ table{border-collapse:collapse;width:100%;background:#fff}
 th,td{border:1px solid #dde2ea;padding:2px 5px;text-align:left;vertical-align:top}
 td{overflow-wrap:anywhere}
 code{overflow-wrap:anywhere}
-#summary{table-layout:fixed;font-size:12px}#summary th{white-space:normal}
+#summary{table-layout:fixed;font-size:12px}#summary th{white-space:normal}#summary td,#summary th{padding:1px 4px;line-height:1.22}
 #summary.compare{table-layout:auto}#summary.compare td:first-child,#summary.compare td:nth-child(3){white-space:nowrap}
 .ci{display:block;font-size:10.5px;color:#4a5568}
 th{background:#eef2f7;font-weight:600;font-size:12px;white-space:nowrap}
@@ -42,16 +42,18 @@ td.notes{font-size:11px;color:#4a5568}
 .fail{color:#fff;background:#c53030;border-radius:3px;padding:0 5px;font-weight:600;white-space:nowrap}
 .skip{color:#fff;background:#718096;border-radius:3px;padding:0 5px;font-weight:600;white-space:nowrap}
 .none{color:#718096;font-style:italic}
-.row2{display:grid;grid-template-columns:minmax(0,58fr) minmax(0,42fr);gap:14px;margin-top:8px}
+.row2{display:grid;grid-template-columns:minmax(0,52fr) minmax(0,48fr);gap:14px;margin-top:6px}
 svg.ladder{width:100%;height:auto;background:#fff;border:1px solid #dde2ea}
 .qa{list-style:none;margin:0;padding:0}
-.qa li{background:#fff;border:1px solid #dde2ea;border-radius:4px;padding:4px 7px;margin-bottom:5px}
-.qa .q{font-weight:600}
-.qa .m{font-size:12px;color:#2d3748}
+.qa li{background:#fff;border:1px solid #dde2ea;border-radius:4px;padding:3px 7px;margin-bottom:4px}
+.qa .q{display:flex;justify-content:space-between;align-items:baseline;gap:8px;font-weight:600;font-size:12.5px}
+.qa .v{white-space:nowrap}
+.qa .m{display:block;font-size:12px;color:#2d3748}
 .qa .e{font-size:11px;color:#718096}
+.qa summary{display:block;list-style:none;font-weight:400}.qa summary::-webkit-details-marker{display:none}
+.qa .more{font-size:11px;color:#4a6fa5;white-space:nowrap}.qa .more::before{content:"▸ "}.qa details[open] .more::before{content:"▾ "}
 pre{background:#fff;border:1px solid #dde2ea;padding:6px;font-size:11px;overflow:auto;max-height:340px}
 details summary{cursor:pointer;font-weight:600}
-.qa details summary{font-weight:400}
 .small{font-size:11px;color:#4a5568}
 .scroll{overflow-x:auto;max-width:100%}#worst{font-size:11px;width:auto}
 .delta-better{color:#2f855a;font-weight:600}.delta-worse{color:#c53030;font-weight:600}
@@ -227,16 +229,15 @@ def ab_section(record: dict, baseline: dict | None) -> str:
     contract = answers.get("contract")
     if contract:
         items.append(
-            f"<li><span class='q'>Same workload (contract)</span> {badge(outcomes.get(contract['test']['nodeid']))}"
-            f"<div class='m'>{esc(_short(contract['message']))}</div></li>"
+            f"<li>{_question_line('Same workload (contract)', badge(outcomes.get(contract['test']['nodeid'])))}"
+            f"<span class='m'>{esc(_short(contract['message']))}</span></li>"
         )
     for number, (key, question) in enumerate(SEED_QUESTIONS, 1):
         answer = answers.get(key) if key else None
         if answer is None:
             why = "no test of this suite answers it" if key is None else "no answer to it in this record (its test did not run in this session)"
-            items.append(
-                f"<li><span class='q'>{number}. {esc(question)}</span> <span class='skip'>not answered</span><div class='e'>{why}</div></li>"
-            )
+            line = _question_line(f"{number}. {question}", "<span class='skip'>not answered</span>")
+            items.append(f"<li>{line}<span class='m e'>{why}</span></li>")
             continue
         outcome = outcomes.get(answer["test"]["nodeid"])
         gated = "yes" if answer["passed"] else "no"
@@ -244,13 +245,20 @@ def ab_section(record: dict, baseline: dict | None) -> str:
         if baseline and key in base_answers:
             other = base_answers[key]
             extra = f"<div class='e'>baseline record: {'yes' if other['passed'] else 'no'}: {esc(_short(other['message']))}</div>"
+        # The question and its answer are the details' summary, so they stay on the first screen
+        # while the evidence folds under a click; "evidence" ends the answer's line, not one of its own.
         items.append(
-            f"<li><span class='q'>{number}. {esc(question)}</span> {badge(outcome)} <b>{esc(gated)}</b>"
-            f"<div class='m'>{esc(_short(answer['message']))}</div>"
-            f"<details class='e'><summary>evidence, runs and test</summary>{_full(answer['message'])}{esc(_evidence(answer.get('evidence')))}"
-            f"<div>runs {esc(answer.get('baseline_run'))} → {esc(answer.get('candidate_run'))}; test {test_cell(answer.get('test'))}</div></details>{extra}</li>"
+            f"<li><details><summary>{_question_line(f'{number}. {question}', badge(outcome) + f' <b>{esc(gated)}</b>')}"
+            f"<span class='m'>{esc(_short(answer['message']))} <span class='more'>evidence, runs and test</span></span></summary>"
+            f"<div class='e'>{_full(answer['message'])}{esc(_evidence(answer.get('evidence')))}"
+            f"<div>runs {esc(answer.get('baseline_run'))} → {esc(answer.get('candidate_run'))}; test {test_cell(answer.get('test'))}</div></div></details>{extra}</li>"
         )
     return f"<section><h2>A/B gate: the seed's five questions</h2><ul class='qa' id='ab'>{''.join(items)}</ul></section>"
+
+
+def _question_line(question: str, verdict_html: str) -> str:
+    """The question on the left, its verdict held on the same line at the right."""
+    return f"<span class='q'><span>{esc(question)}</span><span class='v'>{verdict_html}</span></span>"
 
 
 ANSWER_CHARS = 170  # the first screen holds all five answers; the rest of a long one is under "evidence"

@@ -4,7 +4,7 @@
 //   node browse_experiment.mjs INDEX_HTML SCREENSHOT_PNG
 //
 // Prints one JSON object: the viewport, the summary table (headers, rows, each row's bottom edge),
-// the ladder figure's box and mark count, the A/B items' top edges. Exits 1 with {"error": ...}.
+// the ladder figure's box and mark count, the A/B items' boxes and visible text. Exits 1 with {"error": ...}.
 import { chromium } from "playwright-core";
 import { pathToFileURL } from "node:url";
 
@@ -29,7 +29,14 @@ try {
         rows: [...table.querySelectorAll("tbody tr")].map((tr) => ({ cells: [...tr.cells].map((c) => c.innerText.trim()), ...box(tr) })),
       },
       figure: svg && { ...box(svg), marks: svg.querySelectorAll("path, use").length, text: svg.textContent.replace(/\s+/g, " ") },
-      ab: [...document.querySelectorAll("#ab li")].map((li) => ({ text: li.innerText.split("\n")[0], ...box(li) })),
+      // Each answer: its first line (the question), all its visible text (closed evidence is not
+      // rendered, so not in innerText) and whether its evidence starts folded.
+      ab: [...document.querySelectorAll("#ab li")].map((li) => ({
+        text: li.innerText.split("\n")[0],
+        shown: li.innerText.replace(/\s+/g, " "),
+        folded: [...li.querySelectorAll("details")].every((d) => !d.open),
+        ...box(li),
+      })),
       scrollWidth: document.documentElement.scrollWidth,
     };
   });

@@ -1,7 +1,8 @@
 """The experiment page (issue 20), checked as a reviewer meets it: a record built from runs judged
-by the real judge, the page drawn from it, opened in headless Chromium at 1400 x 1000. The seed's
-table, the ladder figure and the A/B answers must be on that first screen; the screenshot is kept
-as an Allure attachment; the file stays under 2 MB. And a pytest session writes the record."""
+by the real judge, the page drawn from it, opened in headless Chromium at 1400 x 1000. Every row
+of the seed's table, the ladder figure and all five A/B answers must end on that first screen;
+the screenshot is kept as an Allure attachment; the file stays under 2 MB. And a pytest session
+writes the record."""
 
 from __future__ import annotations
 
@@ -92,12 +93,26 @@ def test_first_screen_shows_table_figure_and_answers(record_dir, tmp_path):
         assert rung["rung"] in figure["text"], f"rung {rung['rung']} is not labelled in the figure"
     assert "fp32 floor" in figure["text"] and "near-aligned floor" in figure["text"]
 
-    # The A/B: the contract, then the seed's five questions in order, the first ones on screen.
-    questions = [item["text"] for item in found["ab"]]
-    assert len(questions) == 1 + len(SEED_QUESTIONS)
-    for (_, question), shown in zip(SEED_QUESTIONS, questions[1:]):
-        assert question in shown
-    assert found["ab"][1]["top"] < height, "the first A/B answer must start on the first screen"
+    # The A/B: the contract, then the seed's five questions in order, each ending on the first
+    # screen with its verdict and its answer (the figures are in the message); evidence folded.
+    assert len(found["ab"]) == 1 + len(SEED_QUESTIONS)
+    assert "Same workload (contract)" in found["ab"][0]["text"]
+    answers = {a["key"]: a for a in record["ab"]}
+    answered = 0
+    for (key, question), shown in zip([("contract", "Same workload (contract)"), *SEED_QUESTIONS], found["ab"]):
+        assert question in shown["text"], f"expected {question!r} first, got {shown['text']!r}"
+        assert shown["bottom"] <= height, f"{question!r} ends at {shown['bottom']:.0f} px, below the first screen ({height} px)"
+        answer = answers.get(key)
+        if answer is None:
+            assert "not answered" in shown["shown"], shown["shown"]
+            continue
+        assert answer["message"][:60] in shown["shown"], f"{question!r}: answer {answer['message'][:60]!r} not shown in {shown['shown']!r}"
+        assert shown["folded"], f"{question!r}: the evidence must start folded"
+        if key != "contract":
+            answered += 1
+            gate = "yes" if answer["passed"] else "no"
+            assert f"{record['outcomes'][answer['test']['nodeid']]} {gate}" in shown["shown"], shown["shown"]
+    assert answered >= 3, "the sample answers drift, reward and timings: the check must see real answers"
     shutil.copyfile(found["screenshot"], REPO_ROOT / "reports" / "experiment-page-screenshot.png")
 
 
