@@ -121,6 +121,9 @@ def main(argv: list[str]) -> int:
             for step_id, metrics in report.steps:
                 logger.info("step %d: %r", step_id, metrics)
             logger.info("perf %d: %r", rollout_id, report.perf)
+        # VIME's train.py ends with this line; ingest reads a log without it as unfinished, so an
+        # embedded log.txt ingested on its own (`harness ingest`) is judged like a VIME log.
+        logger.info("training finished")
     except KeyboardInterrupt:
         return _fail("interrupted; the steps logged so far stand", 130)
     except EngineStartError as exc:  # e.g. fp8 emulation found missing at the first generation

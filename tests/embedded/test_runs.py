@@ -54,6 +54,23 @@ def test_fp32_both_sides_sits_at_the_float_floor(trainer, thresholds):
     assert "rl_kernel.execution_decision {" in run.stdout
 
 
+def test_a_finished_embedded_log_ingested_on_its_own_reads_finished(trainer, tmp_path):
+    """The trainer ends with VIME's "training finished", so its log.txt alone is judged like a
+    VIME log: finished, not unfinished (ingest marks a log without that line unfinished)."""
+    from harness.records.ingest import ingest
+
+    run = trainer("--colocate")
+    assert_finished(run)
+    log = tmp_path / "log.txt"
+    log.write_text(run.stdout)
+    result = ingest(log)
+    assert result.ended and result.state() == "finished", (result.note, result.problems)
+    cut = tmp_path / "cut" / "log.txt"
+    cut.parent.mkdir()
+    cut.write_text(run.stdout.split("training finished")[0].rsplit("\n", 1)[0] + "\n")
+    assert ingest(cut).state() == "unfinished"
+
+
 def test_fp32_run_writes_vime_dumps_probes_and_record(trainer):
     run = trainer("--colocate")
     assert_finished(run)
