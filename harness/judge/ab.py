@@ -176,15 +176,17 @@ def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     question = "Does it improve rollout throughput or logprob recomputation time?"
     warmup = int(knobs.threshold("warmup_steps"))
     knob = knobs.threshold("ab_timing_max_rel_slowdown")
-    parts, evidence, failed = [], {}, []
+    parts, evidence, failed, unmeasured = [], {}, [], []
     for metric in TIMING_METRICS:
         if not baseline.series(metric) or not candidate.series(metric):
             failed.append(metric)
+            unmeasured.append(metric)
             parts.append(f"{metric}: not logged by the {'baseline' if not baseline.series(metric) else 'candidate'}")
             continue
         incomplete = _incomplete(baseline, candidate, metric, knobs)
         if incomplete:
             failed.append(metric)
+            unmeasured.append(metric)
             parts.append("; ".join(incomplete))
             continue
         diff, a, b = _compare(baseline, candidate, metric, knobs)
@@ -207,6 +209,8 @@ def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
             f"{metric} {a:.3g}s -> {b:.3g}s (CI [{diff.low:+.3g}, {diff.high:+.3g}]; allowed +{allowed:.3g}s = "
             f"max(thresholds.ab_timing_max_rel_slowdown {knob:.0%}, A/A spread {spread:.0%}) of the baseline): {verdict}"
         )
+    # Which timings could not be judged at all (not logged, or NaN/missing steps): never a pass.
+    evidence["unmeasured"] = unmeasured
     return Answer(question, not failed, "; ".join(parts), evidence)
 
 

@@ -216,7 +216,16 @@ class ABPair(Strict):
     reason: str = Field(min_length=10)
 
 
+class GatedBackends(Strict):
+    """Where an A/B question's answer fails the test; elsewhere it is judged and recorded only."""
+
+    backends: list[Backend] = Field(min_length=1)
+    reason: str = Field(min_length=10)
+
+
 class ABFile(Strict):
     pair: ABPair
     operator_path_flags: FlagList
     sampling_contract_flags: FlagList
+    # question name (harness.judge.ab.QUESTIONS) -> the backends where it gates; absent: everywhere.
+    gated_on: dict[str, GatedBackends] = Field(default_factory=dict)

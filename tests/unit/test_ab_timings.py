@@ -40,7 +40,8 @@ def timed_run(tmp_path, name, seconds, steps=30, skip_metric=None, nan_at=()):
 def test_equal_timings_pass_and_say_the_allowed_slowdown(tmp_path):
     answer = ab.timings(timed_run(tmp_path, "base", 2.0), timed_run(tmp_path, "cand", 2.0), KNOBS)
     assert answer.passed, answer.message
-    assert "thresholds.ab_timing_max_rel_slowdown" in answer.message and set(answer.evidence) == set(ab.TIMING_METRICS)
+    assert "thresholds.ab_timing_max_rel_slowdown" in answer.message and set(answer.evidence) == {*ab.TIMING_METRICS, "unmeasured"}
+    assert answer.evidence["unmeasured"] == []
 
 
 def test_a_candidate_slower_beyond_the_noise_fails(tmp_path):
@@ -56,6 +57,14 @@ def test_a_faster_candidate_passes(tmp_path):
 def test_a_timing_the_candidate_does_not_log_fails(tmp_path):
     answer = ab.timings(timed_run(tmp_path, "base", 2.0), timed_run(tmp_path, "cand", 2.0, skip_metric="perf/update_weights_time"), KNOBS)
     assert not answer.passed and "perf/update_weights_time: not logged by the candidate" in answer.message
+    # What the A/B test fails on where timings are recorded but not gated (knobs/ab.yaml gated_on).
+    assert answer.evidence["unmeasured"] == ["perf/update_weights_time"]
+
+
+def test_timings_gate_on_the_cluster_backends_and_every_gated_question_exists():
+    gate = KNOBS.ab.gated_on["timings"]
+    assert set(gate.backends) == {"vime", "records"} and "embedded" not in gate.backends
+    assert set(KNOBS.ab.gated_on) <= set(ab.QUESTIONS)
 
 
 def test_an_ab_side_with_nan_steps_fails_naming_them(tmp_path):
