@@ -122,14 +122,20 @@ def _compare(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[
     return stats.block_bootstrap_diff_ci(a, b, confidence=knobs.threshold("bootstrap_confidence")), float(np.mean(a)), float(np.mean(b))
 
 
+def _judged(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
+    """_compare after the completeness check; when no interval can be judged, the reason why."""
+    incomplete = _incomplete(baseline, candidate, metric, knobs)
+    if incomplete:
+        return None, float("nan"), float("nan"), "; ".join(incomplete)
+    diff, a, b = _compare(baseline, candidate, metric, knobs)
+    return diff, a, b, "" if diff is not None else f"{metric}: too few steps to compare"
+
+
 def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     question = "Does the candidate reduce train_rollout_logprob_abs_diff?"
-    incomplete = _incomplete(baseline, candidate, ABS_DIFF, knobs)
-    if incomplete:
-        return Answer(question, False, "; ".join(incomplete))
-    diff, a, b = _compare(baseline, candidate, ABS_DIFF, knobs)
+    diff, a, b, why = _judged(baseline, candidate, ABS_DIFF, knobs)
     if diff is None:
-        return Answer(question, False, "too few steps to compare")
+        return Answer(question, False, why)
     passed = diff.excludes_zero and diff.diff < 0
     message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), difference CI [{diff.low:+.4g}, {diff.high:+.4g}]: " + (
         "reduced" if passed else "not measurably reduced"
@@ -139,12 +145,9 @@ def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
 
 def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     question = "Does it preserve or improve rollout/raw_reward?"
-    incomplete = _incomplete(baseline, candidate, RAW_REWARD, knobs)
-    if incomplete:
-        return Answer(question, False, "; ".join(incomplete))
-    diff, a, b = _compare(baseline, candidate, RAW_REWARD, knobs)
+    diff, a, b, why = _judged(baseline, candidate, RAW_REWARD, knobs)
     if diff is None:
-        return Answer(question, False, "too few steps to compare")
+        return Answer(question, False, why)
     allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
     passed = diff.low >= -allowed
     message = (
@@ -183,13 +186,12 @@ def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
             unmeasured.append(metric)
             parts.append(f"{metric}: not logged by the {'baseline' if not baseline.series(metric) else 'candidate'}")
             continue
-        incomplete = _incomplete(baseline, candidate, metric, knobs)
-        if incomplete:
+        diff, a, b, why = _judged(baseline, candidate, metric, knobs)
+        if diff is None:
             failed.append(metric)
             unmeasured.append(metric)
-            parts.append("; ".join(incomplete))
+            parts.append(why)
             continue
-        diff, a, b = _compare(baseline, candidate, metric, knobs)
         spread = _aa_spread(after_warmup(baseline.series(metric), warmup)[1], knobs)
         allowed_rel = max(knob, spread)
         allowed = allowed_rel * abs(a)
