@@ -6,7 +6,9 @@
 - ``no-temperature``: the trainer ignores the rollout temperature (T=1 in its log-softmax);
 - ``mask-off-by-one``: the trainer reads the response slice one position early;
 - ``reorder-samples``: the rollout log-probs reach the trainer rotated by one sample within the
-  batch (tokens stay), as a reordering applied to one field but not the others would.
+  batch (tokens stay), as a reordering applied to one field but not the others would;
+- ``rollout-lse-bf16`` / ``trainer-softmax-bf16``: numerical controls at one operator boundary
+  (harness/embedded/numeric_faults.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from harness.embedded.flags import FlagError
 
-NAMES = ("stale-weights", "token-shift", "no-temperature", "mask-off-by-one", "reorder-samples")
+NAMES = ("stale-weights", "token-shift", "no-temperature", "mask-off-by-one", "reorder-samples", "rollout-lse-bf16", "trainer-softmax-bf16")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class Injections:
     no_temperature: bool = False
     mask_off_by_one: bool = False
     reorder_samples: bool = False
+    rollout_lse_bf16: bool = False
+    trainer_softmax_bf16: bool = False
 
     def names(self) -> list[str]:
         out = [f"stale-weights:{self.stale_weights}"] if self.stale_weights else []
@@ -35,6 +39,8 @@ class Injections:
                 ("no-temperature", self.no_temperature),
                 ("mask-off-by-one", self.mask_off_by_one),
                 ("reorder-samples", self.reorder_samples),
+                ("rollout-lse-bf16", self.rollout_lse_bf16),
+                ("trainer-softmax-bf16", self.trainer_softmax_bf16),
             )
             if on
         ]

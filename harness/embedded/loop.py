@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness.embedded import dumps, factory, fp8
+from harness.embedded import capture, dumps, factory, fp8, numeric_faults
 from harness.embedded import logprobs as lp
 from harness.embedded.data import load_prompts, tokenizer_hash
 from harness.embedded.engine import EngineConfig, SamplingSpec
@@ -87,6 +87,9 @@ class EmbeddedRun:
         torch.manual_seed(s.seed)
         init_distributed(self.tp_rank, s.tp, store_path)
         init_model_parallel(s.tp, s.seed)
+        problems = numeric_faults.install(s.faults, engine_in_process=s.colocate and s.tp == 1)  # before the engine binds its sampler
+        if problems:
+            raise InputError(problems[0])
         self.policy = Policy(
             self.hf_config,
             hf_state,
@@ -249,8 +252,10 @@ class EmbeddedRun:
 
         spec = self._logprob_spec()
         t0 = time.perf_counter()
+        taps = capture.start(self, rollout_id, samples)  # both engines' boundary tensors for the probe samples
         views, probes, fallback = self._recompute(samples, spec, s.probe_samples if self.is_main else 0)
         log_probs_time = time.perf_counter() - t0
+        capture.finish(self, taps, rollout_id, samples, spec, views)
         # The LM head the recompute used (before the optimizer moves it); collective under TP.
         probe_dir = self._probe_dir(rollout_id)
         lm_head = self.policy.lm_head_weight() if probe_dir is not None else None
