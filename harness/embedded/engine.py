@@ -13,10 +13,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.embedded import fp8, vllm_cpu_fixes
+from harness.embedded import fp8, true_on_policy, vllm_cpu_fixes
+from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
 fp8.install_from_env()  # a spawned engine process re-imports this module: keep its fp8 emulation
 vllm_cpu_fixes.install_from_env()
+true_on_policy.install_from_env()
 
 KV_CACHE_BYTES = 256 << 20  # explicit on CPU: vLLM would otherwise reserve a fraction of host RAM
 MAX_MODEL_LEN = 256
@@ -34,6 +36,7 @@ class EngineConfig:
     seed: int
     fp8: bool
     log_path: Path | None = None
+    true_on_policy: bool = False  # --embedded-true-on-policy: harness.embedded.true_on_policy.engine_settings
 
 
 @dataclass
@@ -77,6 +80,12 @@ class InProcessEngine:
             fp8.install_activation_emulation()
         os.environ[vllm_cpu_fixes.ENV_FLAG] = "1"
         vllm_cpu_fixes.install_moe_repack_on_update()
+        true_on_policy_kwargs = {}
+        if cfg.true_on_policy:
+            os.environ[true_on_policy.ENV_FLAG] = "1"  # a spawned engine core registers the norm too
+            os.environ.update(true_on_policy_engine.ENV)
+            true_on_policy_engine.register_rounded_residual_norm()
+            true_on_policy_kwargs = true_on_policy_engine.llm_kwargs()
         from vllm import LLM
 
         self.multiprocess = multiprocess
@@ -91,6 +100,7 @@ class InProcessEngine:
                 kv_cache_memory_bytes=KV_CACHE_BYTES,
                 logprobs_mode=cfg.logprobs_mode,
                 disable_log_stats=False,
+                **true_on_policy_kwargs,
             )
         except Exception as exc:  # noqa: BLE001 - reported as one line by the trainer
             raise EngineStartError(f"vLLM engine failed to start on {cfg.model}: {exc}") from exc

@@ -18,6 +18,12 @@ import torch
 
 NATIVE = "native"
 REPLAY = "processed-replay"
+TRUE_ON_POLICY = "true-on-policy"  # --embedded-true-on-policy: harness.embedded.true_on_policy.logprobs
+IMPLEMENTATIONS = {
+    NATIVE: "megatron.core.tensor_parallel.vocab_parallel_cross_entropy",
+    REPLAY: "harness.embedded.logprobs.replay_logprobs (full vocab gathered)",
+    TRUE_ON_POLICY: "harness.embedded.true_on_policy.logprobs.engine_logprobs (full vocab gathered, vLLM's sampler ops)",
+}
 
 
 def _tp():
@@ -98,11 +104,7 @@ def execution_decision(logger: logging.Logger, *, backend: str, dtype: str, tp: 
         "tp_size": tp,
         "tp_rank": rank,
         "cp_size": 1,
-        "implementation": (
-            "megatron.core.tensor_parallel.vocab_parallel_cross_entropy"
-            if backend == NATIVE
-            else "harness.embedded.logprobs.replay_logprobs (full vocab gathered)"
-        ),
+        "implementation": IMPLEMENTATIONS[backend],
         "tokens_outside_replayed_set": fallback_tokens,
     }
     logger.info("rl_kernel.execution_decision %s", json.dumps(record, sort_keys=True), stacklevel=2)

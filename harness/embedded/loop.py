@@ -100,6 +100,7 @@ class EmbeddedRun:
             betas=s.betas,
             weight_decay=s.weight_decay,
             clip_grad=s.clip_grad,
+            true_on_policy=s.true_on_policy,
         )
         self.sampling = SamplingSpec(
             n=s.n_samples,
@@ -123,6 +124,7 @@ class EmbeddedRun:
             seed=s.seed,
             fp8=s.fp8,
             log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None,
+            true_on_policy=s.true_on_policy,
         )
         if s.output_dir:
             Path(s.output_dir).mkdir(parents=True, exist_ok=True)
@@ -159,6 +161,7 @@ class EmbeddedRun:
             replay=self.s.replay_processed,
             target_shift=1 if f.token_shift else 0,
             slice_shift=-1 if f.mask_off_by_one else 0,
+            true_on_policy=self.s.true_on_policy,
         )
 
     def _recompute(self, samples: list[Sample], spec: LogprobSpec, want_probe: int):
@@ -332,7 +335,7 @@ class EmbeddedRun:
         server_peak = self._server_peak_gb()
         if server_peak is not None:
             perf["perf/rollout_peak_memory_gb"] = server_peak
-        backend = lp.REPLAY if s.replay_processed else lp.NATIVE
+        backend = lp.TRUE_ON_POLICY if s.true_on_policy else lp.REPLAY if s.replay_processed else lp.NATIVE
         return StepReport(
             rollout=rollout_metrics,
             steps=step_metrics,

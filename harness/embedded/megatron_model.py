@@ -76,13 +76,17 @@ def moe_fields(hf) -> dict:
     )
 
 
-def build_gpt(hf, *, bf16: bool, tp: int):
+def build_gpt(hf, *, bf16: bool, tp: int, true_on_policy: bool = False):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     config = transformer_config(hf, bf16=bf16, tp=tp)
     moe_without_te()
     spec = get_gpt_layer_local_spec(num_experts=num_experts(hf) or None, moe_grouped_gemm=False, qk_layernorm=True, normalization="RMSNorm")
+    if true_on_policy:  # the same spec with the engine-formula norms and the engine's attention kernel
+        from harness.embedded.true_on_policy.layer_spec import block_spec
+
+        spec = block_spec(num_experts(hf) or None, hf.num_hidden_layers)
     with on_cpu():
         model = GPTModel(
             config=config,

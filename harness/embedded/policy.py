@@ -14,6 +14,7 @@ import torch
 from harness.embedded import logprobs as lp
 from harness.embedded.megatron_cpu import causal_mask, on_cpu
 from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
+from harness.embedded.true_on_policy.logprobs import engine_logprobs
 from harness.layout.token_shift import response_gather_positions
 
 
@@ -25,6 +26,7 @@ class LogprobSpec:
     replay: bool  # --embedded-replay-processed-logprobs
     target_shift: int = 0  # injected token-shift: 1
     slice_shift: int = 0  # injected mask-off-by-one: -1 (response slice read one position early)
+    true_on_policy: bool = False  # --embedded-true-on-policy: log-probs as the engine computes them
 
 
 def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -54,10 +56,11 @@ class Policy:
         betas: tuple[float, float],
         weight_decay: float,
         clip_grad: float,
+        true_on_policy: bool = False,
     ) -> None:
         self.hf_config, self.tp, self.tp_rank, self.clip_grad = hf_config, tp, tp_rank, clip_grad
         self.bf16 = bf16
-        self.model = build_gpt(hf_config, bf16=bf16, tp=tp)
+        self.model = build_gpt(hf_config, bf16=bf16, tp=tp, true_on_policy=true_on_policy)
         load_into(self.model, hf_to_megatron(hf_state, hf_config, tp, tp_rank))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # Megatron keeps fp32 main params for a bf16 model; AdamW steps those and copies back.
@@ -95,7 +98,10 @@ class Policy:
             logits = self.model(ids, positions, causal_mask(width))  # [b, s, V/tp]
             selected = logits[rows_t, cols_t]  # [N, V/tp]
             fallback = 0
-            if spec.replay:
+            if spec.true_on_policy:
+                values, outside = engine_logprobs(lp.gather_full_vocab(selected), targets_t, spec.temperature, spec.top_k, spec.top_p, spec.replay)
+                fallback = int(outside.sum())
+            elif spec.replay:
                 full = lp.gather_full_vocab(selected)
                 values, outside = lp.replay_logprobs(full, targets_t, spec.temperature, spec.top_k, spec.top_p)
                 fallback = int(outside.sum())

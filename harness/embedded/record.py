@@ -36,6 +36,7 @@ def build_record(
     emulation: list[str],
     deviations: list[str],
     injections: list[str],
+    true_on_policy: dict | None = None,
 ) -> dict:
     return {
         "argv": argv,
@@ -47,6 +48,8 @@ def build_record(
         "model": model,
         "prompt_data": prompts,
         "injections": injections,
+        # --embedded-true-on-policy: the levers in force on each side (None: the native paths)
+        "true_on_policy": true_on_policy,
         "libraries": library_versions(),
         "hardware": {"cpus": os.cpu_count(), "machine": platform.machine(), "processor": platform.processor(), "system": platform.platform()},
     }

@@ -46,6 +46,7 @@ class Settings:
     save_rollout: str | None
     save_train: str | None
     replay_processed: bool
+    true_on_policy: bool  # --embedded-true-on-policy (harness.embedded.true_on_policy)
     output_dir: str | None
     probe_samples: int
     faults: injections.Injections
@@ -113,6 +114,7 @@ def from_flags(v: dict) -> Settings:
         save_rollout=v["save-debug-rollout-data"],
         save_train=v["save-debug-train-data"],
         replay_processed=v["embedded-replay-processed-logprobs"],
+        true_on_policy=v["embedded-true-on-policy"],
         output_dir=v["embedded-output-dir"],
         probe_samples=v["embedded-probe-samples"],
         faults=injections.parse(v["embedded-inject"]),

@@ -18,9 +18,11 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 from harness.embedded import flags as flag_table  # noqa: E402
 from harness.embedded import fp8, record, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import logprobs as lp  # noqa: E402
+from harness.embedded import true_on_policy as true_on_policy_mode  # noqa: E402
 
 fp8.install_from_env()  # a vLLM engine process spawned from here re-imports this module
 vllm_cpu_fixes.install_from_env()
+true_on_policy_mode.install_from_env()
 
 RANK_ENV, STORE_ENV = "EMBEDDED_TP_RANK", "EMBEDDED_STORE"
 logger = logging.getLogger("harness.embedded.train")
@@ -99,6 +101,7 @@ def main(argv: list[str]) -> int:
                 emulation=emulation,
                 deviations=deviations,
                 injections=settings.faults.names(),
+                true_on_policy=true_on_policy_mode.LEVERS if settings.true_on_policy else None,
             ),
         )
 

@@ -46,6 +46,12 @@ def _fp8():
     fp8.install_activation_emulation()
 
 
+def _true_on_policy():
+    from harness.embedded.true_on_policy import engine_settings
+
+    engine_settings.register_rounded_residual_norm()
+
+
 def _cpu_fixes():
     from harness.embedded import vllm_cpu_fixes
 
@@ -56,5 +62,9 @@ def _cpu_fixes():
 # import torch at interpreter start, which is what this file avoids.
 if os.environ.get("EMBEDDED_FP8_ACTIVATIONS") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.linear", _fp8))
+# The engine selects the registered norm by name (--ir-op-priority) in every process that builds
+# or checks its config, so it is registered as soon as vLLM defines the op.
+if os.environ.get("EMBEDDED_TRUE_ON_POLICY") == "1":
+    sys.meta_path.insert(0, _AfterImport("vllm.ir.ops.layernorm", _true_on_policy))
 if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", _cpu_fixes))
