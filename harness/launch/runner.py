@@ -52,6 +52,9 @@ class LaunchOptions:
     # Start this program instead of the backend's trainer (same argv appended): a site's wrapper
     # around VIME's train.py, or a test's own small trainer.
     trainer: tuple[str, ...] | None = None
+    # Embedded backend only: fork each trainer from one pre-imported interpreter (harness.launch.warm)
+    # instead of starting a fresh one; a session of many runs then pays the imports once.
+    warm_start: bool = False
 
 
 def read_state(run_dir: RunDir) -> str | None:
@@ -153,7 +156,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
                 if options.ray_address:
                     source = RayJob(command + argv, cwd, env, options.ray_address)
                 else:
-                    source = LocalProcess(command + argv, cwd, env)
+                    source = _local_source(command + argv, cwd, env, spec, options, run_dir)
             except Exception:
                 run_dir.set_status("failed", failure={"signature": "launch-error", "line": 0, "text": "the trainer could not be started"})
                 raise
@@ -165,6 +168,19 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             raise
         finally:
             run_dir.close()
+
+
+def _local_source(command: list[str], cwd: Path, env: dict[str, str], spec: RunSpec, options: LaunchOptions, run_dir: RunDir):
+    """The trainer as a local process: forked warm when the options ask for it and it is available,
+    otherwise started cold (the log says why)."""
+    if options.warm_start and spec.backend == "embedded" and not options.trainer:
+        from harness.launch.warm import WarmProcess, WarmStartUnavailable
+
+        try:
+            return WarmProcess(command, cwd, env)
+        except WarmStartUnavailable as why:
+            run_dir.append_log(f"# warm start unavailable ({why}); starting the trainer in a fresh interpreter")
+    return LocalProcess(command, cwd, env)
 
 
 def _record_interrupt(run_dir: RunDir, source, why: str) -> None:

@@ -1,0 +1,61 @@
+"""Warm start (harness.launch.warm): the embedded trainer forked from a pre-imported interpreter
+must be the same run as one started cold, and must stop like one."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
+from harness.launch.runner import LaunchOptions, ensure_run
+from harness.launch.trainer import output_flags, trainer_command
+from harness.launch.warm import WarmProcess
+from harness.spec import load_knobs, render_argv, resolve, validate
+
+KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
+STEP_LINE = re.compile(r"\] \S+:\d+ - (step \d+: .*)$")  # without the time stamp and source line
+
+
+def spec(**overrides):
+    return validate(resolve(KNOBS, "p1", "near-aligned", "colocate", "embedded", overrides), KNOBS)
+
+
+def step_lines(run_dir) -> list[str]:
+    return [m.group(1) for line in run_dir.file("log.txt").read_text().splitlines() if (m := STEP_LINE.search(line))]
+
+
+def test_a_warm_run_logs_exactly_what_a_cold_run_logs(tmp_path):
+    runs = {}
+    for warm in (False, True):
+        options = LaunchOptions(runs_dir=tmp_path / ("warm" if warm else "cold"), progress=False, warm_start=warm)
+        runs[warm] = ensure_run(spec(**{"num-rollout": 3}), options)
+        assert runs[warm].read_status()["state"] == "finished", runs[warm].file("log.txt").read_text()[-2000:]
+    log = runs[True].file("log.txt").read_text()
+    assert "forked from a pre-imported interpreter" in log.splitlines()[0]
+    cold, warm = step_lines(runs[False]), step_lines(runs[True])
+    assert len(cold) == 3
+    assert warm == cold  # every metric of every step, to the last printed digit
+
+
+def test_stopping_a_warm_run_ends_its_trainer(tmp_path):
+    command, cwd = trainer_command("embedded", None)
+    run_path = tmp_path / "run"
+    (run_path / "dumps").mkdir(parents=True)
+    argv = render_argv(spec(**{"num-rollout": 10_000}).flags) + output_flags(run_path, "embedded")
+    source = WarmProcess(command + argv, cwd or REPO_ROOT, dict(os.environ, PYTHONUNBUFFERED="1"))
+    lines, deadline = [], time.monotonic() + 300
+    while time.monotonic() < deadline and sum("step " in line for line in lines) < 2:
+        lines += source.poll(0.5)
+        assert source.exit_code() is None, "".join(lines)[-2000:]
+    assert sum("step " in line for line in lines) >= 2, "the warm trainer never logged two steps"
+    source.stop()
+    while source.exit_code() is None:  # the rest of its output, then its code
+        source.poll(0.5)
+    assert source.exit_code() != 0
+    try:
+        os.kill(source.pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive
