@@ -13,7 +13,7 @@ from harness.records.runload import Run
 from harness.spec import Knobs
 
 
-def _expected_steps(run: Run, logged: list[int]) -> list[int]:
+def expected_steps(run: Run, logged: list[int]) -> list[int]:
     count = run.spec.flags.get("num-rollout")
     try:
         return list(range(int(count)))
@@ -32,7 +32,7 @@ def series_problems(run: Run, metric: str, knobs: Knobs, label: str) -> list[str
     series = run.series(metric)
     logged = [step for step, _ in series]
     bad = [step for step, value in series if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))]
-    absent = sorted(set(_expected_steps(run, logged)) - set(logged))
+    absent = sorted(set(expected_steps(run, logged)) - set(logged))
     missing = sorted(set(bad) | set(absent))
     warmup = int(knobs.threshold("warmup_steps"))
     first = (min(logged) if logged else 0) + warmup

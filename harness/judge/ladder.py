@@ -30,6 +30,7 @@ import numpy as np
 from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.completeness import series_problems
+from harness.judge.exact_zero import exactly_zero_findings
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
@@ -288,6 +289,12 @@ def judge_rung(
 
 
 def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
+    """Every absolute expectation of the rung on its own run: exactly zero at every step
+    (expect.exactly_zero_every_step, no tolerance) and the statistical bounds (expect.max_*/min_*)."""
+    return exactly_zero_findings(rung, run) + _mean_bound_findings(rung, run, knobs)
+
+
+def _mean_bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
     """The rung's absolute bounds (ladder/<rung>.yaml expect.max_*), each judged on its own run's
     abs-diff after warm-up; one line per bound it breaks, with the figures and the threshold's name."""
     bounds = rung.expect.bound_names()

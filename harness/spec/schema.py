@@ -118,6 +118,18 @@ class Expectation(Strict):
     max_rel_trend: str | None = None
     # A floor under the mean: the fp32 floor's exactly-zero drift means a side compared with itself.
     min_abs_diff: str | None = None
+    # Metrics that must be exactly 0.0 at every step of the run (no warm-up, no missing step, no
+    # tolerance): the true-on-policy rung, where the trainer's log-probs are the engine's bit for bit.
+    # Judged by harness.judge.exact_zero.
+    exactly_zero_every_step: list[str] = Field(default_factory=list)
+
+    @field_validator("exactly_zero_every_step")
+    @classmethod
+    def _metric_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(r"^[a-z_]+/[a-z0-9_/]+$", name):
+                raise ValueError(f"{name!r} is not a metric name (group/name as VIME logs it, e.g. train/ppo_kl)")
+        return names
 
     def bound_names(self) -> dict[str, str]:
         """{field: threshold name} of the bounds this rung declares."""
