@@ -63,15 +63,22 @@ def near_aligned_shape(runs_dir: Path | None) -> tuple[float, float, str]:
     return 1.44e-3, 0.46, "defaults"
 
 
-def trial(rng, rho, mean, sd, delta, knobs, seed):
-    """Outcomes of the 7 children (true mean = parent mean + delta) under the three rules."""
+def replicates_of(rng, rho, mean, sd, count, seed_sd):
+    """`count` seeds of one configuration: each its own AR(1) series around mean + a seed offset."""
+    return [ar1(STEPS, rho, mean + rng.normal(0, seed_sd) if seed_sd else mean, sd, rng) for _ in range(count)]
+
+
+def trial(rng, rho, mean, sd, delta, knobs, seed, count=1, seed_sd=0.0):
+    """Outcomes of the 7 children (true mean = parent mean + delta) under the three rules, each side
+    `count` seeds whose means scatter by seed_sd (a seed effect) on top of their steps' noise."""
     min_abs, flat_rel = knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta")
-    parent = ar1(STEPS, rho, mean, sd, rng)
+    parent = replicates_of(rng, rho, mean, sd, count, seed_sd)
+    parent_mean = float(np.mean([p.mean() for p in parent]))
     diffs = []
     for child_index in range(FAMILY):
-        child = ar1(STEPS, rho, mean + delta, sd, rng)
-        diff = stats.block_bootstrap_diff_ci(parent, child, n_resamples=1000, seed=seed * 10 + child_index)
-        diffs.append((diff, outcome.effect_of_interest(parent.mean(), min_abs, flat_rel), parent.mean()))
+        child = replicates_of(rng, rho, mean + delta, sd, count, seed_sd)
+        diff = stats.hierarchical_diff_ci(parent, child, n_resamples=1000, seed=seed * 10 + child_index)
+        diffs.append((diff, outcome.effect_of_interest(parent_mean, min_abs, flat_rel), parent_mean))
     old = []
     for diff, _, parent_mean in diffs:
         effect = diff.excludes_zero and abs(diff.diff) >= min_abs and abs(diff.diff) / parent_mean > flat_rel
@@ -87,20 +94,27 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--runs-dir", type=Path, default=None)
     parser.add_argument("--rho", type=float, nargs="*", default=[0.0, 0.3, 0.6])
+    parser.add_argument("--replicates", type=int, default=1, help="seeds a side (knobs/stages.yaml replicates)")
+    parser.add_argument("--seed-sd", type=float, default=0.0, help="spread of the seeds' true means, as a fraction of the mean")
+    parser.add_argument("--deltas", nargs="*", default=["0", "E", "2E", "4E"], help="true deltas to simulate, in units of E")
     args = parser.parse_args()
     knobs = load_knobs("knobs")
     mean, cv, source = near_aligned_shape(args.runs_dir)
     sd = cv * mean
     effect = outcome.effect_of_interest(mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
-    print(f"shape: mean {mean:.3g}, CV {cv:.2f} ({source}); {STEPS} steps; family {FAMILY}; E = {effect:.3g}; {args.trials} trials")
+    print(
+        f"shape: mean {mean:.3g}, CV {cv:.2f} ({source}); {STEPS} steps; family {FAMILY}; E = {effect:.3g}; {args.trials} trials; "
+        f"{args.replicates} seed(s) a side, seed effect sd {args.seed_sd:.0%} of the mean"
+    )
     print("| rho | true delta | rule | up/down per decision | flat | inconclusive | family: any up/down |")
     print("|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(11)
     for rho in args.rho:
-        for label, delta in (("0", 0.0), ("E", effect), ("2E", 2 * effect), ("4E", 4 * effect)):
+        for label in args.deltas:
+            delta = 0.0 if label == "0" else float(label.rstrip("E") or 1) * effect
             counts = {rule: {"called": 0, "flat": 0, "inconclusive": 0, "family": 0} for rule in ("old rule", "new, 95%", "new + Holm")}
             for t in range(args.trials):
-                for rule, directions in zip(counts, trial(rng, rho, mean, sd, delta, knobs, t)):
+                for rule, directions in zip(counts, trial(rng, rho, mean, sd, delta, knobs, t, args.replicates, args.seed_sd * mean)):
                     called = [d in ("up", "down") for d in directions]
                     counts[rule]["called"] += sum(called)
                     counts[rule]["flat"] += directions.count("flat")

@@ -64,11 +64,51 @@ class RungJudgement:
                 head += f"; INCONCLUSIVE: smallest detectable effect {o.detectable:.3g}"
         elif self.diff is not None:
             head += f" vs {self.parent} {self.parent_mean:.4g}: delta {self.diff.diff:+.4g} [{self.diff.low:+.4g}, {self.diff.high:+.4g}]"
+        spread = self.replicate_spread()
+        if spread:
+            head += f"; {spread}"
         return f"{head}; observed {self.observed_direction}, class {self.drift_class} ({'; '.join(self.reasons)})"
+
+    def replicate_spread(self) -> str:
+        """Each side's per-seed means, when the rung was judged on several seeds ('' otherwise)."""
+        replicates = self.evidence.get("replicates")
+        if not replicates or replicates["count"] <= 1:
+            return ""
+        sides = []
+        for name in (self.rung, self.parent):
+            means = " / ".join(f"{entry['mean']:.4g}" for entry in replicates[name].values())
+            sides.append(f"{name} per seed {means}")
+        return f"{replicates['count']} seeds: " + ", ".join(sides)
 
 
 def _series(run: Run, warmup: int) -> list[float]:
     return after_warmup(run.series(ABS_DIFF), warmup)[1]
+
+
+def replicate_runs(rung_id: str, fetch: Callable[..., Run], count: int) -> list[Run]:
+    """The rung's run and its replicates: the same spec at seeds seed+1 .. seed+count-1 (the stage's
+    `replicates` knob). Replicate 0 is the run itself, so one seed reuses the runs it always had."""
+    first = fetch(rung_id)
+    if count <= 1:
+        return [first]
+    seed = int(first.spec.flag("seed") if first.spec.flag("seed") is not None else 1234)  # VIME's default seed
+    return [first] + [fetch(rung_id, seed=seed + i) for i in range(1, count)]
+
+
+def _replicate_problems(runs: list[Run], knobs: Knobs, rung_id: str) -> list[str]:
+    problems = []
+    for index, run in enumerate(runs):
+        label = rung_id if index == 0 else f"{rung_id} (replicate {index}, seed {run.spec.flag('seed')})"
+        problems += series_problems(run, ABS_DIFF, knobs, label)
+    return problems
+
+
+def _replicate_series(runs: list[Run], warmup: int) -> list[list[float]]:
+    return [_series(run, warmup) for run in runs]
+
+
+def _grand_mean(series: list[list[float]]) -> float:
+    return float(np.mean([np.mean(values) for values in series]))
 
 
 def replay_is_identity(flags: dict) -> bool:
@@ -107,24 +147,26 @@ def _effect(knobs: Knobs, parent_mean: float) -> float:
     return outcomes.effect_of_interest(parent_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
 
 
-def rung_difference(rung: Rung, knobs: Knobs, fetch: Callable[..., Run]) -> tuple[stats.DiffCI, float] | None:
-    """The rung's delta against its parent and its effect of interest, or None when either run
-    falls short of the completeness knobs (the rung's own judgement says why)."""
+def rung_difference(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], replicates: int = 1) -> tuple[stats.DiffCI, float] | None:
+    """The rung's delta against its parent (over `replicates` seeds a side) and its effect of
+    interest, or None when a run falls short of the completeness knobs (the rung's own judgement
+    says why)."""
     warmup = int(knobs.threshold("warmup_steps"))
-    child, parent = fetch(rung.id), fetch(rung.parent)
-    if series_problems(child, ABS_DIFF, knobs, rung.id) or series_problems(parent, ABS_DIFF, knobs, rung.parent):
+    children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
+    if _replicate_problems(children, knobs, rung.id) or _replicate_problems(parents, knobs, rung.parent):
         return None
-    parent_values, child_values = _series(parent, warmup), _series(child, warmup)
-    diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=knobs.threshold("bootstrap_confidence"))
-    return diff, _effect(knobs, float(np.mean(parent_values)))
+    parent_series, child_series = _replicate_series(parents, warmup), _replicate_series(children, warmup)
+    diff = stats.hierarchical_diff_ci(parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"))
+    return diff, _effect(knobs, _grand_mean(parent_series))
 
 
 def family_levels(knobs: Knobs, stage: str, backend: str, fetch: Callable[..., Run]) -> dict[str, outcomes.HolmLevel]:
     """Holm levels of the stage's family. A member that cannot be judged (incomplete run) counts
     with p = 1: it stays in the family size and never helps another decision pass."""
     p_values = {}
+    replicates = knobs.stages[stage].replicate_count(backend)
     for rung_id in family_members(knobs, stage, backend):
-        judged = rung_difference(knobs.rungs[rung_id], knobs, fetch)
+        judged = rung_difference(knobs.rungs[rung_id], knobs, fetch, replicates)
         p_values[rung_id] = 1.0 if judged is None else outcomes.decision_p_value(*judged)
     return outcomes.holm_levels(p_values, 1.0 - knobs.threshold("bootstrap_confidence"))
 
@@ -136,8 +178,10 @@ def judge_rung(
     framework_checks: Callable[[Run], list[str]] | None = None,
     holm: outcomes.HolmLevel | None = None,
     contract_check: Callable[[Run], tuple[str, str]] | None = None,
+    replicates: int = 1,
 ) -> RungJudgement:
-    """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `framework_checks(run)`
+    """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `replicates` is how many
+    seeds a side is judged on (the stage's knob; replicate_runs); `framework_checks(run)`
     returns the failed framework probes' messages (empty when sample identity and weights agree);
     `holm` is the rung's place in its family (family_levels); without it the rung is a family of one;
     `contract_check(run)` is probe 6 on the run's dumps, (status, verdict): the only evidence on a
@@ -151,6 +195,7 @@ def judge_rung(
     judgement = RungJudgement(rung.id, rung.parent, float(np.mean(child_values)))
     judgement.evidence["child_run"] = child.id
     if rung.parent is None:
+        # A root's bounds are judged on its first seed; its replicates serve as the parent of the rungs above.
         judgement.reasons.append("root rung: judged against its absolute bounds, not a parent")
         # A root is still a run of the pipeline: a sample or weight mismatch there would make every
         # rung above it meaningless, so it gets the framework probes like any other rung.
@@ -162,15 +207,22 @@ def judge_rung(
                 judgement.reasons.append(f"framework probe failed on {child.id}: {failed[0]}")
         return judgement
     parent = fetch(rung.parent)
-    incomplete = series_problems(parent, ABS_DIFF, knobs, rung.parent)
+    children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
+    incomplete = _replicate_problems(children, knobs, rung.id) + _replicate_problems(parents, knobs, rung.parent)
     if incomplete:
         judgement.problems = incomplete
         return judgement
-    parent_values = _series(parent, warmup)
-    judgement.parent_mean = float(np.mean(parent_values))
+    child_series, parent_series = _replicate_series(children, warmup), _replicate_series(parents, warmup)
+    judgement.child_mean, judgement.parent_mean = _grand_mean(child_series), _grand_mean(parent_series)
     judgement.evidence["parent_run"] = parent.id
+    judgement.evidence["replicates"] = {
+        "count": replicates,
+        "rule": "seeds seed .. seed+count-1; delta = mean of the replicate means, two-stage bootstrap over seeds and steps",
+        rung.id: {run.id: {"seed": run.spec.flag("seed"), "mean": float(np.mean(v))} for run, v in zip(children, child_series, strict=True)},
+        rung.parent: {run.id: {"seed": run.spec.flag("seed"), "mean": float(np.mean(v))} for run, v in zip(parents, parent_series, strict=True)},
+    }
     confidence = knobs.threshold("bootstrap_confidence")
-    judgement.diff = diff = stats.block_bootstrap_diff_ci(parent_values, child_values, confidence=confidence)
+    judgement.diff = diff = stats.hierarchical_diff_ci(parent_series, child_series, confidence=confidence)
     effect = _effect(knobs, judgement.parent_mean)
     if holm is None:
         holm = outcomes.HolmLevel(1, 1, 1.0 - confidence, True, (rung.id,))
@@ -196,7 +248,7 @@ def judge_rung(
             f"Holm step-down stopped before rank {holm.rank} of {holm.family_size}: a smaller p-value in the family was not significant"
         )
     if framework_checks is not None:
-        for side in (child, parent):
+        for side in children + parents:
             failed = framework_checks(side)
             judgement.evidence.setdefault("framework_checks", {})[side.id] = failed or "pass"
             if failed:
@@ -243,8 +295,12 @@ def judge_rung(
     elif drifting.spec.backend == "embedded":
         replayed = fetch(drifting_rung, **{replay_flag: True})
         replayed_values = _series(replayed, warmup)
-        remaining = float(np.mean(replayed_values)) - float(np.mean(_series(steadier, warmup)))
-        removed = 1.0 - remaining / abs(diff.diff)
+        # The replay run has the first seed only: it is compared seed for seed with the first seeds'
+        # delta (the replicates' delta when the first seeds alone do not show the drift).
+        steadier_mean = float(np.mean(_series(steadier, warmup)))
+        first_seed_delta = float(np.mean(_series(drifting, warmup))) - steadier_mean
+        remaining = float(np.mean(replayed_values)) - steadier_mean
+        removed = 1.0 - remaining / (first_seed_delta if first_seed_delta > 0 else abs(diff.diff))
         judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)), "removed_fraction": removed})
         judgement.reasons.append(f"replaying the processed contract on {drifting_rung} removes {removed:.0%} of the delta")
     else:

@@ -79,6 +79,15 @@ class BaseConfig(FlagLayer):
     modes: dict[Mode, FlagLayer]
 
 
+class Replicates(Strict):
+    """How many seeds every run of a stage's ladder is made with (seed, seed + 1, ...): on the
+    embedded backend, and on a cluster (vime; records reads what was recorded the same way)."""
+
+    embedded: int = Field(1, ge=1)
+    cluster: int = Field(1, ge=1)
+    why: str = Field(min_length=10)
+
+
 class Stage(FlagLayer):
     title: str
     hardware: str
@@ -86,6 +95,12 @@ class Stage(FlagLayer):
     gpus: int = Field(ge=1)
     modes: list[Mode] = Field(min_length=1)
     purpose: str
+    replicates: Replicates | None = None
+
+    def replicate_count(self, backend: str) -> int:
+        if self.replicates is None:
+            return 1
+        return self.replicates.embedded if backend == "embedded" else self.replicates.cluster
 
 
 class Hardware(Strict):
@@ -238,6 +253,9 @@ class GatedBackends(Strict):
 class ABFile(Strict):
     pair: ABPair
     operator_path_flags: FlagList
+    # Mitigations (TIS, routing replay): a candidate may switch them on; they change the loss and the
+    # training trajectory, never the sampled-token contract, and the record names them.
+    mitigation_flags: FlagList
     sampling_contract_flags: FlagList
     # question name (harness.judge.ab.QUESTIONS) -> the backends where it gates; absent: everywhere.
     gated_on: dict[str, GatedBackends] = Field(default_factory=dict)

@@ -8,7 +8,7 @@ and stable). The judge (harness.judge.ladder) decides all of it; this file asks 
 
 import pytest
 
-from harness.judge.ladder import bound_findings, expectation_findings, family_levels, family_members, judge_rung
+from harness.judge.ladder import bound_findings, expectation_findings, family_levels, family_members, judge_rung, replicate_runs
 
 # Holm levels per (stage, mode): every rung of a stage's family is one decision of one family.
 _FAMILIES: dict[tuple[str, str], dict] = {}
@@ -31,20 +31,21 @@ def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, contra
         findings = bound_findings(rung, run, knobs)
         assert not findings, "\n  ".join(findings)
         return
+    replicates = knobs.stages[stage].replicate_count(backend)  # seeds per side (knobs/stages.yaml)
     for rung_id in (rung.id, rung.parent):
         if rung_id is not None:
-            run = fetch(rung_id)
-            state = run.status.state if run.status else "unknown"
-            failure = run.status.failure if run.status else None
-            assert state == "finished", f"{rung_id} at {stage}: run {run.id} is {state}" + (
-                f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else ""
-            )
+            for run in replicate_runs(rung_id, fetch, replicates):
+                state = run.status.state if run.status else "unknown"
+                failure = run.status.failure if run.status else None
+                assert state == "finished", f"{rung_id} at {stage} (seed {run.spec.flag('seed')}): run {run.id} is {state}" + (
+                    f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else ""
+                )
     holm = None
     if rung.parent is not None:
         if (stage, mode) not in _FAMILIES:
             _FAMILIES[stage, mode] = family_levels(knobs, stage, backend, fetch)
         holm = _FAMILIES[stage, mode][rung.id]
-    judgement = judge_rung(rung, knobs, fetch, framework_checks, holm, contract_check)
+    judgement = judge_rung(rung, knobs, fetch, framework_checks, holm, contract_check, replicates)
     experiment_record.rung(rung_case, judgement, fetch)
     assert not judgement.problems, "; ".join(judgement.problems)
 
