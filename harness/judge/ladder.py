@@ -156,7 +156,9 @@ def rung_difference(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], replica
     if _replicate_problems(children, knobs, rung.id) or _replicate_problems(parents, knobs, rung.parent):
         return None
     parent_series, child_series = _replicate_series(parents, warmup), _replicate_series(children, warmup)
-    diff = stats.hierarchical_diff_ci(parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"))
+    diff = stats.hierarchical_diff_ci(
+        parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"), seed_effect_alpha=knobs.threshold("seed_effect_alpha")
+    )
     return diff, _effect(knobs, _grand_mean(parent_series))
 
 
@@ -222,7 +224,9 @@ def judge_rung(
         rung.parent: {run.id: {"seed": run.spec.flag("seed"), "mean": float(np.mean(v))} for run, v in zip(parents, parent_series, strict=True)},
     }
     confidence = knobs.threshold("bootstrap_confidence")
-    judgement.diff = diff = stats.hierarchical_diff_ci(parent_series, child_series, confidence=confidence)
+    judgement.diff = diff = stats.hierarchical_diff_ci(
+        parent_series, child_series, confidence=confidence, seed_effect_alpha=knobs.threshold("seed_effect_alpha")
+    )
     effect = _effect(knobs, judgement.parent_mean)
     if holm is None:
         holm = outcomes.HolmLevel(1, 1, 1.0 - confidence, True, (rung.id,))
