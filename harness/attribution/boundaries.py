@@ -1,0 +1,302 @@
+"""The boundary table of a run: per boundary, the divergence between the two engines and its
+measured envelope; the first boundary that breaks its envelope is the localised boundary.
+
+For a boundary with operation f, each side's captured input x and output y (capture bundles,
+harness/embedded/capture.py), elementwise:
+
+    divergence  d = |y_rollout - y_trainer|
+    envelope    e = |f64(x_rollout) - f64(x_trainer)|          what the inputs' own divergence explains
+                  + |f_r(x_rollout) - f64(x_rollout)|          what the rollout's declared precision adds
+                  + |f_t(x_trainer) - f64(x_trainer)|          what the trainer's declared precision adds
+
+f_r, f_t: the operation at each side's declared precision (bf16, fp32, fp8-emulated linears);
+f64: the same operation in fp64 on the same weights (harness/attribution/boundary_ops.py). Both
+sides computing f within their declared precision gives d <= e up to how the engines' rounding
+differs from the reference's; a boundary breaks its envelope when mean(d) > k x mean(e), k =
+thresholds.boundary_envelope_k (its reason gives the measured ratios). Samples of every capture of
+the run are pooled into one table. Boundaries in forward order: embedding, per layer attention,
+mlp, output, then final_norm, logits (all, the target's, the top-k slice), logsumexp,
+selected_logprob, processed_logprob.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from harness.attribution import boundary_ops as ops
+from harness.attribution.boundary_ops import FP64, Precision, Qwen3Weights
+from harness.embedded.capture import CaptureProblem, read_capture
+
+TOPK_SLICE = 16  # the trainer's 16 largest logits per position: where the probability mass is
+NOT_CHECKED = "not checked"
+
+
+@dataclass
+class BoundaryRow:
+    boundary: str
+    divergence: dict
+    envelope: dict
+    ratio: float
+    breaks: bool
+    elements: int
+
+    def line(self) -> str:
+        d, e = self.divergence, self.envelope
+        return (
+            f"{self.boundary}: divergence mean {d['mean']:.3g} (max {d['max']:.3g}, p99 {d['p99']:.3g}, rel {d['relative']:.3g}) "
+            f"vs envelope mean {e['mean']:.3g} (max {e['max']:.3g}): {self.ratio:.3g}x"
+        )
+
+
+@dataclass
+class BoundaryTable:
+    run: str
+    status: str  # "checked" | "not checked"
+    k: float
+    rows: list[BoundaryRow] = field(default_factory=list)
+    captures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    precisions: dict = field(default_factory=dict)
+    capture_fidelity: dict = field(default_factory=dict)
+
+    @property
+    def localised(self) -> BoundaryRow | None:
+        return next((r for r in self.rows if r.breaks), None)
+
+    @property
+    def reason(self) -> str:
+        if self.status != "checked":
+            return f"boundary table not checked: {'; '.join(self.notes) or 'no capture'}"
+        hit = self.localised
+        if hit is None:
+            worst = max(self.rows, key=lambda r: r.ratio)
+            return f"every boundary within {self.k:g}x its envelope (largest: {worst.line()})"
+        return f"first boundary beyond {self.k:g}x its envelope: {hit.line()}"
+
+    def to_json(self) -> dict:
+        return {
+            "run": self.run,
+            "status": self.status,
+            "k": self.k,
+            "localised": None if self.localised is None else self.localised.boundary,
+            "reason": self.reason,
+            "captures": self.captures,
+            "notes": self.notes,
+            "precisions": self.precisions,
+            "capture_fidelity": self.capture_fidelity,
+            "rows": [vars(r) for r in self.rows],
+        }
+
+    def markdown(self) -> str:
+        head = "| boundary | div. max | div. mean | div. p99 | div. rel | env. mean | env. max | mean ratio | breaks |\n|---|---|---|---|---|---|---|---|---|"
+        lines = [
+            f"| {r.boundary} | {r.divergence['max']:.3g} | {r.divergence['mean']:.3g} | {r.divergence['p99']:.3g} | "
+            f"{r.divergence['relative']:.3g} | {r.envelope['mean']:.3g} | {r.envelope['max']:.3g} | {r.ratio:.3g} | {'**yes**' if r.breaks else 'no'} |"
+            for r in self.rows
+        ]
+        return "\n".join([head, *lines])
+
+
+def _stats(values: torch.Tensor, reference: torch.Tensor | None = None) -> dict:
+    v = values.double().reshape(-1)
+    v = v[torch.isfinite(v)]
+    if v.numel() == 0:
+        return {"max": float("nan"), "mean": float("nan"), "p99": float("nan"), "relative": float("nan")}
+    out = {"max": float(v.max()), "mean": float(v.mean()), "p99": float(torch.quantile(v, 0.99)) if v.numel() > 1 else float(v.max())}
+    if reference is not None:
+        scale = float(reference.double().abs().mean())
+        out["relative"] = out["mean"] / scale if scale else float("inf") if out["mean"] else 0.0
+    return out
+
+
+def precisions(policy: dict) -> dict[str, Precision]:
+    fp8 = str(policy.get("rollout_quantization") or "").startswith("fp8")
+    return {"trainer": Precision(str(policy["train_dtype"])), "rollout": Precision(str(policy["rollout_dtype"]), fp8)}
+
+
+def _boundary_ops(num_layers: int):
+    """(boundary, inputs(side capture, sample) -> tuple, op(inputs, weights, prec, policy) -> tensor) in forward order."""
+
+    def stream_in(c, i):
+        return c["embedding"] if i == 0 else c[f"layer.{i - 1}.output"]
+
+    table = [("embedding", lambda c, s: (torch.tensor(s["tokens"][:-1]),), lambda x, w, p, _: w.get("model.embed_tokens.weight", p)[x[0]])]
+    for i in range(num_layers):
+        table += [
+            (f"layer.{i}.attention", lambda c, s, i=i: (stream_in(c, i),), lambda x, w, p, _, i=i: ops.attention(x[0], w, i, p)),
+            (
+                f"layer.{i}.mlp",
+                lambda c, s, i=i: (stream_in(c, i), c[f"layer.{i}.attention"]),
+                lambda x, w, p, _, i=i: ops.mlp(ops.residual(*x, prec=p), w, i, p),
+            ),
+            (
+                f"layer.{i}.output",
+                lambda c, s, i=i: (stream_in(c, i), c[f"layer.{i}.attention"], c[f"layer.{i}.mlp"]),
+                lambda x, w, p, _: ops.residual(*x, prec=p),
+            ),
+        ]
+    last = f"layer.{num_layers - 1}.output"
+    cols = _response_cols
+    table += [
+        ("final_norm", lambda c, s: (c[last],), lambda x, w, p, _: ops.rms_norm(x[0], w.get("model.norm.weight", FP64), w.config["rms_norm_eps"], p)),
+        ("logits", lambda c, s: (c["final_norm"][cols(s)],), lambda x, w, p, _: ops.lm_head(x[0], w, p)),
+        ("logsumexp", lambda c, s: (c["logits"],), lambda x, w, p, pol: ops.logsumexp(x[0], pol["temperature"], p)),
+        ("selected_logprob", lambda c, s: (c["logits"], c["targets"]), lambda x, w, p, pol: ops.selected_logprob(*x, pol["temperature"], p)),
+        (
+            "processed_logprob",
+            lambda c, s: (c["logits"], c["targets"]),
+            lambda x, w, p, pol: ops.processed_logprob(*x, pol["temperature"], int(pol["top_k"] or -1), float(pol["top_p"] or 1.0), p),
+        ),
+    ]
+    return table
+
+
+def _response_cols(sample: dict) -> list[int]:
+    from harness.layout.token_shift import response_gather_positions
+
+    return response_gather_positions(sample["prompt_len"], sample["response_len"])[0]
+
+
+def _measure(bundle: dict, pooled: dict) -> None:
+    policy, weights = bundle["policy"], Qwen3Weights(bundle["weights"], bundle["policy"])
+    prec = precisions(policy)
+    for sample in bundle["samples"]:
+        sides = {"trainer": sample["trainer"], "rollout": sample["rollout"]}
+        for name, inputs_of, op in _boundary_ops(int(policy["num_layers"])):
+            x = {side: inputs_of(c, sample) for side, c in sides.items()}
+            with torch.no_grad():
+                exact = {side: op(x[side], weights, FP64, policy).double() for side in sides}
+                declared = {side: op(x[side], weights, prec[side], policy).double() for side in sides}
+            envelope = (exact["rollout"] - exact["trainer"]).abs()
+            for side in sides:
+                envelope = envelope + (declared[side] - exact[side]).abs()
+            y = {side: sides[side][name].double() for side in sides}
+            pieces = {name: ((y["rollout"] - y["trainer"]).abs(), envelope, y["trainer"])}
+            if name == "logits":
+                targets = sample["trainer"]["targets"][:, None]
+                top = y["trainer"].topk(min(TOPK_SLICE, y["trainer"].shape[-1]), -1).indices
+                for sub, idx in (("logits.target", targets), (f"logits.top{TOPK_SLICE}", top)):
+                    pieces[sub] = tuple(t.gather(-1, idx) for t in pieces[name])
+            for key, (d, e, ref) in pieces.items():
+                bucket = pooled.setdefault(key, ([], [], []))
+                bucket[0].append(d.reshape(-1))
+                bucket[1].append(e.reshape(-1))
+                bucket[2].append(ref.reshape(-1))
+
+
+def _fidelity(bundles: list[dict]) -> dict:
+    """How well each side's capture reproduces what the side recorded in the run (rollout: the
+    prefill's processed log-prob vs the decode's; trainer: the capture's own op vs the recompute)."""
+    out = {}
+    for side, key in (("rollout", "processed_logprob"), ("trainer", "selected_logprob")):
+        diffs = [
+            (s[side][key] - s[side]["recorded_logprob"]).abs()
+            for b in bundles
+            for s in b["samples"]
+            if s.get(side) is not None and not (side == "trainer" and b["policy"].get("replay_processed"))
+        ]
+        if diffs:
+            out[side] = _stats(torch.cat(diffs))
+    return out
+
+
+def boundary_table(run_dir: Path, k: float, run_id: str | None = None) -> BoundaryTable:
+    """The run's table from every dumps/capture_*.pt; status "not checked" (with why) when there is none usable."""
+    run_dir = Path(run_dir)
+    table = BoundaryTable(run_id or run_dir.name, NOT_CHECKED, k)
+    files = sorted((run_dir / "dumps").glob("capture_*.pt"))
+    if not files:
+        table.notes.append(f"no capture bundle in {run_dir / 'dumps'} (the embedded trainer writes dumps/capture_N.pt with probe samples on)")
+        return table
+    bundles = []
+    for path in files:
+        try:
+            bundle = read_capture(path)
+        except CaptureProblem as err:
+            table.notes.append(str(err))
+            continue
+        table.notes.extend(f"{path.name}: {u}" for u in bundle["unavailable"])
+        usable = [s for s in bundle["samples"] if s.get("trainer") is not None and s.get("rollout") is not None]
+        if not usable or bundle.get("weights") is None:
+            continue
+        bundles.append({**bundle, "samples": usable})
+        table.captures.append(path.name)
+    if not bundles:
+        return table
+    pooled: dict = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny operands: a second thread only waits at its barrier (40 ms a GEMM on a busy machine, 5 us alone)
+    try:
+        for bundle in bundles:
+            _measure(bundle, pooled)
+    finally:
+        torch.set_num_threads(threads)
+    table.precisions = {side: p.describe() for side, p in precisions(bundles[0]["policy"]).items()}
+    table.capture_fidelity = _fidelity(bundles)
+    for name, (d, e, ref) in pooled.items():
+        d, e, ref = torch.cat(d), torch.cat(e), torch.cat(ref)
+        div, env = _stats(d, ref), _stats(e, ref)
+        ratio = _ratio(div["mean"], env["mean"])
+        table.rows.append(BoundaryRow(name, div, env, ratio, ratio > k, int(d.numel())))
+    table.status = "checked"
+    return table
+
+
+def _ratio(divergence: float, envelope: float) -> float:
+    if math.isnan(divergence) or math.isnan(envelope):
+        return float("nan")
+    if envelope == 0.0:
+        return 0.0 if divergence == 0.0 else float("inf")
+    return divergence / envelope
+
+
+def run_boundary_table(run, knobs) -> BoundaryTable:
+    """The table of a loaded run, k from the knobs (thresholds.boundary_envelope_k)."""
+    return boundary_table(run.path, knobs.threshold("boundary_envelope_k"), run.id)
+
+
+@dataclass
+class EvidenceClass:
+    """A drift class from evidence: the probe or boundary that decided it, or what it needs."""
+
+    drift_class: str  # framework | semantic | candidate-operator | expected-numerical | undecided
+    decided_by: str | None
+    reason: str
+    needs: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"undecided: needs {', '.join(self.needs)}" if self.drift_class == "undecided" else self.drift_class
+
+
+def classify(table: BoundaryTable, framework: list, contract) -> EvidenceClass:
+    """The seed's order: framework probes (1, 2), then the contract (6), then the boundary table.
+    ``framework``/``contract``: ProbeVerdicts (harness.attribution.probes). A check that could not
+    run leaves the class undecided and says what it needs; it never passes."""
+    for probe in [*framework, contract]:
+        if probe.status == "fail":
+            kind = "semantic" if probe.number == 6 else "framework"
+            return EvidenceClass(kind, f"probe {probe.number} ({probe.name})", probe.verdict)
+    needs = [f"probe {p.number} ({p.name})" for p in [*framework, contract] if p.status != "pass"]
+    if table.status != "checked":
+        needs.append(f"the boundary table ({'; '.join(table.notes) or 'no capture'})")
+    if needs:
+        return EvidenceClass("undecided", None, "; ".join(needs), needs)
+    hit = table.localised
+    if hit is not None:
+        return EvidenceClass("candidate-operator", f"boundary {hit.boundary}", table.reason)
+    return EvidenceClass("expected-numerical", "boundary table", table.reason)
+
+
+if __name__ == "__main__":  # python -m harness.attribution.boundaries RUN_DIR [k]
+    import json
+    import sys
+
+    result = boundary_table(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 4.0)
+    print(result.reason)
+    print(result.markdown())
+    print(json.dumps({"precisions": result.precisions, "capture_fidelity": result.capture_fidelity, "notes": result.notes}, indent=1))

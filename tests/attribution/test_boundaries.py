@@ -1,0 +1,172 @@
+"""The boundary table, built to pass and built to fail (no runs): capture bundles made from the
+reference operations themselves on a small random Qwen3, one with a fault at a named boundary; the
+class decided from probes and table; the numerical controls' operators."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.attribution import boundary_ops as ops
+from harness.attribution.boundaries import BoundaryTable, boundary_table, classify
+from harness.attribution.boundary_ops import Precision, Qwen3Weights
+from harness.attribution.probes import PROBE_NAMES, ProbeVerdict
+from harness.embedded.capture import FORMAT, CaptureProblem, read_capture, write_capture
+from harness.embedded.injections import parse
+from harness.embedded.numeric_faults import logsumexp_bf16_accumulated
+
+pytestmark = pytest.mark.attribution
+
+CONFIG = {
+    "num_layers": 2,
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "vocab_size": 64,
+    "tie_word_embeddings": False,
+}
+K = 4.0
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny operands: a second thread only waits at its barrier on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _weights(seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    c, H = CONFIG, CONFIG["hidden_size"]
+    q, kv, ffn = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"], 48
+
+    def w(*shape, scale=0.2):
+        return torch.randn(*shape, generator=g) * scale
+
+    state = {"model.embed_tokens.weight": w(c["vocab_size"], H, scale=1.0), "model.norm.weight": 1 + w(H), "lm_head.weight": w(c["vocab_size"], H)}
+    for i in range(c["num_layers"]):
+        p = f"model.layers.{i}."
+        state.update(
+            {
+                p + "input_layernorm.weight": 1 + w(H),
+                p + "post_attention_layernorm.weight": 1 + w(H),
+                p + "self_attn.q_proj.weight": w(q, H),
+                p + "self_attn.k_proj.weight": w(kv, H),
+                p + "self_attn.v_proj.weight": w(kv, H),
+                p + "self_attn.o_proj.weight": w(H, q),
+                p + "self_attn.q_norm.weight": 1 + w(c["head_dim"]),
+                p + "self_attn.k_norm.weight": 1 + w(c["head_dim"]),
+                p + "mlp.gate_proj.weight": w(ffn, H),
+                p + "mlp.up_proj.weight": w(ffn, H),
+                p + "mlp.down_proj.weight": w(H, ffn),
+            }
+        )
+    return state
+
+
+def _side(weights: Qwen3Weights, tokens: list[int], prompt_len: int, prec: Precision, fault: str | None = None) -> dict:
+    """One side's capture, computed by the reference ops at `prec`; `fault` adds a 1e-3 error at that boundary."""
+
+    def hit(name, t):
+        return (t.double() + 1e-3 * torch.sign(t.double())).to(t.dtype) if name == fault else t
+
+    out = {"embedding": hit("embedding", weights.get("model.embed_tokens.weight", prec)[torch.tensor(tokens[:-1])])}
+    stream = out["embedding"]
+    for i in range(CONFIG["num_layers"]):
+        a = out[f"layer.{i}.attention"] = hit(f"layer.{i}.attention", ops.attention(stream, weights, i, prec))
+        m = out[f"layer.{i}.mlp"] = hit(f"layer.{i}.mlp", ops.mlp(ops.residual(stream, a, prec=prec), weights, i, prec))
+        stream = out[f"layer.{i}.output"] = ops.residual(stream, a, m, prec=prec)
+    out["final_norm"] = ops.rms_norm(stream, weights.get("model.norm.weight", ops.FP64), CONFIG["rms_norm_eps"], prec)
+    cols = list(range(prompt_len - 1, len(tokens) - 1))
+    targets = torch.tensor(tokens[prompt_len:])
+    out["logits"] = ops.lm_head(out["final_norm"][cols], weights, prec)
+    out["targets"] = targets
+    out["logsumexp"] = hit("logsumexp", ops.logsumexp(out["logits"], 1.0, prec))
+    sel = ops.selected_logprob(out["logits"], targets, 1.0, prec)
+    out["selected_logprob"] = sel - (out["logsumexp"] - ops.logsumexp(out["logits"], 1.0, prec))
+    out["processed_logprob"] = out["recorded_logprob"] = out["selected_logprob"]
+    return out
+
+
+def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32") -> BoundaryTable:
+    state = _weights()
+    weights = Qwen3Weights(state, CONFIG)
+    tokens, prompt_len = [(7 * i + 3) % CONFIG["vocab_size"] for i in range(24)], 10
+    policy = {
+        **CONFIG,
+        "train_dtype": "float32",
+        "rollout_dtype": rollout_dtype,
+        "rollout_quantization": None,
+        "temperature": 1.0,
+        "top_k": -1,
+        "top_p": 1.0,
+    }
+    from harness.embedded.capture import CapturedSample
+
+    sample = CapturedSample(
+        0,
+        tokens,
+        prompt_len,
+        len(tokens) - prompt_len,
+        _side(weights, tokens, prompt_len, Precision("float32")),
+        _side(weights, tokens, prompt_len, Precision(rollout_dtype), fault),
+    )
+    write_capture(tmp_path / "dumps" / "capture_2.pt", 2, [sample], policy, state, [])
+    return boundary_table(tmp_path, K)
+
+
+def test_aligned_sides_stay_within_every_envelope(tmp_path):
+    table = _bundle(tmp_path)
+    assert table.status == "checked" and table.localised is None, table.markdown()
+    assert {r.boundary for r in table.rows} >= {"embedding", "layer.1.attention", "final_norm", "logsumexp", "processed_logprob"}
+
+
+def test_bf16_rollout_against_fp32_trainer_is_within_its_declared_envelope(tmp_path):
+    table = _bundle(tmp_path, rollout_dtype="bfloat16")
+    assert table.localised is None, table.markdown()
+    attention = next(r for r in table.rows if r.boundary == "layer.0.attention")
+    assert attention.divergence["mean"] > 1e-4  # bf16 drift is there, and explained by the envelope
+
+
+@pytest.mark.parametrize("fault", ["layer.0.attention", "layer.1.mlp", "logsumexp"])
+def test_a_fault_is_localised_to_its_boundary(tmp_path, fault):
+    table = _bundle(tmp_path, fault=fault)
+    assert table.localised is not None and table.localised.boundary == fault, table.markdown()
+    assert table.localised.ratio > K
+
+
+def _probe(number: int, status: str) -> ProbeVerdict:
+    return ProbeVerdict(number=number, name=PROBE_NAMES[number], status=status, verdict=f"probe {number} {status}")
+
+
+def test_class_follows_the_evidence(tmp_path):
+    within, broken = _bundle(tmp_path / "a"), _bundle(tmp_path / "b", fault="layer.0.attention")
+    ok = [_probe(1, "pass"), _probe(2, "pass")]
+    assert classify(within, ok, _probe(6, "pass")).drift_class == "expected-numerical"
+    decided = classify(broken, ok, _probe(6, "pass"))
+    assert (decided.drift_class, decided.decided_by) == ("candidate-operator", "boundary layer.0.attention")
+    assert classify(broken, [_probe(1, "fail"), _probe(2, "pass")], _probe(6, "pass")).drift_class == "framework"
+    assert classify(broken, ok, _probe(6, "fail")).drift_class == "semantic"
+    unchecked = classify(broken, ok, _probe(6, "not checked"))
+    assert unchecked.drift_class == "undecided" and unchecked.label.startswith("undecided: needs probe 6")
+    missing = classify(boundary_table(tmp_path / "none", K), ok, _probe(6, "pass"))
+    assert missing.drift_class == "undecided" and "boundary table" in missing.label
+
+
+def test_bad_capture_is_one_line(tmp_path):
+    bad = tmp_path / "capture_0.pt"
+    torch.save({"format": "something-else"}, bad)
+    with pytest.raises(CaptureProblem, match=f"capture_0.pt: key 'format': expected '{FORMAT}'"):
+        read_capture(bad)
+
+
+def test_bf16_accumulated_logsumexp_is_a_real_error():
+    logits = torch.randn(64, 512, generator=torch.Generator().manual_seed(1)) * 3
+    error = (logsumexp_bf16_accumulated(logits).double() - torch.logsumexp(logits.double(), -1)).abs()
+    assert 1e-4 < float(error.mean()) < 0.1  # far beyond fp32 (~1e-7), within bf16's reach
+    assert parse("rollout-lse-bf16,trainer-softmax-bf16").names() == ["rollout-lse-bf16", "trainer-softmax-bf16"]
