@@ -20,6 +20,7 @@ import requests
 from harness.embedded import fp8, true_on_policy, vllm_cpu_fixes
 from harness.embedded.engine import KV_CACHE_BYTES, MAX_MODEL_LEN, Completion, EngineConfig, EngineStartError, SamplingSpec, _save_weights
 from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
+from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
 START_TIMEOUT_S = 180
 
@@ -47,6 +48,9 @@ class ServerEngine:
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
         env[fp8.ENV_FLAG] = "1" if cfg.fp8 else "0"
         env[vllm_cpu_fixes.ENV_FLAG] = "1"
+        env[true_on_policy.ENV_FLAG] = "1" if cfg.true_on_policy else "0"
+        if cfg.true_on_policy:
+            env.update(true_on_policy_engine.env())
         env[true_on_policy.ENV_FLAG] = "1" if cfg.true_on_policy else "0"
         if cfg.true_on_policy:
             env.update(true_on_policy_engine.ENV)
@@ -80,6 +84,8 @@ class ServerEngine:
             "--max-logprobs",
             "1",
         ]
+        if cfg.true_on_policy:
+            cmd += true_on_policy_engine.server_args()
         if cfg.true_on_policy:
             cmd += true_on_policy_engine.server_args()
         self.log = open(self.log_path, "w")

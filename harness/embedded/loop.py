@@ -19,6 +19,7 @@ import torch
 
 from harness.embedded import capture, dumps, factory, fp8, numeric_faults
 from harness.embedded import logprobs as lp
+from harness.embedded import true_on_policy as true_on_policy_mode
 from harness.embedded.data import load_prompts, tokenizer_hash
 from harness.embedded.engine import EngineConfig, SamplingSpec
 from harness.embedded.grpo import LossConfig, policy_loss, sample_mean
@@ -85,6 +86,7 @@ class EmbeddedRun:
         for f in sorted(self.model_dir.glob("*.safetensors")):
             hf_state.update(load_file(str(f)))
         torch.manual_seed(s.seed)
+        true_on_policy_mode.configure(s.true_on_policy_without)  # before the policy and engine are built
         init_distributed(self.tp_rank, s.tp, store_path)
         init_model_parallel(s.tp, s.seed)
         problems = numeric_faults.install(s.faults, engine_in_process=s.colocate and s.tp == 1)  # before the engine binds its sampler
@@ -100,6 +102,7 @@ class EmbeddedRun:
             betas=s.betas,
             weight_decay=s.weight_decay,
             clip_grad=s.clip_grad,
+            true_on_policy=s.true_on_policy,
             true_on_policy=s.true_on_policy,
         )
         self.sampling = SamplingSpec(
@@ -124,6 +127,7 @@ class EmbeddedRun:
             seed=s.seed,
             fp8=s.fp8,
             log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None,
+            true_on_policy=s.true_on_policy,
             true_on_policy=s.true_on_policy,
         )
         if s.output_dir:
@@ -161,6 +165,7 @@ class EmbeddedRun:
             replay=self.s.replay_processed,
             target_shift=1 if f.token_shift else 0,
             slice_shift=-1 if f.mask_off_by_one else 0,
+            true_on_policy=self.s.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"),
             true_on_policy=self.s.true_on_policy,
         )
 

@@ -66,7 +66,11 @@ def rung_entry(case, judgement, row, test: dict) -> dict:
         "expected_direction": case.rung.expect.direction,
         "reasons": list(judgement.reasons),
         "problems": list(judgement.problems),
-        "replicates": 1,  # one run per rung: intervals are over its steps (block bootstrap)
+        # Seeds a side; with more than one, the interval is over seeds and steps (stats.hierarchical_diff_ci).
+        "replicates": (judgement.evidence.get("replicates") or {}).get("count", 1),
+        # The paired per-token delta on the parent's recorded tokens (harness.judge.paired), or why not checked.
+        "paired_delta": judgement.evidence.get("paired_delta"),
+        "replicate_means": {k: v for k, v in (judgement.evidence.get("replicates") or {}).items() if isinstance(v, dict)},
         "test": test,
     }
 

@@ -9,6 +9,7 @@ and stable). The judge (harness.judge.ladder) decides all of it; this file asks 
 import pytest
 
 from harness.judge.ladder import bound_findings, expectation_findings, family_levels, family_members, judge_rung, replicate_runs
+from harness.judge.paired import paired_delta
 
 # Holm levels per (stage, mode): every rung of a stage's family is one decision of one family.
 _FAMILIES: dict[tuple[str, str], dict] = {}
@@ -45,7 +46,8 @@ def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, contra
         if (stage, mode) not in _FAMILIES:
             _FAMILIES[stage, mode] = family_levels(knobs, stage, backend, fetch)
         holm = _FAMILIES[stage, mode][rung.id]
-    judgement = judge_rung(rung, knobs, fetch, framework_checks, holm, contract_check, replicates)
+    paired = (lambda child, parent: paired_delta(child, parent, knobs)) if backend == "embedded" else None
+    judgement = judge_rung(rung, knobs, fetch, framework_checks, holm, contract_check, replicates=replicates, paired=paired)
     experiment_record.rung(rung_case, judgement, fetch)
     assert not judgement.problems, "; ".join(judgement.problems)
 

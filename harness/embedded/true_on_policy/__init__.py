@@ -28,19 +28,37 @@ import os
 
 ENV_FLAG = "EMBEDDED_TRUE_ON_POLICY"
 
+# Each lever by name, with the boundary it aligns; --embedded-true-on-policy-without NAME[,NAME]
+# switches single levers off (the controls that show each at its own boundary).
 LEVERS = {
-    "engine": [
-        "compilation_config.custom_ops=['none'] (native torch ops)",
-        "enforce_eager=True",
-        "VLLM_CPU_ATTN_SPLIT_KV=0",
-        "ir_op_priority.fused_add_rms_norm=['embedded_rounded_residual'] (residual sum rounded to the model dtype before the norm)",
-    ],
-    "trainer": [
-        "EngineRMSNorm for every norm (vLLM's formula, weights in the model dtype)",
-        "EngineKernelAttention (vLLM's CPU attention kernel forward, Megatron's torch-math attention backward)",
-        "log-softmax as vLLM's sampler computes it",
-    ],
+    "engine-native-ops": "engine: compilation_config.custom_ops=['none'] (vLLM's native torch ops; rotary first)",
+    "engine-split-kv-off": "engine: VLLM_CPU_ATTN_SPLIT_KV=0 (decode attention as prefill)",
+    "engine-rounded-residual": "engine: ir_op_priority.fused_add_rms_norm=['embedded_rounded_residual'] (residual rounded before the norm)",
+    "trainer-engine-norm": "trainer: EngineRMSNorm for every norm (vLLM's formula, weights in the model dtype)",
+    "trainer-engine-attention": "trainer: EngineKernelAttention (vLLM's CPU attention kernel; Megatron's torch-math backward)",
+    "trainer-engine-log-softmax": "trainer: log-softmax as vLLM's sampler computes it",
 }
+_off: frozenset[str] = frozenset()
+
+
+def configure(without: frozenset[str] | set[str]) -> None:
+    """The levers switched off in this process (the trainer's; the engine's settings follow from it)."""
+    global _off
+    unknown = set(without) - set(LEVERS)
+    if unknown:
+        raise ValueError(f"unknown true-on-policy lever(s) {sorted(unknown)}; known: {sorted(LEVERS)}")
+    _off = frozenset(without)
+
+
+def lever_on(name: str) -> bool:
+    if name not in LEVERS:
+        raise KeyError(name)
+    return name not in _off
+
+
+def record(without) -> dict:
+    """What the run record says about the mode: each lever with on/off."""
+    return {name: {"on": name not in set(without), "what": what} for name, what in LEVERS.items()}
 
 
 def install_from_env() -> None:

@@ -9,10 +9,11 @@ import json
 
 import torch
 
+from harness.embedded.true_on_policy import lever_on
+
 ROUNDED_RESIDUAL = "embedded_rounded_residual"
 # vLLM's CPU default KV block size; the trainer's kernel call uses the same blocks.
 BLOCK_SIZE = 128
-ENV = {"VLLM_CPU_ATTN_SPLIT_KV": "0"}
 
 
 def rounded_residual_fused_add_rms_norm(
@@ -40,23 +41,35 @@ def register_rounded_residual_norm() -> None:
         op.register_impl(ROUNDED_RESIDUAL, supported=True)(rounded_residual_fused_add_rms_norm)
 
 
+def env() -> dict[str, str]:
+    """Environment of the engine's processes."""
+    return {"VLLM_CPU_ATTN_SPLIT_KV": "0"} if lever_on("engine-split-kv-off") else {}
+
+
+def _compilation() -> dict:
+    return {"custom_ops": ["none"]} if lever_on("engine-native-ops") else {}
+
+
+def _ir_op_priority() -> dict:
+    return {"fused_add_rms_norm": [ROUNDED_RESIDUAL]} if lever_on("engine-rounded-residual") else {}
+
+
 def llm_kwargs() -> dict:
     """Keyword arguments for ``vllm.LLM`` (besides enforce_eager, which the engine always sets: inductor
     compilation left 36% of tokens unequal)."""
-    return {
-        "compilation_config": {"custom_ops": ["none"]},
-        "ir_op_priority": {"fused_add_rms_norm": [ROUNDED_RESIDUAL]},
-        "block_size": BLOCK_SIZE,
-    }
+    kwargs: dict = {"block_size": BLOCK_SIZE}
+    if _compilation():
+        kwargs["compilation_config"] = _compilation()
+    if _ir_op_priority():
+        kwargs["ir_op_priority"] = _ir_op_priority()
+    return kwargs
 
 
 def server_args() -> list[str]:
     """The same settings as the OpenAI server's command-line flags (it is started with --enforce-eager)."""
-    return [
-        "--compilation-config",
-        json.dumps({"custom_ops": ["none"]}),
-        "--ir-op-priority",
-        json.dumps({"fused_add_rms_norm": [ROUNDED_RESIDUAL]}),
-        "--block-size",
-        str(BLOCK_SIZE),
-    ]
+    args = ["--block-size", str(BLOCK_SIZE)]
+    if _compilation():
+        args += ["--compilation-config", json.dumps(_compilation())]
+    if _ir_op_priority():
+        args += ["--ir-op-priority", json.dumps(_ir_op_priority())]
+    return args

@@ -14,6 +14,7 @@ from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.module import MegatronModule
 
 from harness.embedded.megatron_cpu import on_cpu
+from harness.embedded.true_on_policy import lever_on
 from harness.embedded.true_on_policy.engine_settings import BLOCK_SIZE
 
 
@@ -146,10 +147,10 @@ def block_spec(num_experts: int | None, num_layers: int):
 
     layer = get_gpt_layer_local_spec(num_experts=num_experts, moe_grouped_gemm=False, qk_layernorm=True, normalization="RMSNorm")
     sub = layer.submodules
-    sub.input_layernorm = EngineRMSNorm
-    sub.pre_mlp_layernorm = EngineRMSNorm
     attention = sub.self_attention.submodules
-    attention.q_layernorm = EngineRMSNorm
-    attention.k_layernorm = EngineRMSNorm
-    attention.core_attention = EngineKernelAttention
-    return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=EngineRMSNorm)
+    final_norm = sub.input_layernorm  # Megatron's own (what the local spec's block uses)
+    if lever_on("trainer-engine-norm"):
+        sub.input_layernorm = sub.pre_mlp_layernorm = attention.q_layernorm = attention.k_layernorm = final_norm = EngineRMSNorm
+    if lever_on("trainer-engine-attention"):
+        attention.core_attention = EngineKernelAttention
+    return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm)
