@@ -83,7 +83,7 @@ class InProcessEngine:
         true_on_policy_kwargs = {}
         if cfg.true_on_policy:
             os.environ[true_on_policy.ENV_FLAG] = "1"  # a spawned engine core registers the norm too
-            os.environ.update(true_on_policy_engine.ENV)
+            os.environ.update(true_on_policy_engine.env())
             true_on_policy_engine.register_rounded_residual_norm()
             true_on_policy_kwargs = true_on_policy_engine.llm_kwargs()
         from vllm import LLM

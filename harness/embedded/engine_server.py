@@ -20,7 +20,6 @@ import requests
 from harness.embedded import fp8, true_on_policy, vllm_cpu_fixes
 from harness.embedded.engine import KV_CACHE_BYTES, MAX_MODEL_LEN, Completion, EngineConfig, EngineStartError, SamplingSpec, _save_weights
 from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
-from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
 START_TIMEOUT_S = 180
 
@@ -51,9 +50,6 @@ class ServerEngine:
         env[true_on_policy.ENV_FLAG] = "1" if cfg.true_on_policy else "0"
         if cfg.true_on_policy:
             env.update(true_on_policy_engine.env())
-        env[true_on_policy.ENV_FLAG] = "1" if cfg.true_on_policy else "0"
-        if cfg.true_on_policy:
-            env.update(true_on_policy_engine.ENV)
         # reach the engine processes vLLM spawns (see engine_site/sitecustomize.py)
         site = Path(__file__).resolve().parent / "engine_site"
         repo = Path(__file__).resolve().parents[2]
@@ -84,8 +80,6 @@ class ServerEngine:
             "--max-logprobs",
             "1",
         ]
-        if cfg.true_on_policy:
-            cmd += true_on_policy_engine.server_args()
         if cfg.true_on_policy:
             cmd += true_on_policy_engine.server_args()
         self.log = open(self.log_path, "w")

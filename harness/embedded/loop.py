@@ -103,7 +103,6 @@ class EmbeddedRun:
             weight_decay=s.weight_decay,
             clip_grad=s.clip_grad,
             true_on_policy=s.true_on_policy,
-            true_on_policy=s.true_on_policy,
         )
         self.sampling = SamplingSpec(
             n=s.n_samples,
@@ -127,7 +126,6 @@ class EmbeddedRun:
             seed=s.seed,
             fp8=s.fp8,
             log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None,
-            true_on_policy=s.true_on_policy,
             true_on_policy=s.true_on_policy,
         )
         if s.output_dir:
@@ -166,7 +164,6 @@ class EmbeddedRun:
             target_shift=1 if f.token_shift else 0,
             slice_shift=-1 if f.mask_off_by_one else 0,
             true_on_policy=self.s.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"),
-            true_on_policy=self.s.true_on_policy,
         )
 
     def _recompute(self, samples: list[Sample], spec: LogprobSpec, want_probe: int):

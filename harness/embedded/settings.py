@@ -47,6 +47,7 @@ class Settings:
     save_train: str | None
     replay_processed: bool
     true_on_policy: bool  # --embedded-true-on-policy (harness.embedded.true_on_policy)
+    true_on_policy_without: frozenset[str]  # --embedded-true-on-policy-without: levers switched off
     output_dir: str | None
     probe_samples: int
     faults: injections.Injections
@@ -54,6 +55,18 @@ class Settings:
     @property
     def steps_per_rollout(self) -> int:
         return self.rollout_batch_size * self.n_samples // self.global_batch_size
+
+
+def _true_on_policy_without(v: dict) -> frozenset[str]:
+    from harness.embedded.true_on_policy import LEVERS
+
+    names = frozenset(n.strip() for n in (v["embedded-true-on-policy-without"] or "").split(",") if n.strip())
+    if names and not v["embedded-true-on-policy"]:
+        raise FlagError("--embedded-true-on-policy-without needs --embedded-true-on-policy")
+    unknown = sorted(names - set(LEVERS))
+    if unknown:
+        raise FlagError(f"--embedded-true-on-policy-without {unknown[0]}: not a lever; the levers are {sorted(LEVERS)}")
+    return names
 
 
 def from_flags(v: dict) -> Settings:
@@ -115,6 +128,7 @@ def from_flags(v: dict) -> Settings:
         save_train=v["save-debug-train-data"],
         replay_processed=v["embedded-replay-processed-logprobs"],
         true_on_policy=v["embedded-true-on-policy"],
+        true_on_policy_without=_true_on_policy_without(v),
         output_dir=v["embedded-output-dir"],
         probe_samples=v["embedded-probe-samples"],
         faults=injections.parse(v["embedded-inject"]),
