@@ -56,6 +56,31 @@ def _either(pair, name: str, position: int):
     return None
 
 
+def routing_of(side, prompt_length: int, position: int) -> list | None:
+    """The experts ([MoE layer][top-k], ascending) that computed response token ``position``'s
+    log-prob: the routing of the position that predicts it, prompt_length + position - 1, in a
+    ``[tokens - 1, layers, top-k]`` routed-experts array (VIME's rollout_routed_experts)."""
+    value = side.get("experts") if side is not None else None
+    row = prompt_length + position - 1
+    if value is None or np.ndim(value) != 3 or not 0 <= row < np.shape(value)[0]:
+        return None
+    return np.sort(np.asarray(value[row], dtype=np.int64), axis=-1).tolist()
+
+
+def _routing_agrees(pair, position: int) -> bool | None:
+    """Whether trainer and rollout dispatched the predicting position to the same experts in every
+    layer (None: one side recorded no routing)."""
+    prompt = _prompt_length(pair)
+    rollout, trainer = routing_of(pair.rollout, prompt, position), routing_of(pair.train, prompt, position)
+    return None if rollout is None or trainer is None else rollout == trainer
+
+
+def _prompt_length(pair) -> int:
+    side = pair.rollout if pair.rollout is not None else pair.train
+    prompt = side.get("prompt_ids") if side is not None else None
+    return 0 if prompt is None else int(np.size(prompt))
+
+
 def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
     """One token of one sample, described for a human: position, lengths, probability, filters."""
     rollout, train = pair.rollout, pair.train
@@ -85,7 +110,10 @@ def token_context(pair, position: int, dlogp: float, tokenizer) -> dict:
         "in_filter_set": _either(pair, "in_filter_set", position),
         "top_k_edge": _filter_edge(rank, sampling),
         "vocab_shard": _either(pair, "vocab_shard", position),
-        "experts": _value_at(rollout, "experts", (prompt.size if prompt is not None else 0) + position),
+        # MoE: the experts that computed this token's log-prob on each side, and whether they agree
+        "experts": routing_of(rollout, _prompt_length(pair), position),
+        "trainer_experts": routing_of(train, _prompt_length(pair), position),
+        "routing_agrees": _routing_agrees(pair, position),
     }
     if response is not None:
         lo, hi = max(0, position - CONTEXT_TOKENS), min(response.size, position + CONTEXT_TOKENS + 1)
@@ -174,4 +202,22 @@ def correlations(tokens) -> dict[str, dict]:
         if column is None:
             continue
         out[name] = _spearman(column, abs_d) if name == "sampled_rank" else _grouped(abs_d, column)
+    out["routing_agrees"] = _routing_groups(tokens, abs_d)
     return {name: value for name, value in out.items() if value is not None}
+
+
+def _routing_groups(tokens, abs_d: np.ndarray) -> dict | None:
+    """MoE runs: mean |dlogp| of the tokens whose trainer routing equals the rollout's (group 1)
+    against those routed through other experts in some layer (group 0), with the Kruskal-Wallis test,
+    and the experts the rollout sent the flipped tokens to. None when a side recorded no routing."""
+    agrees = []
+    for pair, positions in tokens.where:
+        for position in positions:
+            agree = _routing_agrees(pair, int(position))
+            if agree is None:
+                return None
+            agrees.append(float(agree))
+    grouped = _grouped(abs_d, np.asarray(agrees))
+    result = grouped or {"mean_abs_dlogp_by_group": {"1": float(abs_d.mean())}, "tokens_by_group": {"1": int(abs_d.size)}}
+    result["groups"] = "1: same experts on both sides in every layer; 0: some layer routed differently"
+    return result

@@ -60,7 +60,7 @@ TRAIN_KEYS = {
     "tp_size": ("tp_size",),
     "consistency": ("consistency_metadata",),
     "index": ("sample_indices", "index", "indices"),
-    "experts": ("routed_experts",),
+    "experts": ("trainer_routed_experts", "routed_experts"),
     "entropy": ("entropy", "entropies"),
 }
 _ROLLOUT_FILE = re.compile(r"rollout_(\d+)\.pt$")

@@ -44,6 +44,8 @@ def rollout_dump(template: str, rollout_id: int, samples: list[Sample], sampling
                 "consistency_metadata": s.rollout_fingerprint,
             }
         )
+        if s.rollout_routed_experts is not None:  # VIME's field: [len(tokens) - 1, MoE layers, top-k]
+            rows[-1]["rollout_routed_experts"] = torch.as_tensor(s.rollout_routed_experts)
     path = _path(template, rollout_id=rollout_id)
     _save({"rollout_id": rollout_id, "samples": rows}, path)
     return path
@@ -81,6 +83,8 @@ def train_dump(
                 "consistency_metadata": {"rollout": v.rollout_fingerprint, "trainer": v.fingerprint},
             }
         )
+        if v.routed_experts is not None:  # MoE: where the recompute dispatched each forwarded token
+            per_sample[-1]["trainer_routed_experts"] = v.routed_experts
     data = {
         "tokens": [s.tokens for s in samples],
         "response_lengths": [len(s.response_ids) for s in samples],

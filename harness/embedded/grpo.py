@@ -1,5 +1,11 @@
 """GRPO advantages, the PPO-clip policy loss (optional TIS), and VIME's metric reduction.
 
+TIS as VIME defines it (vime/backends/megatron_utils/loss.py, ``vanilla_tis_function``): per
+token w = exp(old - rollout), the trainer's recomputed probability over the engine's; the PPO-clip
+loss is multiplied by clamp(w, tis_clip_low, tis_clip). Logged as VIME logs them, each reduced like
+every other figure: tis (w), tis_clipfrac (clamped != w), tis_abs (|w - 1|) and ois
+(exp(current - old), the PPO ratio).
+
 VIME's reduction for every per-token figure: per sample, the mean over its loss-mask tokens
 (count at least 1); then the mean over the step's samples. ``--calculate-per-token-loss``
 turns it into a plain token mean.
@@ -41,7 +47,7 @@ def policy_loss(
     cfg: LossConfig,
 ):
     """(loss tensor over these samples, per-sample-reduced metric tensors)."""
-    pg, clipped, kl, tis_vals, tis_clipped = [], [], [], [], []
+    pg, clipped, kl, tis_vals, tis_clipped, tis_abs, ois = [], [], [], [], [], [], []
     for cur, old, roll, adv in zip(logp, old_logp, rollout_logp, advantages):
         ratio = torch.exp(cur - old)
         unclipped_loss = -adv * ratio
@@ -54,6 +60,8 @@ def policy_loss(
             loss = loss * w_clipped
             tis_vals.append(w)
             tis_clipped.append((w != w_clipped).float())
+            tis_abs.append((w - 1).abs())
+            ois.append(ratio.detach())
         pg.append(loss)
         clipped.append((clipped_loss > unclipped_loss).float())
         kl.append(old - cur.detach())
@@ -65,4 +73,6 @@ def policy_loss(
     if cfg.use_tis:
         metrics["tis"] = sample_mean(tis_vals, masks, cfg.per_token)
         metrics["tis_clipfrac"] = sample_mean(tis_clipped, masks, cfg.per_token)
+        metrics["tis_abs"] = sample_mean(tis_abs, masks, cfg.per_token)
+        metrics["ois"] = sample_mean(ois, masks, cfg.per_token)
     return metrics["pg_loss"], {k: v.detach() for k, v in metrics.items()}

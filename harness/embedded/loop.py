@@ -82,6 +82,12 @@ class EmbeddedRun:
         experts = num_experts(self.hf_config)
         if s.num_experts is not None and s.num_experts != experts:
             raise InputError(f"--num-experts {s.num_experts}: the checkpoint has {experts} experts")
+        if s.routing_replay and not experts:
+            raise InputError(f"--use-rollout-routing-replay: {s.hf_checkpoint} is a dense model (no experts); routing replay needs an MoE checkpoint")
+        if s.routing_replay and not s.colocate:
+            raise InputError(
+                "--use-rollout-routing-replay: the embedded non-colocate engine serves /v1/completions, which returns no routed experts; run it --colocate"
+            )
         hf_state = {}
         for f in sorted(self.model_dir.glob("*.safetensors")):
             hf_state.update(load_file(str(f)))
@@ -127,6 +133,9 @@ class EmbeddedRun:
             fp8=s.fp8,
             log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None,
             true_on_policy=s.true_on_policy,
+            # R3 needs the rollout's routing; on any colocated MoE run it is captured anyway, so the
+            # dumps (and the audit) can say where the trainer routed a token differently.
+            return_routed_experts=s.routing_replay or bool(num_experts(self.hf_config) and s.colocate and s.tp == 1),
         )
         if s.output_dir:
             Path(s.output_dir).mkdir(parents=True, exist_ok=True)
@@ -173,7 +182,7 @@ class EmbeddedRun:
         sampling = dict(self.sampling.as_dict(), trainer_temperature=spec.temperature)
         for m, idx in enumerate(micro_batches([len(samples[i].tokens) + 1 for i in range(len(samples))], self.s.max_tokens_per_micro_batch)):
             seqs = [(samples[i].tokens, len(samples[i].prompt_ids), len(samples[i].response_ids)) for i in idx]
-            values, extra = self.policy.forward_micro(seqs, spec, grad=False, diagnostics=True)
+            values, extra = self.policy.forward_micro(seqs, spec, grad=False, diagnostics=True, routed=self._routed(samples, idx))
             fallback += extra["fallback_tokens"]
             diag = {k: torch.split(v, extra["split"]) for k, v in extra["diag"].items()}
             hidden = torch.split(extra["hidden"], extra["split"])
@@ -189,6 +198,7 @@ class EmbeddedRun:
                     micro_batch=m,
                     offset=off,
                     weight_version=self.trainer_version,
+                    routed_experts=extra["used_experts"][off] if "used_experts" in extra else None,
                     fingerprint=fingerprint(
                         token_ids=s.tokens,
                         response_ids=s.response_ids,
@@ -216,6 +226,10 @@ class EmbeddedRun:
                         }
                     )
         return views, probes, fallback
+
+    def _routed(self, samples: list[Sample], idx: list[int]) -> list | None:
+        """R3: the rollout's routed experts of these samples, for the routers to replay (recompute and training forward)."""
+        return [samples[i].rollout_routed_experts for i in idx] if self.s.routing_replay else None
 
     def _seen_rollout_logprobs(self, samples: list[Sample]) -> tuple[list[list[float]], list[dict]]:
         """The rollout log-probs (and their fingerprints) as the trainer receives them."""
@@ -371,7 +385,7 @@ class EmbeddedRun:
             for idx_local in micro_batches([len(samples[i].tokens) + 1 for i in chunk], s.max_tokens_per_micro_batch):
                 idx = [chunk[j] for j in idx_local]
                 seqs = [(samples[i].tokens, len(samples[i].prompt_ids), len(samples[i].response_ids)) for i in idx]
-                cur, _ = self.policy.forward_micro(seqs, spec, grad=True)
+                cur, _ = self.policy.forward_micro(seqs, spec, grad=True, routed=self._routed(samples, idx))
                 loss, metrics = policy_loss(
                     cur, [old_t[i] for i in idx], [roll_t[i] for i in idx], [samples[i].advantage for i in idx], [masks[i] for i in idx], cfg
                 )

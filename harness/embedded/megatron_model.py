@@ -73,6 +73,9 @@ def moe_fields(hf) -> dict:
         moe_grouped_gemm=False,
         moe_token_dispatcher_type="allgather",
         moe_router_dtype="fp32",
+        # Megatron-Core's router replay hooks (R3, harness.embedded.routing): without a replay
+        # action the routers compute their own top-k exactly as without them.
+        moe_enable_routing_replay=True,
     )
 
 

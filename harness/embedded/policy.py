@@ -14,6 +14,7 @@ import torch
 from harness.embedded import logprobs as lp
 from harness.embedded.megatron_cpu import causal_mask, on_cpu
 from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
+from harness.embedded.routing import RoutingReplay
 from harness.embedded.true_on_policy.logprobs import engine_logprobs
 from harness.layout.token_shift import response_gather_positions
 
@@ -69,6 +70,7 @@ class Policy:
         self.pad_id = hf_config.pad_token_id or 0
         self.captured_hidden: torch.Tensor | None = None
         self.model.decoder.register_forward_hook(self._capture_hidden)
+        self.routing = RoutingReplay(self.model)  # no routers on a dense model: a no-op
 
     def _capture_hidden(self, _module, _inputs, output) -> None:
         self.captured_hidden = output if isinstance(output, torch.Tensor) else output[0]
@@ -77,9 +79,11 @@ class Policy:
     def dtype_name(self) -> str:
         return "bfloat16" if self.bf16 else "float32"
 
-    def forward_micro(self, seqs: list[tuple[list[int], int, int]], spec: LogprobSpec, *, grad: bool, diagnostics: bool = False):
+    def forward_micro(self, seqs: list[tuple[list[int], int, int]], spec: LogprobSpec, *, grad: bool, diagnostics: bool = False, routed=None):
         """Per sample (tokens, prompt_len, response_len): log-probs [R] and, if asked, diagnostics
-        and the final hidden states at the selected positions (before the LM head)."""
+        and the final hidden states at the selected positions (before the LM head). ``routed``:
+        per sample the rollout's routed experts, replayed by the MoE routers (R3); on an MoE model
+        the experts each token used come back as ``extra["used_experts"]`` either way."""
         width = max(len(t) for t, _, _ in seqs) + 1  # +1: a shifted target never runs off the end
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         for i, (t, _, _) in enumerate(seqs):
@@ -94,8 +98,14 @@ class Policy:
             targets.extend(ids[i, c].item() for c in target_cols)
         rows_t, cols_t, targets_t = torch.tensor(rows), torch.tensor(cols), torch.tensor(targets)
         context = torch.enable_grad() if grad else torch.no_grad()
+        self.routing.begin()
+        if routed is not None and self.routing.routers:
+            self.routing.replay(routed, [len(t) for t, _, _ in seqs], width)
         with context, on_cpu():
-            logits = self.model(ids, positions, causal_mask(width))  # [b, s, V/tp]
+            try:
+                logits = self.model(ids, positions, causal_mask(width))  # [b, s, V/tp]
+            finally:
+                self.routing.reset()
             selected = logits[rows_t, cols_t]  # [N, V/tp]
             fallback = 0
             if spec.true_on_policy:
@@ -117,6 +127,8 @@ class Policy:
                     extra["targets"] = targets_t
         sizes = [r for _, _, r in seqs]
         extra["split"] = sizes
+        if self.routing.routers:
+            extra["used_experts"] = [self.routing.used_experts(len(seqs), i, len(t)) for i, (t, _, _) in enumerate(seqs)]
         return list(torch.split(values, sizes)), extra
 
     def zero_grad(self) -> None:

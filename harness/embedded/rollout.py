@@ -34,6 +34,7 @@ def collect(engine, tokenizer, batch: list[Prompt], spec: SamplingSpec, *, token
                     finish_reason=c.finish_reason,
                     rollout_weight_version=c.weight_version,
                     reward=deepscaler(text, prompt.label),
+                    rollout_routed_experts=c.routed_experts,
                 )
             )
     advantages = grpo_advantages([s.reward for s in samples], spec.n, std_normalise)

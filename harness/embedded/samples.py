@@ -25,6 +25,8 @@ class Sample:
     reward: float = 0.0
     advantage: float = 0.0
     rollout_fingerprint: dict = field(default_factory=dict)
+    # MoE with --use-rollout-routing-replay: vLLM's expert ids, [len(tokens) - 1, MoE layers, top-k]
+    rollout_routed_experts: object = None
 
     @property
     def tokens(self) -> list[int]:
@@ -50,6 +52,8 @@ class TrainerView:
     fingerprint: dict = field(default_factory=dict)
     # the rollout record whose log-probs reached the trainer for this sample
     rollout_fingerprint: dict = field(default_factory=dict)
+    # MoE: the experts the recompute dispatched each forwarded token to, [len(tokens) - 1, layers, top-k]
+    routed_experts: torch.Tensor | None = None
 
 
 def _digest(value) -> str:

@@ -39,6 +39,7 @@ class Settings:
     use_tis: bool
     tis_clip: float
     tis_clip_low: float
+    routing_replay: bool  # --use-rollout-routing-replay (R3)
     per_token_loss: bool
     std_normalise: bool
     max_tokens_per_micro_batch: int
@@ -80,7 +81,9 @@ def from_flags(v: dict) -> Settings:
     if gbs <= 0 or samples % gbs:
         raise FlagError(f"--global-batch-size {gbs} must divide rollout-batch-size x n-samples-per-prompt = {samples}")
     if v["use-tis"] and v["tis-clip"] <= 0:
-        raise FlagError("--tis-clip must be > 0 with --use-tis")
+        raise FlagError(f"--tis-clip {v['tis-clip']}: must be > 0 with --use-tis (the TIS weight is clamped to [tis-clip-low, tis-clip])")
+    if v["use-tis"] and not 0 <= v["tis-clip-low"] < v["tis-clip"]:
+        raise FlagError(f"--tis-clip-low {v['tis-clip-low']}: must be >= 0 and below --tis-clip {v['tis-clip']}")
     if v["entropy-coef"]:
         raise FlagError("--entropy-coef: the embedded trainer supports only 0 (no entropy bonus)")
     if v["embedded-probe-samples"] < 0:
@@ -118,6 +121,7 @@ def from_flags(v: dict) -> Settings:
         use_tis=v["use-tis"],
         tis_clip=v["tis-clip"],
         tis_clip_low=v["tis-clip-low"],
+        routing_replay=v["use-rollout-routing-replay"],
         per_token_loss=v["calculate-per-token-loss"],
         std_normalise=not v["disable-grpo-std-normalization"],
         # Without dynamic batching VIME packs --micro-batch-size samples; here one micro-batch

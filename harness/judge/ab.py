@@ -71,6 +71,8 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     problems = []
     a, b = dict(baseline.spec.flags), dict(candidate.spec.flags)
     operator_flags = set(knobs.ab.operator_path_flags.flags)
+    # A mitigation may change the loss and the trajectory, never the sampled tokens (checked below).
+    allowed = operator_flags | set(knobs.ab.mitigation_flags.flags)
     # Prompts are compared by content below: the same file at another path is the same workload.
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"}
     sampling = differing & set(knobs.ab.sampling_contract_flags.flags)
@@ -78,14 +80,14 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
         problems.append(
             "the candidate changes the sampled-token contract: " + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(sampling))
         )
-    other = differing - operator_flags - sampling
+    other = differing - allowed - sampling
     if other:
         problems.append(
-            "the resolved specs differ outside the operator path (knobs/ab.yaml): "
+            "the resolved specs differ outside the operator path and the mitigations (knobs/ab.yaml): "
             + ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(other))
         )
-    if not differing & operator_flags:
-        problems.append("the candidate changes no operator-path flag (knobs/ab.yaml): it is the baseline again")
+    if not differing & allowed:
+        problems.append("the candidate changes no operator-path or mitigation flag (knobs/ab.yaml): it is the baseline again")
     fa, fb = prompts_fingerprint(a.get("prompt-data")), prompts_fingerprint(b.get("prompt-data"))
     if fa != fb or fa is None:
         problems.append(
@@ -106,6 +108,21 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
             f"ran {record.get('actual_backend')!r}, decision {record.get('decision')!r}, reason {record.get('fallback_reason')!r}"
         )
     return problems
+
+
+def what_changed(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
+    """The candidate's changes the gate allows, by kind (operator path, mitigation), for the record."""
+    a, b = baseline.spec.flags, candidate.spec.flags
+    kinds = (
+        ("operator path", knobs.ab.operator_path_flags.flags),
+        ("mitigation (loss and trajectory, not the sampled tokens)", knobs.ab.mitigation_flags.flags),
+    )
+    lines = []
+    for kind, flags in kinds:
+        changed = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(flags) if a.get(k) != b.get(k)]
+        if changed:
+            lines.append(f"{kind}: " + ", ".join(changed))
+    return lines
 
 
 def _incomplete(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> list[str]:

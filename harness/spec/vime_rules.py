@@ -5,13 +5,14 @@ type and choices) and the cross-flag rules that touch this experiment.
 Each rule names where VIME or Megatron makes the check (repository, file, commit as read; the
 commits are the ones in knobs/vime/flags-rl-align.yaml's `sources`). Rules that only one VIME line
 has say which. They run for the cluster backends (vime, records); the embedded trainer checks
-its own argv (harness/embedded/flags.py).
+its own argv (harness/embedded/flags.py). The mitigation flags' rules at the end (TIS, rollout
+routing replay) hold on every backend: the embedded trainer takes the same flags.
 """
 
 from __future__ import annotations
 
 from harness.spec.cluster import vime_line
-from harness.spec.validate import CLUSTER, Finding, rule, whole
+from harness.spec.validate import ALL_BACKENDS, CLUSTER, Finding, rule, whole
 from harness.spec.vime_flags import flag_problem, load_flag_table
 
 VIME_ARGS = "RL-Align/vime vime/utils/arguments.py@0ea526a"
@@ -161,3 +162,72 @@ def balance_by_flops_needs_dynamic_batch(flags, spec, knobs):
 def mismatch_metrics_need_tis_function(flags, spec, knobs):
     if flags.get("get-mismatch-metrics") and "custom-tis-function-path" not in flags:
         return Finding("get-mismatch-metrics", f"VIME asserts custom_tis_function_path must be set when get_mismatch_metrics is set ({VIME_ARGS})")
+
+
+# --------------------------------------------------------------- mitigation flags, on every backend
+# The embedded trainer takes the same flags (harness/embedded/flags.py) and refuses the same values.
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@rule(backends=ALL_BACKENDS)
+def tis_clip_in_range(flags, spec, knobs):
+    """TIS clamps exp(old - rollout) to [tis-clip-low, tis-clip] (VIME's vanilla_tis_function)."""
+    if not flags.get("use-tis"):
+        return None
+    clip, low = _number(flags.get("tis-clip", 2.0)), _number(flags.get("tis-clip-low", 0.0))
+    if clip is None or clip <= 0:
+        return Finding(
+            "tis-clip",
+            f"--tis-clip {flags.get('tis-clip')!r}: must be a number > 0 with --use-tis (the TIS weight exp(old - rollout) "
+            f"is clamped to at most tis-clip; VIME's default is 2.0)",
+        )
+    if low is None or not 0 <= low < clip:
+        return Finding("tis-clip-low", f"--tis-clip-low {flags.get('tis-clip-low')!r}: must be >= 0 and below --tis-clip {clip}")
+    return None
+
+
+def _embedded_experts(checkpoint) -> int | None:
+    """Experts of the embedded model a --hf-checkpoint names (None: cannot tell before the run)."""
+    import json
+    from pathlib import Path
+
+    from harness.embedded.factory import URI_PREFIX
+    from harness.embedded.recipes import MODEL_RECIPES
+
+    if not isinstance(checkpoint, str):
+        return None
+    if checkpoint.startswith(URI_PREFIX + "model/"):
+        recipe = MODEL_RECIPES.get(checkpoint.removeprefix(URI_PREFIX + "model/"))
+        return None if recipe is None else recipe.num_experts
+    config = Path(checkpoint) / "config.json"
+    return (json.loads(config.read_text()).get("num_experts") or 0) if config.is_file() else None
+
+
+@rule(backends=ALL_BACKENDS)
+def routing_replay_needs_experts(flags, spec, knobs):
+    """R3 replays routed experts: a dense model has none (VIME reads them from vLLM's routed_experts)."""
+    if not flags.get("use-rollout-routing-replay"):
+        return None
+    if spec.backend == "embedded":
+        experts = _embedded_experts(flags.get("hf-checkpoint"))
+        if experts == 0:
+            return Finding(
+                "use-rollout-routing-replay",
+                f"--use-rollout-routing-replay needs an MoE model; --hf-checkpoint {flags.get('hf-checkpoint')} is dense "
+                "(the embedded MoE profile is embedded://model/qwen3-moe-tiny)",
+            )
+        if not flags.get("colocate"):
+            return Finding(
+                "use-rollout-routing-replay",
+                "--use-rollout-routing-replay on the embedded backend needs --colocate: the routed experts are captured inside the "
+                "in-process vLLM engine (harness/embedded/routed_capture.py)",
+            )
+        return None
+    if not _number(flags.get("num-experts")):
+        return Finding(
+            "use-rollout-routing-replay", "--use-rollout-routing-replay needs an MoE model; the rendered flags set no --num-experts (a dense model)"
+        )
+    return None

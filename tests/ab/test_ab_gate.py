@@ -18,9 +18,11 @@ def contract(pair, knobs):
     return ab.contract_problems(*pair, knobs)
 
 
-def test_same_workload_contract(pair, contract, experiment_record):
+def test_same_workload_contract(pair, contract, knobs, experiment_record):
     experiment_record.ab_rows(pair)
-    experiment_record.ab("same-workload contract", pair, passed=not contract, message="; ".join(contract) or "same workload", key="contract")
+    changed = "; ".join(ab.what_changed(*pair, knobs))
+    message = "; ".join(contract) or ("same workload" + (f"; the candidate changes {changed}" if changed else ""))
+    experiment_record.ab("same-workload contract", pair, passed=not contract, message=message, key="contract")
     assert not contract, "A/B rejected:\n  " + "\n  ".join(contract)
 
 
