@@ -30,6 +30,10 @@ def main(argv=None) -> int:
     p.add_argument("--grid-stages", default="3,4")
     p.add_argument("--grid-tokens", default="256,1024,8192")
     p.add_argument("--breakdown", default="", help="backward kernels of one slice: g_dtype:slice:stages:bt:bv,...")
+    p.add_argument("--ab", action="store_true", help="forward variants and backward launch plans, each paired with the GEMM")
+    p.add_argument("--ab-variants", default="tma_flatten:3,tma_flatten:4,tma_flatten_ws:3")
+    p.add_argument("--host", action="store_true", help="host microseconds to issue each piece of one forward call (GPU kept busy)")
+    p.add_argument("--plans", default="", help="fwd+bwd per backward plan, key=value;... separated by '|', with GPU time per kernel")
     args = p.parse_args(argv)
 
     import torch
@@ -80,12 +84,28 @@ def main(argv=None) -> int:
 
         fwd_bwd()
         torch.cuda.synchronize()
+        # five calls back to back, as the bench times them (alternating with a GEMM): kernel time vs the
+        # span each call occupies on the GPU (idle gaps = host time the GPU waited for)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fwd_bwd()
-            torch.cuda.synchronize()
+            for _ in range(5):
+                fwd_bwd()
+                torch.cuda.synchronize()
+                _ = h @ w.T
+                torch.cuda.synchronize()
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=12)
         print(table)
         rec["profile_table"] = table
+        rec["profile_calls"] = gpu_spans(prof)
+        print("spans", rec["profile_calls"], flush=True)
+        save()
+    if args.host:
+        host_breakdown(big, rec, tokens)
+        save()
+    if args.plans:
+        T = max(tokens)
+        plan_ab(big.hidden[:T], big.weight, big.targets[:T], rec, save, args.plans.split("|"))
+    if args.ab:
+        ab_check(big, rec, tokens, [tuple(v.split(":")) for v in args.ab_variants.split(",")], save)
         save()
     if args.skip_main:
         return 0
@@ -177,6 +197,185 @@ def main(argv=None) -> int:
     return 0
 
 
+def ab_check(big, rec: dict, tokens, variants, save) -> None:
+    """Forward kernel variants at each T, each timed alternately with the bf16 GEMM of the same T (the
+    card's clock drifts), with bitwise checks and the host time to issue one call."""
+    from dataclasses import replace
+
+    import torch
+
+    from harness.operators import fused_triton as ft
+    from harness.operators import measure
+    from harness.operators.fused_plan import chunk_bounds
+    from harness.operators.impl_fused import fused_forward
+    from harness.operators.sweep import _fused
+
+    dev = big.hidden.device
+    for T in tokens:
+        h, w, t = big.hidden[:T], big.weight, big.targets[:T]
+        bounds = chunk_bounds(w.shape[0])
+        base = None
+        for variant, stages in variants:
+            cfg = replace(ft.HOPPER_CONFIG, variant=variant, num_stages=int(stages))
+            row = {"T": T, "variant": variant, "stages": int(stages)}
+            try:
+                full = _fused(h, w, t, cfg)
+                n = min(517, T - 1)
+                row["batch_inv"] = bool(torch.equal(_fused(h[1 : 1 + n], w, t[1 : 1 + n], cfg), full[1 : 1 + n]))
+                row["tp8_inv"] = bool(torch.equal(_fused(h, w, t, cfg, tp=8), full))
+                base = full if base is None else base
+                row["max_diff_vs_first"] = float((full - base).abs().max())
+                call = lambda: ft.triton_merge(*ft.triton_partials(h, w, t, bounds, 1.0, cfg))  # noqa: E731
+                row["ms"], row["gemm_ms"] = measure.time_ms_paired(call, lambda: h @ w.T, dev, 3, 10)
+                row["x_gemm"] = row["ms"] / row["gemm_ms"]
+                # host time to issue one call while the GPU is busy (what an idle GPU waits for)
+                torch.cuda._sleep(200_000_000)
+                import time
+
+                t0 = time.perf_counter()
+                for _ in range(20):
+                    fused_forward(h, w, t, 1.0, 1)
+                row["host_us_per_fused_forward"] = (time.perf_counter() - t0) / 20 * 1e6
+                torch.cuda.synchronize()
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            rec.setdefault("ab_forward", []).append(row)
+            print("ab fwd", row, flush=True)
+            save()
+
+
+def gpu_spans(prof) -> list[dict]:
+    """Per fwd+bwd call in a profile (calls separated by the GEMM, 'gemm' below): milliseconds from its
+    first kernel's start to its last kernel's end, and the kernels' own time inside that span."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    calls, cur = [], []
+    for e in kernels:
+        if any(k in e["name"].lower() for k in ("gemm", "cutlass", "nvjet", "xmma")):  # cuBLAS's kernel names
+            if cur:
+                calls.append(cur)
+            calls.append([e])
+            cur = []
+        else:
+            cur.append(e)
+    if cur:
+        calls.append(cur)
+    out = []
+    for c in calls:
+        span = (c[-1]["ts"] + c[-1]["dur"] - c[0]["ts"]) / 1e3
+        busy = sum(e["dur"] for e in c) / 1e3
+        out.append({"kind": "gemm" if len(c) == 1 else "fwd_bwd", "kernels": len(c), "span_ms": round(span, 3), "kernel_ms": round(busy, 3)})
+    return out
+
+
+def host_breakdown(big, rec: dict, tokens) -> None:
+    """Host time per piece of one forward call while the GPU is busy: what an idle GPU waits for at
+    the start of a call (a 1 ms kernel at T=1024 makes 100 us of it 10% of the time)."""
+    import time
+
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from harness.operators import fused_triton as ft
+    from harness.operators.contract import _check_operands
+    from harness.operators.fused_plan import chunk_bounds, shard_chunk_bounds
+    from harness.operators.impl_fused import fused_forward
+
+    T = min(tokens)
+    h, w, t = big.hidden[:T], big.weight, big.targets[:T]
+    bounds = chunk_bounds(w.shape[0])
+    parts = ft.triton_partials(h, w, t, bounds, 1.0)
+    pieces = {
+        "shard_chunk_bounds": lambda: shard_chunk_bounds(w.shape[0], 1, 0),
+        "bounds_tensor": lambda: ft._bounds_tensor(tuple(bounds), h.device),
+        "two_descriptors": lambda: (TensorDescriptor.from_tensor(h, [128, 64]), TensorDescriptor.from_tensor(w, [256, 64])),
+        "triton_partials": lambda: ft.triton_partials(h, w, t, bounds, 1.0),
+        "triton_merge": lambda: ft.triton_merge(*parts),
+        "fused_forward": lambda: fused_forward(h, w, t, 1.0, 1),
+        "operand checks (before launch)": lambda: _check_operands(h, w, t, 1.0, 1, check_targets=False),
+        "torch bf16 GEMM": lambda: h @ w.T,
+    }
+    out = {"T": T}
+    for name, fn in pieces.items():
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(100_000_000)  # keeps the GPU busy, so only host time is counted
+        t0 = time.perf_counter()
+        for _ in range(20):
+            fn()
+        out[name] = round((time.perf_counter() - t0) / 20 * 1e6, 1)
+        torch.cuda.synchronize()
+    rec["host_us"] = out
+    print("host", out, flush=True)
+
+
+def plan_ab(h, w, t, rec: dict, save, plans) -> None:
+    """fwd+bwd per backward plan (key=value;... over BackwardConfig), timed alternately with the GEMM,
+    with the GPU time per kernel of one call (torch.profiler) and bitwise equality to the first plan."""
+    from dataclasses import fields, replace
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness.operators import fused_triton as ft
+    from harness.operators import measure
+    from harness.operators.impl_fused import fused_backward, fused_forward
+
+    types = {f.name: f.type for f in fields(ft.BackwardConfig)}
+    conv = {"int": int, "str": str, "bool": lambda x: x in ("1", "true", "True")}
+    g_out = torch.randn(h.shape[0], generator=torch.Generator().manual_seed(1)).to(h.device)
+    saved, first = ft.BACKWARD_CONFIG, None
+    for spec in plans:
+        kv = dict(x.split("=") for x in spec.split(";") if x)
+        cfg = replace(saved, **{k: conv[types[k]](v) for k, v in kv.items()})
+        ft.BACKWARD_CONFIG = cfg
+        row = {"plan": spec, "T": h.shape[0]}
+
+        def fwd_bwd():
+            logp, lse = fused_forward(h, w, t, 1.0, 1)
+            return fused_backward(h, w, t, lse, 1.0, g_out, 1)
+
+        try:
+            gh, gw = fwd_bwd()
+            torch.cuda.synchronize()
+            if first is None:
+                first = (gh, gw)
+            else:
+                row["bitwise_equal_to_first"] = bool(torch.equal(gh, first[0]) and torch.equal(gw, first[1]))
+            del gh, gw
+            row["fwd_bwd_ms"], row["gemm_ms"] = measure.time_ms_paired(fwd_bwd, lambda: h @ w.T, h.device, 2, 5)
+            row["fwd_bwd_x_gemm"] = row["fwd_bwd_ms"] / row["gemm_ms"]
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fwd_bwd()
+                torch.cuda.synchronize()
+            per = {}
+            for e in prof.key_averages():
+                if e.device_time_total > 0:
+                    per[e.key[:60]] = round(e.device_time_total / 1e3, 3)
+            row["gpu_ms_per_kernel"] = per
+            row["gpu_ms_total"] = round(sum(per.values()), 3)
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            gh, gw = fwd_bwd()
+            torch.cuda.synchronize()
+            row["peak_extra_MiB_beyond_bf16_grads"] = (torch.cuda.max_memory_allocated() - base - gh.numel() * 2 - gw.numel() * 2) / 2**20
+            del gh, gw
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        torch.cuda.empty_cache()
+        rec.setdefault("plans", []).append(row)
+        print("plan", row, flush=True)
+        save()
+    ft.BACKWARD_CONFIG = saved
+
+
 def kernel_breakdown(h, w, t, lse, g_out, out: dict, configs) -> None:
     """Time one vocab slice's three backward kernels alone, per configuration (x slices = the backward)."""
     import torch
@@ -202,6 +401,8 @@ def kernel_breakdown(h, w, t, lse, g_out, out: dict, configs) -> None:
             TensorDescriptor.from_tensor(h, [bt, bk]),
             TensorDescriptor.from_tensor(w, [bv, bk]),
             g_buf,
+            w,
+            wc,
             t,
             lse,
             scale,
@@ -210,10 +411,14 @@ def kernel_breakdown(h, w, t, lse, g_out, out: dict, configs) -> None:
             0,
             n,
             g_buf.stride(0),
+            w.stride(0),
             1.0,
+            triton.cdiv(rows, bt),
+            COPY_W=False,
             BLOCK_T=bt,
             BLOCK_V=bv,
             BLOCK_K=bk,
+            BLOCK_C=64,
             **opts,
         )
         k2 = lambda: ft._grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](  # noqa: E731

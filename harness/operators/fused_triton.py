@@ -47,7 +47,7 @@ def default_config(device: torch.device) -> KernelConfig:
 
 
 VARIANTS = {"nested": 0, "flat": 1, "flatten": 2, "ws": 3}
-TMA_LOOPS = {"tma": 0, "tma_flatten": 2, "tma_ws": 3}
+TMA_LOOPS = {"tma": 0, "tma_flatten": 2, "tma_ws": 3, "tma_flatten_ws": 4}
 
 
 @triton.jit
@@ -182,6 +182,13 @@ def _partials_kernel_tma(
     # the epilogue, so they never enter the sums.
     if LOOP == 2:
         for tile in tl.range(0, n_tiles, flatten=True):
+            v0 = lo + tile * BLOCK_V
+            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
+            for ki in range(0, k_steps):
+                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
+            m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
+    elif LOOP == 4:  # flattened and warp-specialised: a producer warp feeds the MMA while the epilogue runs
+        for tile in tl.range(0, n_tiles, flatten=True, warp_specialize=True):
             v0 = lo + tile * BLOCK_V
             acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
             for ki in range(0, k_steps):
@@ -327,6 +334,19 @@ class BackwardConfig:
     block_k: int = 64
     num_warps: int = 8
     num_stages: int = 3
+    # The weight slice's 16-bit copy (for grad_hidden) made by one extra row of grad_logits programs
+    # instead of a torch copy per slice (41 launches and 0.9 ms at T=8192). No bit depends on it.
+    copy_in_logits: bool = True
+    # Tiles of the grad_logits and grad_hidden kernels (vocab columns / H columns, warps, pipeline
+    # depth). Each element's K order is the same at any tile width; smaller tiles let two programs
+    # share an SM, so one's epilogue or partial round trip overlaps the other's MMAs.
+    logits_block_v: int = 128  # 128 vs 256: 1.12x vs 1.23-1.27x the forward kernel's time, same bits (issue 16 record)
+    logits_warps: int = 8
+    logits_stages: int = 3
+    hidden_block_h: int = 256
+    hidden_warps: int = 8
+    hidden_stages: int = 3
+    even_slices: bool = True  # cut each group into equal slices (multiples of block_v), not full ones and a short last one
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -336,11 +356,13 @@ BACKWARD_CONFIG = BackwardConfig()
 _G_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-@triton.jit(do_not_specialize=["T", "v0", "width"])
+@triton.jit(do_not_specialize=["T", "v0", "width", "n_row_blocks"])
 def _grad_logits_kernel(
     h_desc,
     w_desc,
     g_ptr,
+    w_ptr,
+    wc_ptr,
     tgt_ptr,
     lse_ptr,
     scale_ptr,
@@ -349,29 +371,46 @@ def _grad_logits_kernel(
     v0,
     width,
     stride_g,
+    stride_w,
     inv_temp,
+    n_row_blocks,
+    COPY_W: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
-    """grad_logits[t, c] = (onehot - softmax)[t, v0 + c] * grad_out[t] / temperature, one tile."""
-    row0 = tl.program_id(0) * BLOCK_T
+    """grad_logits[t, c] = (onehot - softmax)[t, v0 + c] * grad_out[t] / temperature, one tile.
+
+    With COPY_W, one more row of programs (program_id(0) == n_row_blocks) copies the tile's weight rows
+    into the 16-bit buffer the grad_hidden product reads (zeros past the slice's end): no launch of its
+    own, and it runs beside the GEMM tiles.
+    """
     c0 = tl.program_id(1) * BLOCK_V
-    rows = row0 + tl.arange(0, BLOCK_T)
-    row_ok = rows < T
-    acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-    for ki in range(0, H // BLOCK_K):
-        acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0 + c0, ki * BLOCK_K]).T, acc)
-    z = acc * inv_temp
-    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
-    scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
-    tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
-    cols = c0 + tl.arange(0, BLOCK_V)
-    grad = tl.exp(z - lse[:, None]) * -scale[:, None]
-    grad = tl.where(cols[None, :] + v0 == tgt[:, None], grad + scale[:, None], grad)
-    grad = tl.where(cols[None, :] < width, grad, 0.0)  # past the slice: zeros the products rely on
-    ptrs = g_ptr + rows[:, None].to(tl.int64) * stride_g + cols[None, :]
-    tl.store(ptrs, grad.to(g_ptr.dtype.element_ty), mask=row_ok[:, None])
+    if COPY_W and tl.program_id(0) == n_row_blocks:
+        cs = c0 + tl.arange(0, BLOCK_V)
+        ok = cs < width
+        for k0 in range(0, H, BLOCK_C):
+            ks = k0 + tl.arange(0, BLOCK_C)
+            x = tl.load(w_ptr + (v0 + cs)[:, None].to(tl.int64) * stride_w + ks[None, :], mask=ok[:, None], other=0.0)
+            tl.store(wc_ptr + cs[:, None].to(tl.int64) * H + ks[None, :], x.to(wc_ptr.dtype.element_ty))
+    else:
+        row0 = tl.program_id(0) * BLOCK_T
+        rows = row0 + tl.arange(0, BLOCK_T)
+        row_ok = rows < T
+        acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
+        for ki in range(0, H // BLOCK_K):
+            acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0 + c0, ki * BLOCK_K]).T, acc)
+        z = acc * inv_temp
+        lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+        scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
+        tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
+        cols = c0 + tl.arange(0, BLOCK_V)
+        grad = tl.exp(z - lse[:, None]) * -scale[:, None]
+        grad = tl.where(cols[None, :] + v0 == tgt[:, None], grad + scale[:, None], grad)
+        grad = tl.where(cols[None, :] < width, grad, 0.0)  # past the slice: zeros the products rely on
+        ptrs = g_ptr + rows[:, None].to(tl.int64) * stride_g + cols[None, :]
+        tl.store(ptrs, grad.to(g_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit(do_not_specialize=["T", "width"])
@@ -433,28 +472,52 @@ def _grad_hidden_kernel(
     tl.store(ptrs, acc, mask=ok)
 
 
+def _slice_width(cfg: BackwardConfig, rows: int, widest: int, itemsize: int) -> int:
+    """Vocab columns per backward step: the most whose grad_logits buffer fits cfg.g_buffer_bytes; with
+    even_slices, the widest group cut into equal slices of at most that many. No bit depends on it."""
+    cols = cfg.slice_cols or cfg.g_buffer_bytes // (max(rows, 1) * itemsize) // cfg.block_v * cfg.block_v
+    cols = max(cfg.block_v, min(cols, triton.cdiv(widest, cfg.block_v) * cfg.block_v))
+    if cfg.even_slices and not cfg.slice_cols:
+        cols = triton.cdiv(triton.cdiv(widest, triton.cdiv(widest, cols)), cfg.block_v) * cfg.block_v
+    return cols
+
+
 def triton_backward_groups(
-    hidden, weight_shard, targets, lse, temperature, grad_out, local_group_bounds, grad_w, config: BackwardConfig | None = None
+    hidden,
+    weight_shard,
+    targets,
+    lse,
+    temperature,
+    grad_out,
+    local_group_bounds,
+    grad_w,
+    config: BackwardConfig | None = None,
+    into=None,
+    start_sum: bool = True,
 ):
     """Yield each local group's grad_hidden partial ([T, H] fp32), writing grad_weight rows as it goes.
 
-    The GPU twin of fused_torch.torch_backward_groups (same plan, fused_plan.py). Extra memory: one
-    [T, slice] 16-bit grad_logits buffer, the group partial being accumulated, and (fp16 buffers) an
-    fp16 copy of hidden and of the current weight slice.
+    The GPU twin of fused_torch.torch_backward_groups (same plan, fused_plan.py). With ``into`` (a
+    [T, H] fp32 tensor) each group is folded into ``into`` in group order instead (the first group
+    accumulated in it directly when ``start_sum``, later ones added), the additions of
+    fused_plan.sum_group_partials, and None is yielded per group. Extra memory: one [T, slice] 16-bit
+    grad_logits buffer, the group partial, and (fp16 buffers) an fp16 copy of hidden and of the
+    current weight slice.
     """
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     cfg = config or BACKWARD_CONFIG
     rows, width = hidden.shape
-    if width % cfg.block_k or width % cfg.block_v:
-        raise ValueError(f"fused backward needs H divisible by {cfg.block_v}; got H={width}")
+    if width % cfg.block_k or width % cfg.block_v or width % cfg.hidden_block_h:
+        raise ValueError(f"fused backward needs H divisible by {max(cfg.block_v, cfg.hidden_block_h)}; got H={width}")
+    if cfg.block_v % cfg.logits_block_v or (cfg.slice_cols and cfg.slice_cols % cfg.block_v):
+        raise ValueError(f"backward config: slices are multiples of block_v={cfg.block_v}, which logits_block_v must divide")
     hidden = hidden.contiguous()
     weight_shard = weight_shard.contiguous()
     g_dtype = _G_DTYPES[cfg.g_dtype]
     dev = hidden.device
-    widest = max(b - a for a, b in zip(local_group_bounds[:-1], local_group_bounds[1:]))
-    slice_cols = cfg.slice_cols or cfg.g_buffer_bytes // (max(rows, 1) * g_dtype.itemsize) // cfg.block_v * cfg.block_v
-    slice_cols = max(cfg.block_v, min(slice_cols, triton.cdiv(widest, cfg.block_v) * cfg.block_v))
+    spans = list(zip(local_group_bounds[:-1], local_group_bounds[1:]))
+    slice_cols = _slice_width(cfg, rows, max(b - a for a, b in spans), g_dtype.itemsize)
     g_buf = torch.empty(rows, slice_cols, dtype=g_dtype, device=dev)
     hc = hidden if hidden.dtype == g_dtype else hidden.to(g_dtype)  # operands of the two products
     scale = (grad_out.float() * (1.0 / temperature)).contiguous()
@@ -462,24 +525,35 @@ def triton_backward_groups(
     lse = lse.contiguous()
     bt, bv, bk = cfg.block_t, cfg.block_v, cfg.block_k
     h_desc = TensorDescriptor.from_tensor(hidden, [bt, bk])
-    w_desc = TensorDescriptor.from_tensor(weight_shard, [bv, bk])
+    lv, hh = cfg.logits_block_v, cfg.hidden_block_h
+    w_desc = TensorDescriptor.from_tensor(weight_shard, [lv, bk])
     g_load_t = TensorDescriptor.from_tensor(g_buf, [bt, bk])  # grad_hidden: rows x K
     g_load_w = TensorDescriptor.from_tensor(g_buf, [bk, bt])  # grad_weight: K(rows) x vocab tile
     hc_desc = TensorDescriptor.from_tensor(hc, [bk, bv])
-    if g_dtype == weight_shard.dtype:
-        wc_buf, wc_desc = None, TensorDescriptor.from_tensor(weight_shard, [bk, bv])
-    else:  # one slice of the weight in the buffer's dtype; rows past a short last slice meet zero grad_logits
+    copy = g_dtype != weight_shard.dtype
+    if not copy:
+        wc_buf, wc_desc = weight_shard, TensorDescriptor.from_tensor(weight_shard, [bk, hh])
+    else:  # one slice of the weight in the buffer's dtype; rows past a short slice are zeros (or meet zero grad_logits)
         wc_buf = torch.zeros(slice_cols, width, dtype=g_dtype, device=dev)
-        wc_desc = TensorDescriptor.from_tensor(wc_buf, [bk, bv])
+        wc_desc = TensorDescriptor.from_tensor(wc_buf, [bk, hh])
+    in_logits = copy and cfg.copy_in_logits
+    n_row_blocks = triton.cdiv(rows, bt)
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    for g0, g1 in zip(local_group_bounds[:-1], local_group_bounds[1:]):
-        partial = torch.empty(rows, width, dtype=torch.float32, device=dev)
+    reused = None if into is None else torch.empty(rows, width, dtype=torch.float32, device=dev)
+    for gi, (g0, g1) in enumerate(spans):
+        direct = into is not None and start_sum and gi == 0  # total = partial_0: accumulate in place
+        if direct:
+            partial = into
+        else:  # a fresh one when the caller keeps each partial, else one buffer for every group
+            partial = reused if reused is not None else torch.empty(rows, width, dtype=torch.float32, device=dev)
         for s0 in range(g0, g1, slice_cols):
             n = min(slice_cols, g1 - s0)
-            _grad_logits_kernel[(triton.cdiv(rows, bt), triton.cdiv(n, bv))](
+            _grad_logits_kernel[(n_row_blocks + in_logits, triton.cdiv(n, lv))](
                 h_desc,
                 w_desc,
                 g_buf,
+                weight_shard,
+                wc_buf,
                 tgt,
                 lse,
                 scale,
@@ -488,40 +562,41 @@ def triton_backward_groups(
                 s0,
                 n,
                 g_buf.stride(0),
+                weight_shard.stride(0),
                 1.0 / temperature,
+                n_row_blocks,
+                COPY_W=in_logits,
                 BLOCK_T=bt,
-                BLOCK_V=bv,
+                BLOCK_V=lv,
                 BLOCK_K=bk,
-                **opts,
+                BLOCK_C=64,
+                num_warps=cfg.logits_warps,
+                num_stages=cfg.logits_stages,
             )
             gw = grad_w[s0 : s0 + n]
             _grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](
-                g_load_w,
-                hc_desc,
-                gw,
-                rows,
-                width,
-                n,
-                gw.stride(0),
-                BLOCK_V=bt,
-                BLOCK_H=bv,
-                BLOCK_K=bk,
-                **opts,
+                g_load_w, hc_desc, gw, rows, width, n, gw.stride(0), BLOCK_V=bt, BLOCK_H=bv, BLOCK_K=bk, **opts
             )
-            if wc_buf is not None:
+            if copy and not in_logits:
                 wc_buf[:n].copy_(weight_shard[s0 : s0 + n])
-            _grad_hidden_kernel[(triton.cdiv(rows, bt), width // bv)](
+            _grad_hidden_kernel[(n_row_blocks, width // hh)](
                 g_load_t,
                 wc_desc,
                 partial,
                 rows,
                 width,
-                s0 if wc_buf is None else 0,
+                0 if copy else s0,
                 n,
                 ACCUMULATE=s0 != g0,
                 BLOCK_T=bt,
-                BLOCK_H=bv,
+                BLOCK_H=hh,
                 BLOCK_K=bk,
-                **opts,
+                num_warps=cfg.hidden_warps,
+                num_stages=cfg.hidden_stages,
             )
-        yield partial
+        if into is None:
+            yield partial
+            continue
+        if not direct:
+            into += partial  # fused_plan.sum_group_partials' left-to-right adds
+        yield None

@@ -70,6 +70,20 @@ def fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size=
     """
     vocab = weight.shape[0]
     grad_w = torch.empty(weight.shape, dtype=grad_dtype or weight.dtype, device=weight.device)
+    if _on_triton(hidden.device, hidden.dtype):
+        # the kernels fold each group into grad_hidden in group (= rank) order: no [T, H] partial per group
+        from harness.operators.fused_triton import triton_backward_groups
+
+        total = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
+        for rank in range(tp_size):
+            start, local = shard_group_bounds(vocab, tp_size, rank)
+            end = start + vocab // tp_size
+            shard_grads = triton_backward_groups(
+                hidden, weight[start:end], targets - start, lse, temperature, grad_out, local, grad_w[start:end], into=total, start_sum=rank == 0
+            )
+            for _ in shard_grads:
+                pass
+        return total, grad_w
     total = None
     for rank in range(tp_size):
         start, local = shard_group_bounds(vocab, tp_size, rank)
@@ -124,7 +138,8 @@ def _path_name(device: torch.device, dtype: torch.dtype) -> str:
 
     return (
         f"triton {c.variant} {c.block_t}x{c.block_v}x{c.block_k} w{c.num_warps} s{c.num_stages}, {N_CHUNKS} chunks; "
-        f"bwd {b.g_dtype} grad_logits in slices of <= {b.g_buffer_bytes >> 20} MiB"
+        f"bwd {b.g_dtype} grad_logits in {'equal ' if b.even_slices else ''}slices of <= {b.g_buffer_bytes >> 20} MiB"
+        + (", weight slice copied by the grad_logits launch" if b.copy_in_logits else "")
     )
 
 

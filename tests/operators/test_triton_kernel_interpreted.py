@@ -52,7 +52,7 @@ BACKWARD_SCRIPT = textwrap.dedent("""
     import sys
     import torch
     from dataclasses import replace
-    from harness.operators.fused_plan import chunk_bounds, group_bounds, merge_partials, shard_group_bounds
+    from harness.operators.fused_plan import chunk_bounds, group_bounds, merge_partials, shard_group_bounds, sum_group_partials
     from harness.operators.fused_torch import torch_backward_groups, torch_partials
     from harness.operators.fused_triton import BackwardConfig, triton_backward_groups
     gen = torch.Generator().manual_seed(0)
@@ -62,7 +62,8 @@ BACKWARD_SCRIPT = textwrap.dedent("""
     lse = merge_partials(*torch_partials(h, w, t, chunk_bounds(V), 0.7))[1]
     want_w = torch.empty(V, H)
     want = list(torch_backward_groups(h, w, t, lse, 0.7, g, group_bounds(V), want_w))
-    cfg = BackwardConfig(slice_cols=64, g_dtype="fp16", block_t=16, block_v=32, block_k=16, num_warps=4, num_stages=2)
+    cfg = BackwardConfig(slice_cols=64, g_dtype="fp16", block_t=16, block_v=32, block_k=16, num_warps=4, num_stages=2,
+                         logits_block_v=16, logits_warps=4, logits_stages=2, hidden_block_h=32, hidden_warps=4, hidden_stages=2)
     got_w = torch.empty(V, H)
     got = list(triton_backward_groups(h, w, t, lse, 0.7, g, group_bounds(V), got_w, cfg))
     tol = float(sys.argv[1])   # knobs/operator_thresholds.yaml: fp16_grad_logits_max_rel_err
@@ -78,6 +79,20 @@ BACKWARD_SCRIPT = textwrap.dedent("""
     assert all(torch.equal(a, b) for a, b in zip(shard, got[4:])) and torch.equal(shard_w, got_w[start:])
     rows = list(triton_backward_groups(h[3:10], w, t[3:10], lse[3:10], 0.7, g[3:10], group_bounds(V), torch.empty(V, H), cfg))
     assert all(torch.equal(a, b[3:10]) for a, b in zip(rows, got))
+    # the weight slice's copy made by torch instead of by the grad_logits launch: the same bits
+    split_w = torch.empty(V, H)
+    split = list(triton_backward_groups(h, w, t, lse, 0.7, g, group_bounds(V), split_w, replace(cfg, copy_in_logits=False)))
+    assert all(torch.equal(a, b) for a, b in zip(split, got)) and torch.equal(split_w, got_w), "the copy's launch changed bits"
+    # groups summed into grad_hidden as they finish (the first accumulated in place): fused_plan.sum_group_partials'
+    # bits, also when a TP=2 split adds rank 1's groups to rank 0's sum, and with equal slices from a byte budget
+    want_h = sum_group_partials(got)
+    for c in (cfg, replace(cfg, slice_cols=0, g_buffer_bytes=T * 100 * 2), replace(cfg, copy_in_logits=False)):
+        into = torch.empty(T, H)
+        for r in range(2):
+            s0, loc = shard_group_bounds(V, 2, r)
+            for _ in triton_backward_groups(h, w[s0:s0 + V // 2], t - s0, lse, 0.7, g, loc, torch.empty(V // 2, H), c, into=into, start_sum=r == 0):
+                pass
+        assert torch.equal(into, want_h), c
     print("ok")
 """)
 
