@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fixtures.runs import find_recorded_run  # noqa: E402
+from harness.attribution.boundaries import boundary_status  # noqa: E402
 from harness.attribution.probes import framework_checks as probes  # noqa: E402
 from harness.judge.ladder import expectation_findings, family_levels, judge_rung  # noqa: E402
 from harness.records.rundir import RunDir  # noqa: E402
@@ -53,7 +54,7 @@ def main() -> int:
         if args.stage not in rung.stages or (rung.parent is not None and rung_id not in levels):
             continue
         try:
-            judgement = judge_rung(rung, knobs, fetch, framework_checks, levels.get(rung_id))
+            judgement = judge_rung(rung, knobs, fetch, framework_checks, levels.get(rung_id), boundary_check=lambda run: boundary_status(run, knobs))
             findings = judgement.problems + expectation_findings(rung, judgement, fetch(rung_id), knobs)
         except LookupError as err:
             findings = [f"not judged: {err}"]

@@ -259,6 +259,16 @@ def run_boundary_table(run, knobs) -> BoundaryTable:
     return boundary_table(run.path, knobs.threshold("boundary_envelope_k"), run.id)
 
 
+def boundary_status(run, knobs) -> tuple[str, str, str | None]:
+    """(status, reason, boundary) for the ladder: "within" (every boundary inside its envelope),
+    "breaks" (with the localised boundary), or "not checked" (no usable capture, and why)."""
+    table = run_boundary_table(run, knobs)
+    if table.status != "checked":
+        return NOT_CHECKED, table.reason, None
+    hit = table.localised
+    return ("breaks", table.reason, hit.boundary) if hit is not None else ("within", table.reason, None)
+
+
 @dataclass
 class EvidenceClass:
     """A drift class from evidence: the probe or boundary that decided it, or what it needs."""

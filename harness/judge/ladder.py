@@ -16,8 +16,10 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
      (VIME, records), probe 6 on the drifting run's dumps decides: fail -> semantic; not checked
      -> undecided (needs probe 6); pass on a rung whose flags are not precision/workload knobs ->
      undecided (never candidate-operator by elimination).
-  4. What survives aligned semantics: expected numerical when the rung changes only precision or
-     workload flags (knobs/classification.yaml), otherwise candidate operator.
+  4. What survives aligned semantics: the drifting run's boundary table (both engines' captured
+     tensors, each boundary's divergence against its measured envelope) decides: every boundary
+     within -> expected numerical; the first beyond k x its envelope -> candidate operator, named;
+     no usable capture -> undecided (needs the boundary table).
 """
 
 from __future__ import annotations
@@ -181,13 +183,16 @@ def judge_rung(
     holm: outcomes.HolmLevel | None = None,
     contract_check: Callable[[Run], tuple[str, str]] | None = None,
     replicates: int = 1,
+    boundary_check: Callable[[Run], tuple[str, str, str | None]] | None = None,
 ) -> RungJudgement:
     """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `replicates` is how many
     seeds a side is judged on (the stage's knob; replicate_runs); `framework_checks(run)`
     returns the failed framework probes' messages (empty when sample identity and weights agree);
     `holm` is the rung's place in its family (family_levels); without it the rung is a family of one;
     `contract_check(run)` is probe 6 on the run's dumps, (status, verdict): the only evidence on a
-    sampling rung where no replay run exists (VIME, records); without it such a rung is undecided."""
+    sampling rung where no replay run exists (VIME, records); without it such a rung is undecided.
+    `boundary_check(run)` is the run's boundary table, (status "within" | "breaks" | "not checked",
+    reason, localised boundary): step 4's evidence; without it what survives step 3 is undecided."""
     warmup = int(knobs.threshold("warmup_steps"))
     child = fetch(rung.id)
     incomplete = series_problems(child, ABS_DIFF, knobs, rung.id)
@@ -333,18 +338,22 @@ def judge_rung(
     if removed is not None and removed >= knobs.threshold("semantic_replay_min_removed_fraction"):
         judgement.drift_class = "semantic"
         return judgement
-    changed = changed_flags(child, parent)
-    explained = _explained_flags(knobs)
-    judgement.evidence["changed_flags"] = sorted(changed)
-    if changed and changed <= explained:
+    # 4. What survives aligned semantics and the framework checks is numerical: the drifting run's
+    # boundary table decides it (harness.attribution.boundaries), never the changed flags' names.
+    judgement.evidence["changed_flags"] = sorted(changed_flags(child, parent))
+    status, verdict, boundary = boundary_check(drifting) if boundary_check is not None else ("not checked", "no boundary check was given", None)
+    judgement.evidence["boundary_table"] = {"run": drifting.id, "status": status, "verdict": verdict, "boundary": boundary}
+    if status == "within":
         judgement.drift_class = "expected-numerical"
-        judgement.reasons.append(f"the delta survives aligned semantics and the rung changes only precision or workload flags {sorted(changed)}")
-    else:
+        judgement.reasons.append(f"the delta survives aligned semantics; {drifting.id}'s boundary table: {verdict}")
+    elif status == "breaks":
         judgement.drift_class = "candidate-operator"
         judgement.reasons.append(
-            f"the delta survives aligned semantics and framework checks; changed flags {sorted(changed - explained)} "
-            "are neither precision nor workload knobs"
+            f"the delta survives aligned semantics and framework checks; {drifting.id}'s boundary table localises it at {boundary}: {verdict}"
         )
+    else:
+        judgement.drift_class = "undecided"
+        judgement.reasons.append(f"undecided: needs the boundary table of {drifting.id}: {verdict}")
     return judgement
 
 

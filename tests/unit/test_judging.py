@@ -133,9 +133,22 @@ def test_classifier_calls_a_precision_delta_that_survives_replay_expected_numeri
     parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)))
     child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04)), **{"vllm-quantization": "fp8"})
     runs = {("fp8-rollout", ()): child, ("near-aligned", ()): parent}
-    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [])
+    within = ("within", "every boundary within 4x its envelope", None)
+    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], boundary_check=lambda run: within)
     assert judgement.drift_class == "expected-numerical", judgement.summary()
-    assert "identity" in " ".join(judgement.reasons)
+    assert "identity" in " ".join(judgement.reasons) and judgement.evidence["boundary_table"]["run"] == "child"
+
+
+def test_classifier_decides_numerical_drift_from_the_boundary_table_only(build_run):
+    parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)))
+    child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04)), **{"vllm-quantization": "fp8"})
+    runs = {("fp8-rollout", ()): child, ("near-aligned", ()): parent}
+    breaks = ("breaks", "first boundary beyond 4x its envelope: logsumexp ...", "logsumexp")
+    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], boundary_check=lambda run: breaks)
+    assert judgement.drift_class == "candidate-operator" and "logsumexp" in judgement.reasons[-1], judgement.summary()
+    # A precision flag alone decides nothing: without a boundary table the class is undecided.
+    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [])
+    assert judgement.drift_class == "undecided" and "needs the boundary table" in judgement.reasons[-1], judgement.summary()
 
 
 def test_classifier_puts_framework_failures_before_anything_else(build_run):
