@@ -2,7 +2,8 @@
 
 Prints each probe's verdict, the decided drift class (and the probe that decided it), then the
 audit's token-weighted and sample-mean figures. `--json` prints one object with at least `class`
-and `decided_by`, plus `label` ("undecided: needs ..."), `needs`, `probes`, `boundary`, `audit` and
+and `decided_by`, plus `label` ("undecided: needs ..."), `needs`, `probes`, `boundary`, `audit`,
+`boundary_table` (both engines' tensors against their envelopes, with the class they decide) and
 `warnings`. Exit 0 when the probes ran (whatever they decided); 1 when the run has no readable
 dump (class "undecided: no readable dump": nothing was checked); 2 with one line when the run
 directory cannot be used.
@@ -72,14 +73,28 @@ def cmd_attribute(args: argparse.Namespace) -> int:
             print(f"class: undecided: no readable dump ({reasons})")
         return 1
     audit = audit_run(run)
+    boundaries = _boundary_evidence(run, knobs, report)
     if args.json:
         data = report.to_json()
         data["audit"] = _audit_summary(audit)
+        data["boundary_table"] = boundaries
         data["warnings"] = sorted(set(report.warnings) | set(audit.warnings), key=(report.warnings + audit.warnings).index)
         print(json.dumps(data, indent=1, default=str))
         return 0
     _print_text(report, audit)
+    print(f"boundary table: {boundaries['reason']}; class from the table and probes 1, 2, 6: {boundaries['class']}")
     return 0
+
+
+def _boundary_evidence(run, knobs, report) -> dict:
+    """Both engines' tensors at every boundary (capture bundles) against their measured envelopes,
+    and the class they decide with probes 1, 2 and 6 (harness.attribution.boundaries)."""
+    from harness.attribution.boundaries import classify, run_boundary_table
+
+    table = run_boundary_table(run, knobs)
+    by_number = {p.number: p for p in report.probes}
+    decided = classify(table, [by_number[1], by_number[2]], by_number[6])
+    return {**table.to_json(), "class": decided.label, "decided_by": decided.decided_by}
 
 
 def _print_text(report, audit) -> None:

@@ -36,7 +36,7 @@ How to call it (what the embedded trainer does at the rollouts in ``CAPTURE_ROLL
     taps.close()
     trainer = trainer_side(taps.call(0), row, tokens, prompt_len, resp_len, temperature, top_k, top_p, recorded)
     rollout = rollout_side(engine, tokens, prompt_len, resp_len, temperature, top_k, top_p, recorded)
-    write_capture(path, rollout_id, [CapturedSample(index, tokens, P, R, trainer, rollout)], policy, weights)
+    write_capture(path, rollout_id, [CapturedSample(index, tokens, P, R, trainer, rollout)], policy, weights, unavailable=[])
     bundle = read_capture(path)                             # {"samples": [...], "policy": {...}, ...}
 
 ``rollout_side`` raises ``CaptureUnavailable`` (one line) where vLLM's model is not in this process
