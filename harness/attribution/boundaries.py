@@ -223,6 +223,9 @@ def boundary_table(run_dir: Path, k: float, run_id: str | None = None) -> Bounda
         usable = [s for s in bundle["samples"] if s.get("trainer") is not None and s.get("rollout") is not None]
         if not usable or bundle.get("weights") is None:
             continue
+        if "model.layers.0.mlp.gate_proj.weight" not in bundle["weights"]:
+            table.notes.append(f"{path.name}: an MoE model (routed experts): boundary_ops has no reference MoE block, so no envelope")
+            continue
         bundles.append({**bundle, "samples": usable})
         table.captures.append(path.name)
     if not bundles:
