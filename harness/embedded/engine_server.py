@@ -17,7 +17,7 @@ from pathlib import Path
 
 import requests
 
-from harness.embedded import fp8, true_on_policy, vllm_cpu_fixes
+from harness.embedded import fp8, logprob_operator, true_on_policy, vllm_cpu_fixes, weight_digest
 from harness.embedded.engine import KV_CACHE_BYTES, MAX_MODEL_LEN, Completion, EngineConfig, EngineStartError, SamplingSpec, _save_weights
 from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
@@ -47,6 +47,8 @@ class ServerEngine:
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
         env[fp8.ENV_FLAG] = "1" if cfg.fp8 else "0"
         env[vllm_cpu_fixes.ENV_FLAG] = "1"
+        env[weight_digest.ENV_FLAG] = "1"
+        env[logprob_operator.ENV_FLAG] = cfg.logprob_operator
         env[true_on_policy.ENV_FLAG] = "1" if cfg.true_on_policy else "0"
         if cfg.true_on_policy:
             env.update(true_on_policy_engine.env())
@@ -155,6 +157,10 @@ class ServerEngine:
         finally:
             self._post("/resume")
         self.version = version
+
+    def weight_digest(self) -> dict:
+        """{parameter name: dtype, shape, sha} of the weights the server's engine holds now."""
+        return self._post("/collective_rpc", {"method": weight_digest.WORKER_METHOD})["results"][0]
 
     def kv_cache_usage(self) -> float | None:
         try:

@@ -116,6 +116,7 @@ FLAGS: list[Flag] = [
     # --- embedded-only
     Flag("embedded-inject", str, None),
     Flag("embedded-replay-processed-logprobs", None, False),
+    Flag("embedded-logprob-operator", str, "native", _H, "the selected-log-prob operator of both engines (harness/embedded/logprob_operator.py)"),
     Flag("embedded-true-on-policy", None, False, _H, "trainer log-probs bitwise equal to the engine's (docs/true-on-policy.md)"),
     Flag("embedded-true-on-policy-without", str, None, _H, "levers switched off, comma-separated (controls; docs/true-on-policy.md)"),
     Flag("embedded-output-dir", str, None),

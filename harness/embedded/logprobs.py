@@ -91,6 +91,14 @@ def token_diagnostics(
     return {"rank": rank, "inside_filter_set": inside, "vocab_shard": shard, "entropy": entropy}
 
 
+def _operator_implementation(name: str) -> str:
+    """--embedded-logprob-operator NAME: the registry operator both engines run."""
+    from harness.operators import registry
+
+    op = registry.get(name)
+    return f"harness.operators.registry {name!r} in the trainer and in vLLM's sampler: {op.contract.summary}"
+
+
 def execution_decision(logger: logging.Logger, *, backend: str, dtype: str, tp: int, rank: int, fallback_tokens: int = 0) -> dict:
     """RL-Align's ``rl_kernel.execution_decision {json}`` record for the log-prob path used."""
     record = {
@@ -104,7 +112,7 @@ def execution_decision(logger: logging.Logger, *, backend: str, dtype: str, tp: 
         "tp_size": tp,
         "tp_rank": rank,
         "cp_size": 1,
-        "implementation": IMPLEMENTATIONS[backend],
+        "implementation": IMPLEMENTATIONS.get(backend) or _operator_implementation(backend),
         "tokens_outside_replayed_set": fallback_tokens,
     }
     logger.info("rl_kernel.execution_decision %s", json.dumps(record, sort_keys=True), stacklevel=2)

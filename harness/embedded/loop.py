@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness.embedded import capture, dumps, factory, fp8, numeric_faults
+from harness.embedded import capture, dumps, factory, fp8, numeric_faults, weight_digest
 from harness.embedded import logprobs as lp
 from harness.embedded import true_on_policy as true_on_policy_mode
 from harness.embedded.data import load_prompts, tokenizer_hash
@@ -137,6 +137,7 @@ class EmbeddedRun:
             # dumps (and the audit) can say where the trainer routed a token differently.
             return_routed_experts=s.routing_replay or bool(num_experts(self.hf_config) and s.colocate and s.tp == 1),
             routed_experts_required=s.routing_replay,
+            logprob_operator=s.logprob_operator,
         )
         if s.output_dir:
             Path(s.output_dir).mkdir(parents=True, exist_ok=True)
@@ -174,6 +175,7 @@ class EmbeddedRun:
             target_shift=1 if f.token_shift else 0,
             slice_shift=-1 if f.mask_off_by_one else 0,
             true_on_policy=self.s.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"),
+            operator=self.s.logprob_operator,
         )
 
     def _recompute(self, samples: list[Sample], spec: LogprobSpec, want_probe: int):
@@ -256,6 +258,7 @@ class EmbeddedRun:
         s = self.s
         t_step = time.perf_counter()
         samples, rollout_time, kv = None, 0.0, None
+        engine_weights = self.engine.weight_digest() if self.is_main else None  # what the rollout computes with
         if self.is_main:
             t0 = time.perf_counter()
             samples = collect(
@@ -269,11 +272,14 @@ class EmbeddedRun:
             rollout_time = time.perf_counter() - t0
             kv = self.engine.kv_cache_usage()
         samples = self._share(samples)
+        weights = self._weights_digest(engine_weights, samples)
 
         spec = self._logprob_spec()
         t0 = time.perf_counter()
         taps = capture.start(self, rollout_id, samples)  # both engines' boundary tensors for the probe samples
         views, probes, fallback = self._recompute(samples, spec, s.probe_samples if self.is_main else 0)
+        for v in views if weights else ():
+            v.fingerprint["weights_sha"] = weights["trainer_sha"]
         log_probs_time = time.perf_counter() - t0
         capture.finish(self, taps, rollout_id, samples, spec, views)
         # The LM head the recompute used (before the optimizer moves it); collective under TP.
@@ -308,6 +314,7 @@ class EmbeddedRun:
                 "rollout_quantization": "fp8-e4m3-emulated" if s.fp8 else None,
                 "logprobs_mode": s.logprobs_mode,
                 "replay_processed": s.replay_processed,
+                "logprob_operator": s.logprob_operator,
                 "tp_size": s.tp,
                 "injections": s.faults.names(),
             }
@@ -353,12 +360,29 @@ class EmbeddedRun:
         if server_peak is not None:
             perf["perf/rollout_peak_memory_gb"] = server_peak
         backend = lp.TRUE_ON_POLICY if s.true_on_policy else lp.REPLAY if s.replay_processed else lp.NATIVE
+        if s.logprob_operator != lp.NATIVE:
+            backend = s.logprob_operator
         return StepReport(
             rollout=rollout_metrics,
             steps=step_metrics,
             perf=perf,
             extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
         )
+
+    def _weights_digest(self, engine_weights: dict | None, samples: list[Sample]) -> dict | None:
+        """Probe 2's evidence: the engine's weights (read back before it generated) and the trainer's
+        (as the sync sends them), hashed in one layout; each side's digest goes into its record."""
+        sent = self.policy.full_hf_state()  # collective under TP
+        if not self.is_main:
+            return None
+        if self.s.fp8:
+            sent = fp8.quantize_state_dict(sent)
+        weights = weight_digest.compare(engine_weights, sent)
+        for x in samples:
+            x.rollout_fingerprint["weights_sha"] = weights["engine_sha"]
+        if weights["differing"]:
+            log.warning("weights differ between the engine and the trainer in %s", ", ".join(weights["differing"][:5]))
+        return weights
 
     def _probe_dir(self, rollout_id: int) -> Path | None:
         """Probe bundles go next to the train dumps (else into the output dir); None: no probes."""

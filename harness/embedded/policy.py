@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.embedded import logprob_operator
 from harness.embedded import logprobs as lp
 from harness.embedded.megatron_cpu import causal_mask, on_cpu
 from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
@@ -27,6 +28,7 @@ class LogprobSpec:
     replay: bool  # --embedded-replay-processed-logprobs
     target_shift: int = 0  # injected token-shift: 1
     slice_shift: int = 0  # injected mask-off-by-one: -1 (response slice read one position early)
+    operator: str = "native"  # --embedded-logprob-operator (harness.embedded.logprob_operator)
     true_on_policy: bool = False  # --embedded-true-on-policy: log-probs as the engine computes them
 
 
@@ -108,7 +110,14 @@ class Policy:
                 self.routing.reset()
             selected = logits[rows_t, cols_t]  # [N, V/tp]
             fallback = 0
-            if spec.true_on_policy:
+            if spec.operator != lp.NATIVE:
+                # The operator on the LM head's own operands: the decoder's output at the selected
+                # positions (in the autograd graph) and the output layer's weight shard.
+                op = logprob_operator.resolve(spec.operator)
+                values = logprob_operator.trainer_logprobs(
+                    op, self.captured_hidden[cols_t, rows_t], self.output_weight_shard(), targets_t, spec.temperature, self.tp
+                )
+            elif spec.true_on_policy:
                 values, outside = engine_logprobs(lp.gather_full_vocab(selected), targets_t, spec.temperature, spec.top_k, spec.top_p, spec.replay)
                 fallback = int(outside.sum())
             elif spec.replay:
@@ -186,6 +195,11 @@ class Policy:
         shards: list = [None] * self.tp
         torch.distributed.all_gather_object(shards, mine)
         return megatron_to_hf(shards, self.hf_config) if self.tp_rank == 0 else None
+
+    def output_weight_shard(self) -> torch.nn.Parameter:
+        """This rank's rows of the LM head's weight (the output layer's, or the tied embedding's)."""
+        name = "output_layer.weight" if not self.hf_config.tie_word_embeddings else "embedding.word_embeddings.weight"
+        return dict(self.model.named_parameters())[name]
 
     def lm_head_weight(self) -> torch.Tensor:
         """The full (vocab-gathered) output-layer weight, for probe bundles."""

@@ -47,6 +47,7 @@ class Settings:
     save_rollout: str | None
     save_train: str | None
     replay_processed: bool
+    logprob_operator: str = "native"  # --embedded-logprob-operator (harness.embedded.logprob_operator)
     true_on_policy: bool  # --embedded-true-on-policy (harness.embedded.true_on_policy)
     true_on_policy_without: frozenset[str]  # --embedded-true-on-policy-without: levers switched off
     output_dir: str | None
@@ -88,6 +89,7 @@ def from_flags(v: dict) -> Settings:
         raise FlagError("--entropy-coef: the embedded trainer supports only 0 (no entropy bonus)")
     if v["embedded-probe-samples"] < 0:
         raise FlagError("--embedded-probe-samples must be >= 0")
+    _check_logprob_operator(v)
     dynamic = v["use-dynamic-batch-size"]
     if dynamic and not v["max-tokens-per-gpu"]:
         raise FlagError("--use-dynamic-batch-size requires --max-tokens-per-gpu (as in VIME)")
@@ -131,9 +133,23 @@ def from_flags(v: dict) -> Settings:
         save_rollout=v["save-debug-rollout-data"],
         save_train=v["save-debug-train-data"],
         replay_processed=v["embedded-replay-processed-logprobs"],
+        logprob_operator=v["embedded-logprob-operator"],
         true_on_policy=v["embedded-true-on-policy"],
         true_on_policy_without=_true_on_policy_without(v),
         output_dir=v["embedded-output-dir"],
         probe_samples=v["embedded-probe-samples"],
         faults=injections.parse(v["embedded-inject"]),
     )
+
+
+def _check_logprob_operator(v: dict) -> None:
+    from harness.embedded.logprob_operator import NATIVE, OperatorChoiceError, resolve
+
+    name = v["embedded-logprob-operator"]
+    try:
+        resolve(name)
+    except OperatorChoiceError as err:
+        raise FlagError(str(err)) from None
+    for other in ("embedded-replay-processed-logprobs", "embedded-true-on-policy"):
+        if name != NATIVE and v.get(other):
+            raise FlagError(f"--embedded-logprob-operator {name} with --{other}: each replaces the trainer's log-prob path; choose one")

@@ -1,0 +1,93 @@
+"""Probe 2's evidence: a digest of the weights each engine actually holds, in one layout.
+
+vLLM side: ``embedded_weight_digest``, a method added to vLLM's worker (so ``collective_rpc`` reaches
+it in process and through the non-colocate server's /collective_rpc), reads back every parameter
+of the engine's model: name, dtype, shape and a SHA-256 of its values. Trainer side: the HF state
+dict gathered from the Megatron model, put through what the sync does to it (the fp8 rounding of
+an fp8 rollout), laid out as vLLM stacks it (q/k/v into ``qkv_proj``, gate/up into
+``gate_up_proj``) and cast to the dtype the engine reported for that tensor, as vLLM's loader casts.
+
+Both sides hash the same tensors: those with one name and shape on both. A tensor vLLM keeps in
+its own packed layout (the CPU fused-MoE experts) is listed as not comparable, never hashed on one
+side only. Equal digests mean the engine holds exactly what the trainer computes with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import torch
+
+ENV_FLAG = "EMBEDDED_WEIGHT_DIGEST"
+WORKER_METHOD = "embedded_weight_digest"
+# vLLM's stacked parameters (Qwen3's stacked_params_mapping): fused name -> HF parts in order.
+STACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def tensor_sha(t: torch.Tensor) -> str:
+    """SHA-256 of the values (as fp32: exact for bf16/fp16/fp32) and the shape."""
+    data = t.detach().to(torch.float32).contiguous().cpu()
+    digest = hashlib.sha256(str(tuple(data.shape)).encode())
+    digest.update(data.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def engine_report(named_parameters) -> dict:
+    """{name: {dtype, shape, sha}} of a model's parameters (runs inside the engine process)."""
+    return {name: {"dtype": str(p.dtype).removeprefix("torch."), "shape": list(p.shape), "sha": tensor_sha(p)} for name, p in named_parameters}
+
+
+def in_engine_layout(hf_state: dict) -> dict:
+    """The HF state dict with vLLM's stacked parameters concatenated as its loader does."""
+    out, consumed = {}, set()
+    for name in hf_state:
+        if ".experts." in name:
+            continue
+        for fused, parts in STACKED.items():
+            for part in parts:
+                if f".{part}." not in name:
+                    continue
+                target = name.replace(f".{part}.", f".{fused}.")
+                if target not in out:
+                    out[target] = torch.cat([hf_state[name.replace(f".{part}.", f".{p}.")] for p in parts], 0)
+                consumed.add(name)
+    out.update({n: t for n, t in hf_state.items() if n not in consumed})
+    return out
+
+
+def _combined(parts: list[str]) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def compare(engine: dict, sent_state: dict) -> dict:
+    """Both sides' digests over the tensors they hold in one layout, and what could not be compared."""
+    layout = in_engine_layout(sent_state)
+    common = sorted(n for n in engine if n in layout and list(layout[n].shape) == engine[n]["shape"])
+    trainer = [tensor_sha(layout[n].to(getattr(torch, engine[n]["dtype"]))) for n in common]
+    differing = [n for n, sha in zip(common, trainer) if sha != engine[n]["sha"]]
+    return {
+        "engine_sha": _combined([f"{n}:{engine[n]['sha']}" for n in common]),
+        "trainer_sha": _combined([f"{n}:{sha}" for n, sha in zip(common, trainer)]),
+        "tensors": len(common),
+        "differing": differing,
+        "not_comparable": sorted((set(engine) | set(layout)) - set(common)),
+    }
+
+
+def install_worker_method() -> None:
+    """Give vLLM's worker the digest method (idempotent; runs in the engine's process)."""
+    from vllm.v1.worker.gpu_worker import Worker
+
+    if hasattr(Worker, WORKER_METHOD):
+        return
+
+    def embedded_weight_digest(self) -> dict:
+        return engine_report(self.model_runner.model.named_parameters())
+
+    setattr(Worker, WORKER_METHOD, embedded_weight_digest)
+
+
+def install_from_env() -> None:
+    if os.environ.get(ENV_FLAG) == "1":
+        install_worker_method()
