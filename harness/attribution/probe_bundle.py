@@ -35,6 +35,7 @@ SCALARS = {
     "trainer_dtype": ("trainer_dtype", "train_dtype"),
     "trainer_temperature": ("trainer_temperature",),
     "replay_processed": ("replay_processed",),
+    "logprob_operator": ("logprob_operator",),
     "tp_size": ("tp_size", "tensor_model_parallel_size"),
     "vocab_start": ("vocab_start", "vocab_start_index"),
     "weight_version": ("weight_version_trainer", "weight_version"),

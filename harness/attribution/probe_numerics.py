@@ -96,12 +96,16 @@ class BundleNumerics:
         self.trainer_temperature = float(bundle.scalar("trainer_temperature", bundle.scalar("temperature", settings.temperature)))
         self.replay_processed = bool(bundle.scalar("replay_processed", settings.replay_processed))
         self.trainer_policy = policy_of(bundle.scalar("trainer_dtype", settings.trainer_dtype), None)
-        self.tp_size = int(bundle.scalar("tp_size", settings.tp_size) or 1)
-        self.ref = reference_logits(self.hidden, self.weight, self.temperature)
-        self.logits = {
-            side: policy_logits(self.hidden, self.weight, policy, self.temperature)
+        # --embedded-logprob-operator: both LM heads ran that registry operator, whose logits are fp32
+        # from the (exactly upcast) operands whatever the side's dtype; upstream stays the side's.
+        self.logprob_operator = str(bundle.scalar("logprob_operator", getattr(settings, "logprob_operator", "native")) or "native")
+        self.head_policy = {
+            side: "float32" if self.logprob_operator != "native" else policy
             for side, policy in (("rollout", self.rollout_policy), ("trainer", self.trainer_policy))
         }
+        self.tp_size = int(bundle.scalar("tp_size", settings.tp_size) or 1)
+        self.ref = reference_logits(self.hidden, self.weight, self.temperature)
+        self.logits = {side: policy_logits(self.hidden, self.weight, policy, self.temperature) for side, policy in self.head_policy.items()}
         self.rollout_lp = None if bundle.rollout_log_probs is None else bundle.rollout_log_probs[active]
         self.trainer_lp = None if bundle.trainer_log_probs is None else bundle.trainer_log_probs[active]
 
@@ -133,7 +137,7 @@ class BundleNumerics:
             return None
         from harness.operators.sampling_filters import apply_top_k_top_p
 
-        logits = policy_logits(self.hidden, self.weight, self.trainer_policy, self.trainer_temperature)
+        logits = policy_logits(self.hidden, self.weight, self.head_policy["trainer"], self.trainer_temperature)
         if self.replay_processed and (self.top_k > 0 or self.top_p < 1.0):
             logits, _ = apply_top_k_top_p(logits, self.top_k if self.top_k > 0 else None, self.top_p if self.top_p < 1.0 else None)
         lp = torch.log_softmax(logits.double(), dim=1).gather(1, self.targets[:, None]).squeeze(1)
@@ -200,7 +204,7 @@ def probe_logits(num: BundleNumerics, floor: float) -> dict:
         boundary = upstream_name(num)
     else:
         side = max(errors, key=lambda k: errors[k]["log_prob"]["mean"] or 0.0)  # the less exact head
-        policy = num.rollout_policy if side == "rollout" else num.trainer_policy
+        policy = num.head_policy[side]
         boundary = boundary_name(side, policy)
     result = {"localised": localised and not inconsistent, "boundary": boundary if localised else None, "side": side, "policy": policy}
     if inconsistent:
@@ -239,7 +243,7 @@ def probe_lse_split(num: BundleNumerics, floor: float) -> dict:
     part = "selected-logit gather" if sel_mean >= lse_mean else "vocab log-sum-exp reduction"
     localised = max(sel_mean, lse_mean) > floor
     side = max(split, key=lambda k: split[k]["log_prob"]["mean"] or 0.0)
-    policy = num.rollout_policy if side == "rollout" else num.trainer_policy
+    policy = num.head_policy[side]
     return {
         "localised": localised,
         "boundary": f"{boundary_name(side, policy)} ({part} differs most)" if localised else None,
@@ -321,13 +325,15 @@ def probe_paths(num: BundleNumerics, floor: float) -> dict:
                 row[f"vs_recorded_{side}"] = _stats(out - recorded)
         table[name] = row
     rollout_path, trainer_path = SIDE_PATHS["rollout"], SIDE_PATHS["trainer"]
+    if num.logprob_operator != "native":  # both engines ran the selected operator (harness/embedded/logprob_operator.py)
+        rollout_path = trainer_path = num.logprob_operator
     if rollout_path not in outputs or trainer_path not in outputs:
         return {"localised": False, "boundary": None, "skipped": f"{rollout_path} or {trainer_path} could not run", "evidence": {"paths": table}}
     gap = _stats(outputs[rollout_path] - outputs[trainer_path])
     drift = num.observed_drift()
     localised = (gap["mean"] or 0.0) > floor
     side = "rollout" if (table[rollout_path]["vs_fp64"]["mean"] or 0) >= (table[trainer_path]["vs_fp64"]["mean"] or 0) else "trainer"
-    policy = num.rollout_policy if side == "rollout" else num.trainer_policy
+    policy = num.head_policy[side]
     return {
         "localised": localised,
         "boundary": boundary_name(side, policy) if localised else None,

@@ -21,6 +21,7 @@ class RunSettings:
     trainer_dtype: str = "float32"  # Megatron trains in fp32 unless --bf16
     tp_size: int = 1
     replay_processed: bool = False
+    logprob_operator: str = "native"  # --embedded-logprob-operator: the registry operator both engines ran
 
     @property
     def filters_on(self) -> bool:
@@ -46,6 +47,7 @@ def run_settings(run) -> RunSettings:
         trainer_dtype="bfloat16" if spec.flag("bf16") else "float32",
         tp_size=int(spec.flag("tensor-model-parallel-size", 1)),
         replay_processed=bool(spec.flag("embedded-replay-processed-logprobs")),
+        logprob_operator=str(spec.flag("embedded-logprob-operator", "native") or "native"),
     )
 
 

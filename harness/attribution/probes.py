@@ -1,7 +1,7 @@
 """The seed's seven attribution probes on a finished run, and the drift class they decide.
 
     1 sample and token identity      dumps: rollout side vs trainer side, field by field
-    2 model state                    dumps: weight versions on both sides, no update in between
+    2 model state                    dumps: a digest of the weights each engine holds, per step
     3 pre-softmax logits             probe bundle: selected logits per side's precision policy vs fp64
     4 log-sum-exp vs selected logit  probe bundle: the same error, split
     5 vocab-parallel reduce          probe bundle: TP merge vs full-vocabulary reduce
@@ -114,6 +114,32 @@ def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdi
     return _verdict(number, "pass", f"{what} agrees on {', '.join(sorted(relevant))}", evidence)
 
 
+WEIGHT_DIGEST_FIELD = "consistency_metadata.weights_sha"
+
+
+def state_verdict(comparison) -> ProbeVerdict:
+    """Probe 2 from the weights each engine holds: a digest of the engine's weights read back from it
+    and of the trainer's (harness/embedded/weight_digest.py), per step. Weight-version counters are
+    labels the caller passes, not a reading of the state: they can fail the probe (two labels that
+    disagree) but never pass it."""
+    verdict = _group_verdict(2, "state", comparison, "model state")
+    if verdict.status == "fail":
+        return verdict
+    digests = comparison.compared.get(WEIGHT_DIGEST_FIELD, 0)
+    verdict.evidence["weight_digests_compared"] = digests
+    if not digests:
+        return _verdict(
+            2,
+            NOT_CHECKED,
+            "no digest of the weights each engine holds is recorded on both sides (weight-version counters label "
+            "the state, they do not read it); model state not checked",
+            verdict.evidence,
+        )
+    return _verdict(
+        2, "pass", f"model state: the weights each engine holds hash equal on {digests} samples ({WEIGHT_DIGEST_FIELD})", verdict.evidence
+    )
+
+
 def group_fields(group: str, field: str) -> bool:
     from harness.attribution.consistency import group_of
 
@@ -168,7 +194,7 @@ def compare_sides(dumps: RunDumps, bundles: list | None = None):
 def framework_probes(dumps: RunDumps, bundles: list | None = None, comparison=None) -> list[ProbeVerdict]:
     comparison = comparison or compare_sides(dumps, bundles)
     identity = _group_verdict(1, "identity", comparison, "sample and token identity")
-    state = _group_verdict(2, "state", comparison, "model state (weight version)")
+    state = state_verdict(comparison)
     if comparison.layout:
         identity.evidence["batch_layout_examples"] = comparison.layout[:MAX_LINES]
     return [identity, state]

@@ -58,8 +58,13 @@ def build_run(
     seed: int = 0,
     hidden_noise: float = 0.0,
     bundle_weight_step: float = 0.0,
+    weight_digests: bool = True,
 ) -> Path:
-    """A run directory with spec.yaml, metrics.jsonl and dumps; `fault` breaks one thing on purpose."""
+    """A run directory with spec.yaml, metrics.jsonl and dumps; `fault` breaks one thing on purpose.
+
+    `weight_digests`: both sides record a digest of the weights they hold (the embedded trainer's
+    consistency_metadata.weights_sha, probe 2's evidence); a stale-weights fault makes the trainer's
+    differ from the rollout's from the second step on, as its version label does."""
     run = RunDir(root / f"built-{seed}").create()
     flags = {
         "rollout-temperature": temperature,
@@ -76,7 +81,19 @@ def build_run(
     for step in range(steps):
         rollout_samples, train = (
             [],
-            {k: [] for k in ("tokens", "response_lengths", "loss_masks", "log_probs", "rollout_log_probs", "sample_indices", "weight_versions")},
+            {
+                k: []
+                for k in (
+                    "tokens",
+                    "response_lengths",
+                    "loss_masks",
+                    "log_probs",
+                    "rollout_log_probs",
+                    "sample_indices",
+                    "weight_versions",
+                    "consistency_metadata",
+                )
+            },
         )
         bundle_parts = []
         for index in range(samples):
@@ -99,8 +116,11 @@ def build_run(
                 "index": index,
                 "reward": 1.0,
             }
+            version = str(step - 1 if fault == "stale-weights" and step > 0 else step)
             if not vime_format:
                 sample["consistency_metadata"] = {"tokenizer": "tok-A", "sampling": {"temperature": temperature}}
+                if weight_digests:
+                    sample["consistency_metadata"]["weights_sha"] = f"weights-{step}"
             rollout_samples.append(sample)
             train_tokens = tokens.clone()
             train_mask = mask.clone()
@@ -108,7 +128,7 @@ def build_run(
                 train_tokens = torch.roll(tokens, -1)
             if fault == "mask-off-by-one":
                 train_mask = torch.roll(mask, 1)
-            version = str(step - 1 if fault == "stale-weights" and step > 0 else step)
+            train["consistency_metadata"].append({"weights_sha": f"weights-{version}"} if weight_digests else {})
             train["tokens"].append(train_tokens)
             train["response_lengths"].append(RESPONSE)
             train["loss_masks"].append(train_mask)
@@ -118,7 +138,7 @@ def build_run(
             train["weight_versions"].append(version)
             bundle_parts.append((hidden, targets, mask, rollout_lp, trainer_lp))
         if vime_format:
-            del train["sample_indices"], train["weight_versions"]
+            del train["sample_indices"], train["weight_versions"], train["consistency_metadata"]
         torch.save({"rollout_id": step, "samples": rollout_samples}, run.dumps_dir / f"rollout_{step}.pt")
         torch.save({"rollout_id": step, "rank": 0, "rollout_data": train}, run.dumps_dir / f"train_{step}_0.pt")
         if not vime_format:

@@ -1,0 +1,61 @@
+"""Probe 2 (model state) from a digest of the weights each engine holds, never from version labels alone.
+
+Built runs whose cause is known by construction: equal digests pass, a digest that differs fails
+even when both sides' version labels agree (a sync that reported success while the engine kept other
+weights), and a run with version labels only is "not checked", so its class names what it needs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from attribution_builders import build_run, rewrite
+
+from harness.attribution.probes import WEIGHT_DIGEST_FIELD, framework_checks, run_probes
+from harness.records.rundir import RunDir
+
+pytestmark = pytest.mark.attribution
+
+
+def _state(run_dir):
+    return framework_checks(RunDir(run_dir).load())[1]
+
+
+def test_equal_digests_pass_with_the_count_compared(tmp_path):
+    state = _state(build_run(tmp_path))
+    assert state.status == "pass", state.verdict
+    assert state.evidence["weight_digests_compared"] == 2 * 4  # every sample of both steps
+    assert WEIGHT_DIGEST_FIELD in state.verdict
+
+
+def test_digest_that_differs_fails_although_versions_agree(tmp_path):
+    path = build_run(tmp_path)
+
+    def engine_kept_old_weights(data):
+        for sample in data["samples"]:
+            sample["consistency_metadata"]["weights_sha"] = "weights-0"
+
+    rewrite(path / "dumps" / "rollout_1.pt", engine_kept_old_weights)
+    state = _state(path)
+    assert state.status == "fail", state.verdict
+    assert WEIGHT_DIGEST_FIELD in state.verdict and "rollout 1" in state.verdict
+    assert not any("weight_version" in line for line in state.evidence["mismatches"])  # the labels agreed
+
+
+def test_stale_weights_fail_on_the_digest(tmp_path, knobs):
+    report = run_probes(RunDir(build_run(tmp_path, fault="stale-weights", rollout_dtype=torch.bfloat16)).load(), knobs)
+    assert (report.drift_class, report.decided_by) == ("framework", 2)
+    assert any(WEIGHT_DIGEST_FIELD in line for line in report.probes[1].evidence["mismatches"])
+
+
+def test_version_labels_alone_are_not_checked(tmp_path, knobs):
+    report = run_probes(RunDir(build_run(tmp_path, weight_digests=False)).load(), knobs)
+    state = report.probes[1]
+    assert state.status == "not checked" and "do not read it" in state.verdict
+    assert state.evidence["compared"].get("weight_version") == 2 * 4  # the labels were there and agreed
+    assert report.drift_class == "undecided" and report.needs == ["probe 2 (model state)"], report.label
+
+
+def test_label_mismatch_still_fails_without_digests(tmp_path):
+    state = _state(build_run(tmp_path, fault="stale-weights", weight_digests=False))
+    assert state.status == "fail" and "weight_version" in state.verdict
