@@ -221,7 +221,8 @@ def rollout_side(
     handles = llm.apply_model(lambda model: _vllm_hooks(model, store))[0]
     try:
         llm.reset_prefix_cache()  # a cached prefix would skip its positions in the forward
-        llm.generate([TokensPrompt(prompt_token_ids=tokens[:-1])], SamplingParams(max_tokens=1, temperature=1.0), use_tqdm=False)
+        # greedy: the capture's one token draws no random number from the run's sampling streams
+        llm.generate([TokensPrompt(prompt_token_ids=tokens[:-1])], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
     finally:
         for handle in handles:
             handle.remove()
@@ -330,6 +331,14 @@ def finish(run, taps: TrainerTaps | None, rollout_id: int, samples: list, spec, 
     if taps is None:
         return None
     taps.close()
+    rng = torch.random.get_rng_state()  # vLLM's CPU sampler draws its seeds from torch's RNG: leave the run's stream as it was
+    try:
+        return _finish(run, taps, rollout_id, samples, spec, views)
+    finally:
+        torch.random.set_rng_state(rng)
+
+
+def _finish(run, taps: TrainerTaps, rollout_id: int, samples: list, spec, views: list) -> Path:
     s, unavailable, captured = run.s, [], []
     for i, (m, off) in sorted(taps.where.items()):
         x = samples[i]
@@ -342,10 +351,14 @@ def finish(run, taps: TrainerTaps | None, rollout_id: int, samples: list, spec, 
             )
         except CaptureUnavailable as err:
             unavailable.append(f"trainer: {err}")
+        except Exception as err:  # noqa: BLE001 - a diagnostic must not end the run; the table says "not checked" and why
+            unavailable.append(f"trainer: capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}")
         try:
             rollout = rollout_side(run.engine, *args, s.temperature, s.top_k, s.top_p, torch.tensor(x.rollout_log_probs))
         except CaptureUnavailable as err:
             unavailable.append(f"rollout: {err}")
+        except Exception as err:  # noqa: BLE001 - a diagnostic must not end the run; the table says "not checked" and why
+            unavailable.append(f"rollout: capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}")
         captured.append(CapturedSample(int(x.index), list(x.tokens), P, R, trainer, rollout))
     rollout_dtype = next((str(c.rollout["embedding"].dtype).removeprefix("torch.") for c in captured if c.rollout), s.vllm_dtype)
     policy = {
