@@ -183,3 +183,54 @@ def test_the_audit_names_the_experts_that_computed_each_token_and_groups_drift_b
     assert groups["tokens_by_group"] == {"0": 1, "1": 3}
     assert groups["mean_abs_dlogp_by_group"]["0"] == pytest.approx(0.5)
     assert groups["mean_abs_dlogp_by_group"]["1"] == pytest.approx((0.01 + 0.02 + 0.01) / 3)
+
+
+def test_routed_capture_files_each_rows_under_its_request_and_refuses_gaps():
+    """The engine-side capture without an engine: two sibling completions (n=2) of request "7",
+    a 3-token prompt each, one prefill step and one decode step, two MoE layers, top-2. Rows follow
+    the runner's batch order; each request's rows start at its computed-token count."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from harness.embedded.routed_capture import CaptureError, RoutedExpertsCapture
+
+    class Router:
+        top_k = 2
+
+        def set_capture_fn(self, fn):
+            self.fn = fn
+
+    routers = [Router(), Router()]
+    modules = [(f"model.layers.{i}.mlp.experts", SimpleNamespace(router=r)) for i, r in enumerate(routers)]
+    runner = SimpleNamespace(model=SimpleNamespace(named_modules=lambda: modules), input_batch=None)
+
+    def forward(scheduled, computed, rows_per_layer):
+        runner.input_batch = SimpleNamespace(req_ids=list(scheduled), num_computed_tokens_cpu=np.array(computed))
+        steps.append(SimpleNamespace(num_scheduled_tokens=scheduled))
+        runner.execute_model(steps[-1])
+        for router, rows in zip(routers, rows_per_layer):
+            router.fn(torch.tensor(rows))
+
+    steps = []
+    runner.execute_model = lambda scheduler_output: None
+    llm = SimpleNamespace(
+        llm_engine=SimpleNamespace(
+            engine_core=SimpleNamespace(
+                engine_core=SimpleNamespace(
+                    model_executor=SimpleNamespace(driver_worker=SimpleNamespace(worker=SimpleNamespace(model_runner=runner)))
+                )
+            )
+        )
+    )
+    capture = RoutedExpertsCapture(llm)
+    a, b = "0_7-ab12", "1_7-ab12"
+    layer0 = [[0, 1], [1, 2], [2, 3], [4, 5], [5, 6], [6, 7]]  # a's 3 prompt rows, then b's
+    forward({a: 3, b: 3}, [0, 0], [layer0, [[7 - x for x in r] for r in layer0]])
+    forward({a: 1, b: 1}, [3, 3], [[[3, 4], [0, 7]], [[4, 3], [7, 0]]])
+    routed = capture.take("7", 1, 2, forwarded=4)  # completion 1 = b: 3 prompt rows + 1 decode row
+    assert routed.shape == (4, 2, 2)
+    assert routed[:, 0].tolist() == [[4, 5], [5, 6], [6, 7], [0, 7]]
+    assert routed[:, 1].tolist() == [[3, 2], [2, 1], [1, 0], [7, 0]]
+    with pytest.raises(CaptureError, match="1 of 5 forwarded tokens"):
+        capture.take("7", 0, 2, forwarded=5)  # a's fifth token was never forwarded
