@@ -258,7 +258,7 @@ class EmbeddedRun:
         s = self.s
         t_step = time.perf_counter()
         samples, rollout_time, kv = None, 0.0, None
-        engine_weights = self.engine.weight_digest() if self.is_main else None  # what the rollout computes with
+        engine_weights = self._engine_weights() if self.is_main else None  # what the rollout computes with
         if self.is_main:
             t0 = time.perf_counter()
             samples = collect(
@@ -369,11 +369,20 @@ class EmbeddedRun:
             extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
         )
 
+    def _engine_weights(self) -> dict | None:
+        try:
+            return self.engine.weight_digest()
+        except Exception as err:  # noqa: BLE001 - the run goes on; its records then lack probe 2's evidence
+            log.warning("the engine's weights could not be read back (%s: %s); no weight digest this step", type(err).__name__, err)
+            return None
+
     def _weights_digest(self, engine_weights: dict | None, samples: list[Sample]) -> dict | None:
         """Probe 2's evidence: the engine's weights (read back before it generated) and the trainer's
         (as the sync sends them), hashed in one layout; each side's digest goes into its record."""
         sent = self.policy.full_hf_state()  # collective under TP
         if not self.is_main:
+            return None
+        if engine_weights is None:  # not read back: probe 2 says "not checked", never a pass
             return None
         if self.s.fp8:
             sent = fp8.quantize_state_dict(sent)
