@@ -57,7 +57,7 @@ def test_operator_path_names_the_candidate_and_what_actually_ran():
     baseline = resolved_spec("p3", "fp8-plus-filters")["flags"]
     candidate = resolved_spec("p3", "candidate-operator")["flags"]
     assert describe_operator_path(baseline) == "default"
-    assert describe_operator_path(candidate).startswith("processed-logprob replay (trainer)")
+    assert describe_operator_path(candidate).startswith("embedded-logprob-operator=fused-linear-logprob")
     assert describe_operator_path({"rl-kernel-linear-logp-backend": "fused"}) == "rl-kernel-linear-logp-backend=fused"
 
     ran = [{"requested_backend": "fused", "actual_backend": "fused", "decision": "optimized"}] * 3
@@ -152,7 +152,7 @@ def test_write_summary_markdown_and_csv(tmp_path, knobs):
     assert table[0] == "| " + " | ".join(COLUMNS) + " |"
     assert len(table) == 2 + len(rows)
     assert "mismatch \\| baseline" in table[2], "a pipe inside a cell must not split the row"
-    assert "processed-logprob replay (trainer)" in table[3]
+    assert "embedded-logprob-operator=fused-linear-logprob" in table[3]
 
     parsed = list(csv.DictReader(io.StringIO(csv_path.read_text())))
     assert list(parsed[0]) == list(CSV_COLUMNS)

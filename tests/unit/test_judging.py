@@ -187,7 +187,7 @@ def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
             )
         ],
     )
-    candidate.spec.flags["embedded-replay-processed-logprobs"] = True
+    candidate.spec.flags["embedded-logprob-operator"] = "fused-linear-logprob"
     problems = contract_problems(baseline, candidate, KNOBS)
     assert any("fell back" in p and "top-k replay unsupported" in p for p in problems), problems
 
@@ -205,7 +205,7 @@ def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
         path = tmp_path / f"prompts-{run.id}.jsonl"
         path.write_text(text)
         run.spec.flags["prompt-data"] = str(path)
-    candidate.spec.flags.update({"embedded-replay-processed-logprobs": True, "rollout-top-p": 0.9})
+    candidate.spec.flags.update({"embedded-logprob-operator": "fused-linear-logprob", "rollout-top-p": 0.9})
     problems = contract_problems(baseline, candidate, KNOBS)
     assert any("prompt files differ in content" in p for p in problems), problems
     assert any("sampled-token contract: rollout-top-p" in p for p in problems), problems
@@ -220,7 +220,7 @@ def test_ab_accepts_a_clean_pair(build_run, tmp_path):
     candidate = build_run(
         "candidate", extra_lines=[decision_line(requested_backend="processed-replay", actual_backend="processed-replay", decision="optimized")]
     )
-    candidate.spec.flags["embedded-replay-processed-logprobs"] = True
+    candidate.spec.flags["embedded-logprob-operator"] = "fused-linear-logprob"
     for run in (baseline, candidate):
         run.spec.flags["prompt-data"] = str(prompts)
     assert contract_problems(baseline, candidate, KNOBS) == []

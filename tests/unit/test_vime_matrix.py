@@ -44,8 +44,9 @@ def test_every_vime_argv_passes_the_table_and_the_rules_or_says_why_not(stage, r
 def test_the_matrix_covers_every_rung_and_only_the_declared_rungs_are_left_out():
     left_out = {rung for stage, rung, mode in MATRIX if skip_reason(KNOBS, KNOBS.rungs[rung], "vime")}
     assert {rung for _, rung, _ in MATRIX} == set(KNOBS.rungs)
-    # fp32-floor: VIME forces bf16; top-p: RL-Align's replay check; stale-weights: embedded-only fault.
-    assert left_out == {"fp32-floor", "top-p", "stale-weights"}
+    # fp32-floor: VIME forces bf16; top-p: RL-Align's replay check; stale-weights: embedded-only fault;
+    # processed-replay and true-on-policy: the embedded trainer's own switches (backends: [embedded]).
+    assert left_out == {"fp32-floor", "top-p", "stale-weights", "processed-replay", "true-on-policy"}
 
 
 def test_gpus_per_node_follow_the_hardware():
