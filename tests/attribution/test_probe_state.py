@@ -59,3 +59,16 @@ def test_version_labels_alone_are_not_checked(tmp_path, knobs):
 def test_label_mismatch_still_fails_without_digests(tmp_path):
     state = _state(build_run(tmp_path, fault="stale-weights", weight_digests=False))
     assert state.status == "fail" and "weight_version" in state.verdict
+
+
+def test_operator_run_compares_the_operator_on_both_lm_heads(tmp_path, knobs):
+    """--embedded-logprob-operator: both sides' LM heads are that operator (fp32 logits from the
+    operands), so probe 7 compares it with itself and probe 3 reads the heads as fp32."""
+    path = build_run(tmp_path, rollout_dtype=torch.bfloat16)
+    for step in range(2):
+        rewrite(path / "dumps" / f"probe_{step}.pt", lambda data: data.update(logprob_operator="fused-linear-logprob"))
+    probes = {p.number: p for p in run_probes(RunDir(path).load(), knobs).probes}
+    paths = probes[7].evidence["bundles"][0]
+    assert paths["rollout_path"] == paths["trainer_path"] == "fused-linear-logprob"
+    assert probes[7].status == "pass"
+    assert probes[3].evidence["bundles"][0]["lm_head_divergence_rollout_vs_trainer"]["max"] == 0.0  # one head on both sides
