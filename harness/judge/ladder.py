@@ -53,6 +53,7 @@ class RungJudgement:
     reasons: list[str] = field(default_factory=list)
     evidence: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    paired_summary: str = ""  # the paired per-token delta, or why it was not checked
 
     def summary(self) -> str:
         head = f"{self.rung}: abs-diff mean {self.child_mean:.4g}"
@@ -69,6 +70,8 @@ class RungJudgement:
         spread = self.replicate_spread()
         if spread:
             head += f"; {spread}"
+        if self.paired_summary:
+            head += f"; {self.paired_summary}"
         return f"{head}; observed {self.observed_direction}, class {self.drift_class} ({'; '.join(self.reasons)})"
 
     def replicate_spread(self) -> str:
@@ -183,10 +186,13 @@ def judge_rung(
     holm: outcomes.HolmLevel | None = None,
     contract_check: Callable[[Run], tuple[str, str]] | None = None,
     replicates: int = 1,
+    paired: Callable[[Run, Run], object] | None = None,
     boundary_check: Callable[[Run], tuple[str, str, str | None]] | None = None,
 ) -> RungJudgement:
     """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `replicates` is how many
-    seeds a side is judged on (the stage's knob; replicate_runs); `framework_checks(run)`
+    seeds a side is judged on (the stage's knob; replicate_runs); `paired(child, parent)` gives the
+    paired per-token delta on the parent's recorded tokens (harness.judge.paired), reported beside the
+    trajectory delta and deciding nothing; `framework_checks(run)`
     returns the failed framework probes' messages (empty when sample identity and weights agree);
     `holm` is the rung's place in its family (family_levels); without it the rung is a family of one;
     `contract_check(run)` is probe 6 on the run's dumps, (status, verdict): the only evidence on a
@@ -235,6 +241,10 @@ def judge_rung(
     effect = _effect(knobs, judgement.parent_mean)
     if holm is None:
         holm = outcomes.HolmLevel(1, 1, 1.0 - confidence, True, (rung.id,))
+    if paired is not None:  # evidence beside the trajectory delta; the decision stays the trajectory's
+        measured = paired(child, parent)
+        judgement.evidence["paired_delta"] = measured.as_dict() if hasattr(measured, "as_dict") else {"not_checked": measured.reason}
+        judgement.paired_summary = measured.summary()
     judgement.outcome = result = outcomes.judge_outcome(diff, effect, holm.confidence, holm.reached)
     judgement.observed_direction = result.direction
     judgement.evidence["decision"] = {
