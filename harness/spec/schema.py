@@ -250,8 +250,18 @@ class GatedBackends(Strict):
     reason: str = Field(min_length=10)
 
 
+class ExpectedAnswers(Strict):
+    """What the gate is expected to answer for this pair's candidate on one backend, where that is
+    not a pass: the candidate is measured, and the gate's measured answer is the finding."""
+
+    answers: dict[str, bool]
+    reason: str = Field(min_length=10)
+
+
 class ABFile(Strict):
     pair: ABPair
+    # backend -> expected answers (question -> passes?); a question not listed is expected to pass.
+    expect: dict[str, ExpectedAnswers] = Field(default_factory=dict)
     operator_path_flags: FlagList
     # Mitigations (TIS, routing replay): a candidate may switch them on; they change the loss and the
     # training trajectory, never the sampled-token contract, and the record names them.
@@ -259,3 +269,10 @@ class ABFile(Strict):
     sampling_contract_flags: FlagList
     # question name (harness.judge.ab.QUESTIONS) -> the backends where it gates; absent: everywhere.
     gated_on: dict[str, GatedBackends] = Field(default_factory=dict)
+
+    def expected_to_pass(self, question: str, backend: str) -> tuple[bool, str]:
+        """Whether the gate is expected to pass `question` on `backend`, and the reason when not."""
+        expected = self.expect.get(backend)
+        if expected is None or question not in expected.answers:
+            return True, ""
+        return expected.answers[question], expected.reason

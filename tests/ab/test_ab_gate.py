@@ -34,6 +34,13 @@ def test_question(question, pair, contract, knobs, experiment_record, pytestconf
     experiment_record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence, key=question)
     gate = knobs.ab.gated_on.get(question)
     backend = pytestconfig.getoption("--backend")
+    expected, why = knobs.ab.expected_to_pass(question, backend)
+    if not expected:
+        # The gate's answer for this candidate is the finding (knobs/ab.yaml expect says why): the
+        # test holds that the gate still gives it; a pass would contradict what was measured.
+        assert not answer.passed, f"{answer.question} passed, but knobs/ab.yaml expect.{backend} says it does not: {why}\n  {answer.message}"
+        print(f"the gate answers no, as knobs/ab.yaml expects on --backend={backend}: {answer.message}")
+        return
     if gate is not None and backend not in gate.backends:
         # Judged and recorded above with its verdict; on this backend only an unmeasured answer
         # fails (knobs/ab.yaml gated_on says why).
