@@ -123,7 +123,9 @@ def _train_metadata(path, steps, make):
     for step in range(steps):
 
         def change(data, step=step):
-            data["rollout_data"]["consistency_metadata"] = [make(i, step) for i, _ in enumerate(data["rollout_data"]["tokens"])]
+            # On top of what the builder recorded (the weight digest, probe 2's evidence), not instead of it.
+            old = data["rollout_data"].get("consistency_metadata") or [{} for _ in data["rollout_data"]["tokens"]]
+            data["rollout_data"]["consistency_metadata"] = [{**old[i], **make(i, step)} for i, _ in enumerate(data["rollout_data"]["tokens"])]
 
         rewrite(path / "dumps" / f"train_{step}_0.pt", change)
 
