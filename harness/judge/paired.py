@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from harness.judge import outcome as outcomes
 from harness.judge.stats import DiffCI
@@ -153,21 +152,7 @@ def cluster_bootstrap_diff(
     estimate = float(means.mean())
     rng = np.random.default_rng(seed)
     resampled = means[rng.integers(0, len(means), size=(n_resamples, len(means)))].mean(axis=1)
-    se = float(np.std(resampled, ddof=1))
-    df = float(len(means) - 1)
-    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se
-    low, high = estimate - half, estimate + half
-    return DiffCI(
-        diff=estimate,
-        low=low,
-        high=high,
-        excludes_zero=bool(low > 0 or high < 0),
-        confidence=confidence,
-        block_len_a=1,
-        block_len_b=1,
-        se=se,
-        df=df,
-    )
+    return DiffCI.around(estimate, float(np.std(resampled, ddof=1)), float(len(means) - 1), confidence)
 
 
 # ------------------------------------------------------------------ eligibility

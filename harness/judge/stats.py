@@ -69,6 +69,15 @@ class DiffCI:
     se: float = float("nan")
     df: float = float("nan")
 
+    @classmethod
+    def around(cls, diff: float, se: float, df: float, confidence: float, block_len_a: int = 1, block_len_b: int = 1) -> DiffCI:
+        """The interval diff +/- t(df) x se at `confidence`: the one shape every difference here has."""
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence={confidence}: expected a probability in (0, 1)")
+        half_width = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se
+        low, high = diff - half_width, diff + half_width
+        return cls(diff, low, high, bool(low > 0 or high < 0), confidence, block_len_a, block_len_b, se, df)
+
 
 @dataclass(frozen=True)
 class AACheck:
@@ -234,19 +243,7 @@ def block_bootstrap_diff_ci(
     means_a, means_b, len_a, len_b = _paired_resample_means(array_a, array_b, block_len, n_resamples, seed)
     diff = float(array_b.mean() - array_a.mean())
     df = _pair_degrees_of_freedom(len(array_a), len_a, len(array_b), len_b)
-    low, high = _t_interval(diff, means_b - means_a, df, confidence)
-    se = float(np.std(means_b - means_a, ddof=1))
-    return DiffCI(
-        diff=diff,
-        low=low,
-        high=high,
-        excludes_zero=bool(low > 0 or high < 0),
-        confidence=confidence,
-        block_len_a=len_a,
-        block_len_b=len_b,
-        se=se,
-        df=df,
-    )
+    return DiffCI.around(diff, float(np.std(means_b - means_a, ddof=1)), df, confidence, len_a, len_b)
 
 
 @dataclass(frozen=True)
@@ -307,27 +304,11 @@ def hierarchical_diff_ci(
         if not side:
             raise ValueError(f"{name} has no replicate; an interval needs at least one run per side")
         sides.append([_finite_series(values, f"{name}[{i}]") for i, values in enumerate(side)])
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence={confidence}: expected a probability in (0, 1)")
     rng = np.random.default_rng(seed)
     side_a, side_b = (replicate_side(side, n_resamples, rng, seed_effect_alpha) for side in sides)
-    diff = side_b.mean - side_a.mean
     variance = side_a.variance + side_b.variance
-    se = math.sqrt(variance)
     df = variance**2 / (side_a.variance**2 / side_a.df + side_b.variance**2 / side_b.df) if variance > 0 else min(side_a.df, side_b.df)
-    half_width = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se
-    low, high = diff - half_width, diff + half_width
-    return DiffCI(
-        diff=diff,
-        low=low,
-        high=high,
-        excludes_zero=bool(low > 0 or high < 0),
-        confidence=confidence,
-        block_len_a=max(side_a.block_lengths),
-        block_len_b=max(side_b.block_lengths),
-        se=se,
-        df=df,
-    )
+    return DiffCI.around(side_b.mean - side_a.mean, math.sqrt(variance), df, confidence, max(side_a.block_lengths), max(side_b.block_lengths))
 
 
 def split_halves(values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

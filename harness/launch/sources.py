@@ -25,6 +25,37 @@ from harness.spec import SpecError
 STOP_SEQUENCE = ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, None))
 
 
+class LineStream:
+    """A trainer's output read on a thread of its own: `poll` gives what arrived, `eof` says when
+    every writer has closed it (the trainer and anything it started that kept its stdout)."""
+
+    def __init__(self, stream):
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self.eof = False
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream) -> None:
+        with stream:
+            for line in stream:
+                self._lines.put(line)
+        self._lines.put(None)
+
+    def poll(self, timeout: float) -> list[str]:
+        """Lines that arrived within `timeout` seconds (all that are queued, at least one wait)."""
+        out: list[str] = []
+        try:
+            item = self._lines.get(timeout=timeout)
+            while True:
+                if item is None:
+                    self.eof = True
+                    break
+                out.append(item)
+                item = self._lines.get_nowait()
+        except queue.Empty:
+            pass
+        return out
+
+
 class LocalProcess:
     """The trainer as a child process in its own process group (so stop reaches its children)."""
 
@@ -42,37 +73,18 @@ class LocalProcess:
             bufsize=1,
             start_new_session=True,
         )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-        self._eof = False
+        assert self._proc.stdout is not None
+        self._output = LineStream(self._proc.stdout)
 
     def identity(self) -> dict:
         """What a later launch needs to tell whether this trainer still runs (trainer.json)."""
         return {"pid": self._proc.pid, "pgid": self._proc.pid, "start_ticks": _process_start_ticks(self._proc.pid), "host": os.uname().nodename}
 
-    def _pump(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
     def poll(self, timeout: float) -> list[str]:
-        """Lines that arrived within `timeout` seconds (all that are queued, at least one wait)."""
-        out: list[str] = []
-        try:
-            item = self._lines.get(timeout=timeout)
-            while True:
-                if item is None:
-                    self._eof = True
-                    break
-                out.append(item)
-                item = self._lines.get_nowait()
-        except queue.Empty:
-            pass
-        return out
+        return self._output.poll(timeout)
 
     def exit_code(self) -> int | None:
-        if not self._eof:
+        if not self._output.eof:
             return None
         return self._proc.wait()
 

@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.launch.sources import STOP_SEQUENCE, _process_start_ticks
+from harness.launch.sources import STOP_SEQUENCE, LineStream, _process_start_ticks
 
 READY_TIMEOUT_S = 300.0  # imports take ~10 s alone; much longer beside other jobs on 2 cores
 PRELOADED_MODULE = "harness.embedded.preloaded"
@@ -180,36 +180,16 @@ class WarmProcess:
         finally:
             os.close(write_fd)  # the child holds its own copy; EOF comes when it (and its children) close it
         self.description = f"process forked from a pre-imported interpreter (pid {self._server.pid}): {shlex.join(command[:3])} ..."
-        self._stream = os.fdopen(read_fd, "r", errors="replace")
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._eof = False
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._output = LineStream(os.fdopen(read_fd, "r", errors="replace"))
 
     def identity(self) -> dict:
         return {"pid": self.pid, "pgid": self.pid, "start_ticks": _process_start_ticks(self.pid), "host": os.uname().nodename}
 
-    def _pump(self) -> None:
-        with self._stream:
-            for line in self._stream:
-                self._lines.put(line)
-        self._lines.put(None)
-
     def poll(self, timeout: float) -> list[str]:
-        out: list[str] = []
-        try:
-            item = self._lines.get(timeout=timeout)
-            while True:
-                if item is None:
-                    self._eof = True
-                    break
-                out.append(item)
-                item = self._lines.get_nowait()
-        except queue.Empty:
-            pass
-        return out
+        return self._output.poll(timeout)
 
     def exit_code(self) -> int | None:
-        if not self._eof:
+        if not self._output.eof:
             return None
         while True:  # output is closed, so the process is ending: wait for its code
             code = self._server.exit_code(self.pid, timeout=1.0)
