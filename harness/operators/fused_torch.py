@@ -1,10 +1,10 @@
 """The fused operator's partials in plain torch (CPU, or any device without Triton).
 
-Same plan as the Triton kernel (fused_plan.py): per chunk, tiles of BLOCK_V columns from the chunk's
-start, an online log-sum-exp in fp32. Rows go through in blocks of BLOCK_T, padded, so every GEMM and
+Same plan as the Triton kernel (fused_plan.py): per chunk, tiles of up to BLOCK_V columns from the
+chunk's start, an online log-sum-exp in fp32. Rows go through in blocks of BLOCK_T, padded, so every GEMM and
 every elementwise op has the same shape whatever T is: that is what keeps a row's bits independent
 of the batch around it on CPU too (BLAS picks kernels by shape; vector loops have scalar tails).
-Only one [BLOCK_T, BLOCK_V] tile of logits exists at a time.
+Only one [BLOCK_T, CHUNKS_PER_GEMM x tile] block of logits exists at a time.
 """
 
 from __future__ import annotations
@@ -13,48 +13,77 @@ import torch
 
 BLOCK_T = 64
 BLOCK_V = 512
+TILE_ALIGN = 16  # a narrow vocabulary's tiles are cut to its chunk width, rounded up to this
+
+
+def tile_width(local_bounds, cap: int) -> int:
+    """Columns per tile for a shard's chunks (or groups): ``cap``, or less when every chunk is narrower.
+
+    A chunk is floor(V/n) or ceil(V/n) columns wide; ceil(V/n) equals ceil(shard width / the shard's
+    chunk count) on every TP shard (V and n are multiples of TP), so every rank, and TP=1, cuts the
+    same tiles: one GEMM shape, whatever T and TP are. At V=151936 this is ``cap`` (the plan as it
+    was); at the embedded model's V=512 it is 16 forward columns instead of 512, most of which were
+    padding that every row block multiplied.
+    """
+    n = len(local_bounds) - 1
+    widest = -(-(local_bounds[-1] - local_bounds[0]) // n)
+    return min(cap, -(-widest // TILE_ALIGN) * TILE_ALIGN)
+
+
+CHUNKS_PER_GEMM = 15  # N_CHUNKS / 8: every TP shard (TP 1, 2, 4, 8) holds a whole number of these
 
 
 def torch_partials(hidden, weight_shard, targets, local_bounds, temperature):
     """Partials (m, s, z_t), each [len(local_bounds)-1, T] fp32, for the chunks of one shard.
 
     ``targets`` are shard-local ids (outside [0, shard width) means not on this shard).
+    Chunks go through CHUNKS_PER_GEMM at a time: their k-th tiles, each zero-padded to the same width,
+    side by side in one GEMM per row block, then each chunk's columns are folded on their own. The
+    GEMM's shape depends on neither T nor TP, and a chunk's columns sit at the same place in it on
+    every rank, so the bits do not either; one GEMM of 15 chunks instead of 15 keeps Python's loop
+    short when chunks are narrow (the embedded model's 4-5 columns).
     """
     rows, width = hidden.shape
+    dev = hidden.device
     n_chunks = len(local_bounds) - 1
+    assert n_chunks % CHUNKS_PER_GEMM == 0, f"{n_chunks} chunks on a shard, not a multiple of {CHUNKS_PER_GEMM}"
     padded = -(-rows // BLOCK_T) * BLOCK_T
-    h = torch.zeros(padded, width, dtype=torch.float32, device=hidden.device)
+    h = torch.zeros(padded, width, dtype=torch.float32, device=dev)
     h[:rows] = hidden.float()  # bf16 -> fp32 is exact: the GEMM is fp32 on bf16 values
-    tgt = torch.full((padded,), -1, dtype=torch.long, device=hidden.device)
+    tgt = torch.full((padded,), -1, dtype=torch.long, device=dev)
     tgt[:rows] = targets
     inv_temp = torch.tensor(1.0 / temperature, dtype=torch.float32)
-    out = torch.empty(3, n_chunks, padded, dtype=torch.float32, device=hidden.device)
-    cols = torch.arange(BLOCK_V, device=hidden.device)
-    for c in range(n_chunks):
-        lo, hi = local_bounds[c], local_bounds[c + 1]
-        m = torch.full((padded,), float("-inf"), dtype=torch.float32, device=hidden.device)
-        s = torch.zeros(padded, dtype=torch.float32, device=hidden.device)
-        z_t = torch.zeros(padded, dtype=torch.float32, device=hidden.device)
-        for v0 in range(lo, hi, BLOCK_V):
-            n = min(BLOCK_V, hi - v0)
-            # One zero-padded fp32 tile, shared by every row block (same shape for every tile).
-            tile_w = torch.nn.functional.pad(weight_shard[v0 : v0 + n].float(), (0, 0, 0, BLOCK_V - n))
-            hit_cols = cols + v0
+    out = torch.empty(3, n_chunks, padded, dtype=torch.float32, device=dev)
+    block_v = tile_width(local_bounds, BLOCK_V)
+    widest = max(hi - lo for lo, hi in zip(local_bounds[:-1], local_bounds[1:]))
+    n_tiles = -(-widest // block_v)  # a narrower chunk's last tiles are all masked: they add exactly 0
+    offsets = torch.arange(block_v, device=dev)
+    for c0 in range(0, n_chunks, CHUNKS_PER_GEMM):
+        starts = torch.tensor(local_bounds[c0 : c0 + CHUNKS_PER_GEMM], device=dev)
+        ends = torch.tensor(local_bounds[c0 + 1 : c0 + CHUNKS_PER_GEMM + 1], device=dev)
+        m = torch.full((padded, CHUNKS_PER_GEMM), float("-inf"), dtype=torch.float32, device=dev)
+        s = torch.zeros(padded, CHUNKS_PER_GEMM, dtype=torch.float32, device=dev)
+        z_t = torch.zeros(padded, CHUNKS_PER_GEMM, dtype=torch.float32, device=dev)
+        for k in range(n_tiles):
+            col = starts[:, None] + k * block_v + offsets[None, :]  # [chunks, block_v] shard-local ids
+            valid = col < ends[:, None]  # columns past a chunk's end (or its last tile's padding)
+            tile_w = torch.where(valid[..., None], weight_shard[col.clamp(max=weight_shard.shape[0] - 1)].float(), 0.0)
+            tile_w = tile_w.reshape(CHUNKS_PER_GEMM * block_v, width)
             for r0 in range(0, padded, BLOCK_T):
                 rb = slice(r0, r0 + BLOCK_T)
-                m[rb], s[rb], z_t[rb] = _fold_tile(h[rb], tgt[rb], tile_w, n, hit_cols, inv_temp, m[rb], s[rb], z_t[rb])
-        out[0, c], out[1, c], out[2, c] = m, s, z_t
+                m[rb], s[rb], z_t[rb] = _fold_tiles(h[rb], tgt[rb], tile_w, col, valid, inv_temp, m[rb], s[rb], z_t[rb])
+        out[:, c0 : c0 + CHUNKS_PER_GEMM] = torch.stack([m.T, s.T, z_t.T])
     return out[0, :, :rows], out[1, :, :rows], out[2, :, :rows]
 
 
-def _fold_tile(h, tgt, tile_w, n, hit_cols, inv_temp, m, s, z_t):
-    """Fold one [BLOCK_T, BLOCK_V] tile of scaled logits into a row block's (m, s, z_t)."""
-    z = (h @ tile_w.T) * inv_temp  # [BLOCK_T, BLOCK_V] fp32
-    z[:, n:] = float("-inf")  # columns past the chunk's end
-    m_new = torch.maximum(m, z.amax(dim=1))
-    s = s * torch.exp(m - m_new) + torch.exp(z - m_new[:, None]).sum(dim=1)
-    hit = (hit_cols[None, :] == tgt[:, None]) & (hit_cols[None, :] < hit_cols[0] + n)  # not the next chunk's columns
-    z_t = z_t + torch.where(hit, z, torch.zeros((), dtype=z.dtype)).sum(dim=1)
+def _fold_tiles(h, tgt, tile_w, col, valid, inv_temp, m, s, z_t):
+    """Fold one tile per chunk ([BLOCK_T, chunks, block_v] scaled logits) into a row block's (m, s, z_t)."""
+    z = (h @ tile_w.T).view(h.shape[0], *col.shape) * inv_temp
+    z = torch.where(valid, z, float("-inf"))
+    m_new = torch.maximum(m, z.amax(dim=2))
+    s = s * torch.exp(m - m_new) + torch.exp(z - m_new[..., None]).sum(dim=2)
+    hit = (col[None] == tgt[:, None, None]) & valid
+    z_t = z_t + torch.where(hit, z, torch.zeros((), dtype=z.dtype)).sum(dim=2)
     return m_new, s, z_t
 
 
@@ -85,13 +114,14 @@ def torch_backward_groups(hidden, weight_shard, targets, lse, temperature, grad_
     inv_temp = torch.tensor(1.0 / temperature, dtype=torch.float32)
     scale = torch.zeros(padded, dtype=torch.float32, device=dev)
     scale[:rows] = grad_out.float() * inv_temp  # d logp / d logit = (onehot - softmax) / T
-    cols = torch.arange(BACKWARD_SLICE, device=dev)
+    slice_w = tile_width(local_group_bounds, BACKWARD_SLICE)
+    cols = torch.arange(slice_w, device=dev)
     for g0, g1 in zip(local_group_bounds[:-1], local_group_bounds[1:]):
         partial = torch.zeros(padded, width, dtype=torch.float32, device=dev)
-        for v0 in range(g0, g1, BACKWARD_SLICE):
-            n = min(BACKWARD_SLICE, g1 - v0)
-            w_s = torch.nn.functional.pad(weight_shard[v0 : v0 + n].float(), (0, 0, 0, BACKWARD_SLICE - n))
-            gw = torch.zeros(BACKWARD_SLICE, width, dtype=torch.float32, device=dev)
+        for v0 in range(g0, g1, slice_w):
+            n = min(slice_w, g1 - v0)
+            w_s = torch.nn.functional.pad(weight_shard[v0 : v0 + n].float(), (0, 0, 0, slice_w - n))
+            gw = torch.zeros(slice_w, width, dtype=torch.float32, device=dev)
             for r0 in range(0, padded, BLOCK_T):
                 rb = slice(r0, r0 + BLOCK_T)
                 z = (h[rb] @ w_s.T) * inv_temp
