@@ -118,10 +118,14 @@ class EmbeddedRun:
             max_tokens=s.max_response_len,
             stop_token_ids=[self.hf_config.eos_token_id],
         )
+        # fp8: the engine computes with e4m3-rounded weights from version 0 on, rounded from the
+        # policy's weights as every later sync rounds them (not from the checkpoint: an fp32 file's
+        # blocks have other amax scales than the bf16 policy's, so other e4m3 weights)
+        initial = self.policy.full_hf_state() if s.fp8 else None  # collective under TP
         if self.is_main:
             self.engine = self._start_engine()
-            if s.fp8:  # the engine computes with e4m3-rounded weights from version 0 on
-                self.engine.update_weights(fp8.quantize_state_dict(hf_state), 0)
+            if s.fp8:
+                self.engine.update_weights(fp8.quantize_state_dict(initial), 0)
 
     def _start_engine(self):
         s = self.s

@@ -10,6 +10,12 @@ an fp8 rollout), laid out as vLLM stacks it (q/k/v into ``qkv_proj``, gate/up in
 Both sides hash the same tensors: those with one name and shape on both. A tensor vLLM keeps in
 its own packed layout (the CPU fused-MoE experts) is listed as not comparable, never hashed on one
 side only. Equal digests mean the engine holds exactly what the trainer computes with.
+
+vLLM's CPU linear layers may pack their weight for oneDNN (or the SGL kernel) at load time and drop
+``layer.weight`` (shape (0,)); whether they do depends on the CPU's ISA (with oneDNN limited to
+AVX2 they keep it). So the digest would cover the linear weights on one machine and not on another.
+The engine therefore hashes each linear weight as it goes into the packing (a layout change, no
+rounding), on every load, and reports that digest under the weight's name.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import torch
 
 ENV_FLAG = "EMBEDDED_WEIGHT_DIGEST"
 WORKER_METHOD = "embedded_weight_digest"
+PACKED_DIGEST = "_embedded_packed_weight_digest"  # set on a vLLM linear layer whose weight was packed
 # vLLM's stacked parameters (Qwen3's stacked_params_mapping): fused name -> HF parts in order.
 STACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
@@ -33,9 +40,43 @@ def tensor_sha(t: torch.Tensor) -> str:
     return digest.hexdigest()[:16]
 
 
+def _describe(t: torch.Tensor) -> dict:
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "sha": tensor_sha(t)}
+
+
 def engine_report(named_parameters) -> dict:
     """{name: {dtype, shape, sha}} of a model's parameters (runs inside the engine process)."""
-    return {name: {"dtype": str(p.dtype).removeprefix("torch."), "shape": list(p.shape), "sha": tensor_sha(p)} for name, p in named_parameters}
+    return {name: _describe(p) for name, p in named_parameters}
+
+
+def model_report(model) -> dict:
+    """engine_report of a vLLM model, a packed linear weight reported by the digest taken as it was packed."""
+    report = engine_report(model.named_parameters())
+    for name, module in model.named_modules():
+        packed = getattr(module, PACKED_DIGEST, None)
+        weight = f"{name}.weight" if name else "weight"
+        if packed is not None and weight in report and report[weight]["shape"] == [0]:
+            report[weight] = packed
+    return report
+
+
+def install_packing_digest() -> None:
+    """Wrap vLLM's CPU linear dispatch (idempotent): hash a 2-D weight before it is packed and dropped."""
+    from vllm.model_executor.layers import utils
+
+    if getattr(utils.dispatch_cpu_unquantized_gemm, "_embedded_digest", False):
+        return
+    original = utils.dispatch_cpu_unquantized_gemm
+
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+        weight = layer.weight
+        before = None if weight.is_meta or weight.ndim != 2 else _describe(weight)
+        original(layer, remove_weight)
+        # kept only while the weight is packed and gone: a stale digest must never stand in
+        setattr(layer, PACKED_DIGEST, before if before is not None and layer.weight.numel() == 0 else None)
+
+    dispatch_cpu_unquantized_gemm._embedded_digest = True
+    utils.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
 
 
 def in_engine_layout(hf_state: dict) -> dict:
@@ -79,11 +120,12 @@ def install_worker_method() -> None:
     """Give vLLM's worker the digest method (idempotent; runs in the engine's process)."""
     from vllm.v1.worker.gpu_worker import Worker
 
+    install_packing_digest()
     if hasattr(Worker, WORKER_METHOD):
         return
 
     def embedded_weight_digest(self) -> dict:
-        return engine_report(self.model_runner.model.named_parameters())
+        return model_report(self.model_runner.model)
 
     setattr(Worker, WORKER_METHOD, embedded_weight_digest)
 

@@ -61,3 +61,19 @@ def test_tensors_in_another_layout_are_listed_not_hashed():
     assert result["engine_sha"] == result["trainer_sha"]
     assert "model.layers.0.mlp.experts.w13_weight" in result["not_comparable"]
     assert "model.layers.0.mlp.experts.0.gate_proj.weight" in result["not_comparable"]
+
+
+def test_a_linear_weight_vllm_packs_away_is_reported_as_it_was_packed():
+    """vLLM's CPU linear dispatch may pack the weight and drop it (oneDNN with AVX-512) or keep it
+    (AVX2); either way the engine's report gives the weight's own digest, and a reload's new one."""
+    from vllm.model_executor.layers import utils
+
+    weight_digest.install_packing_digest()
+    model = torch.nn.Module()
+    model.o_proj = torch.nn.Module()
+    weights = [torch.randn(64, 128, generator=torch.Generator().manual_seed(s)).to(torch.bfloat16) for s in (1, 2)]
+    for weight in weights:  # the first load, then a reload with other values
+        model.o_proj.weight = torch.nn.Parameter(weight.clone(), requires_grad=False)
+        utils.dispatch_cpu_unquantized_gemm(model.o_proj, remove_weight=True)
+        report = weight_digest.model_report(model)
+        assert report["o_proj.weight"] == {"dtype": "bfloat16", "shape": [64, 128], "sha": weight_digest.tensor_sha(weight)}
