@@ -8,10 +8,17 @@ the kernels compute with: oneDNN limited to AVX2 instead of the machine's widest
 blocking and rounding in bf16 GEMMs), and one OpenMP thread bound to core 0 instead of every core
 (vLLM's CPU worker binds the process's threads; another reduction split). Each setting has its own
 runs directory, so no run of one is reused by the other: the default setting's is the experiment's
-own (reports/runs, so runs `make baseline` made are judged again, not rerun). A verdict is a rung's observed direction
-and its decided drift class; the check passes when every rung's verdict is the same under both.
-Writes reports/machine-check/{default,second}/ (each session's summary and experiment record) and
-reports/machine-check/comparison.{json,md}; exits 1 when a verdict differs or a session made none.
+own (reports/runs, so runs `make baseline` made are judged again, not rerun).
+
+A rung's verdict is what its test decides (docs/statistics.md, machine independence): whether the
+rung met its file's expectation (its test passed), its decided drift class, and its direction
+against the parent when the interval decided one (up, down or flat). "inconclusive" is no
+direction decision, so inconclusive under one setting and flat (or up) under the other is a
+difference in decisiveness, reported as such, not a contradiction; up vs flat, up vs down, a class
+or an expectation result that differs is. The check passes when no rung's verdicts contradict.
+Writes reports/machine-check/{default,second}/ (each session's summary, experiment record and
+junit results) and reports/machine-check/comparison.{json,md}; exits 1 when a verdict contradicts,
+a rung's expectation result is unknown, or a session made none.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,6 +48,7 @@ def run_ladder(name: str, env_changes: dict[str, str], runs: Path, args) -> dict
         f"--mode={args.mode}",
         f"--runs-dir={runs}",
         f"--summary-dir={out}",
+        f"--junitxml={out / 'junit.xml'}",
         "-p",
         "no:cacheprovider",
         "-q",
@@ -53,26 +62,82 @@ def run_ladder(name: str, env_changes: dict[str, str], runs: Path, args) -> dict
     if not record.exists():
         print(f"[{name}] made no experiment record (pytest exit {code})", flush=True)
         return {}
+    outcomes = junit_outcomes(out / "junit.xml")
     rungs = json.loads(record.read_text()).get("rungs", [])
-    return {entry["rung"]: entry for entry in rungs if entry.get("stage") == args.stage}
+    return {
+        entry["rung"]: {**entry, "expectation": outcomes.get((entry.get("test") or {}).get("name"), "unknown")}
+        for entry in rungs
+        if entry.get("stage") == args.stage
+    }
 
 
-def verdict(entry: dict | None) -> tuple[str, str] | None:
-    return None if entry is None else (entry.get("observed_direction"), entry.get("decided_class"))
+def junit_outcomes(junit: Path) -> dict[str, str]:
+    """{test name: 'met' | 'not met'} from a pytest session's junit results: the rung's test is its expectation result."""
+    if not junit.exists():
+        return {}
+    outcomes = {}
+    for case in ElementTree.parse(junit).iter("testcase"):
+        failed = any(child.tag in ("failure", "error") for child in case)
+        skipped = any(child.tag == "skipped" for child in case)
+        outcomes[case.get("name")] = "not met" if failed else "not checked" if skipped else "met"
+    return outcomes
+
+
+DECISIVE = ("up", "down", "flat")
+
+
+def verdict(entry: dict | None) -> dict | None:
+    """The rung's expectation result, its drift class, and its direction (None: no direction decision)."""
+    if entry is None:
+        return None
+    direction = entry.get("observed_direction")
+    return {
+        "expectation": entry.get("expectation", "unknown"),
+        "class": entry.get("decided_class"),
+        "direction": direction if direction in DECISIVE else None,
+    }
+
+
+def difference(a: dict | None, b: dict | None) -> tuple[bool, str]:
+    """(agree, what differs): expectation results and classes must be equal, two decided directions
+    equal; a direction decided under one setting only is a difference in decisiveness."""
+    if a is None or b is None:
+        return False, "judged under one setting only"
+    known = ("met", "not met")  # an expectation not checked (or not found) is never an agreement
+    if a["expectation"] != b["expectation"] or a["expectation"] not in known:
+        return False, f"expectation {a['expectation']} vs {b['expectation']}"
+    if a["class"] != b["class"]:
+        return False, f"class {a['class']} vs {b['class']}"
+    if a["direction"] and b["direction"] and a["direction"] != b["direction"]:
+        return False, f"direction {a['direction']} vs {b['direction']}"
+    if a["direction"] != b["direction"]:
+        return True, f"decisiveness: {a['direction'] or 'inconclusive'} vs {b['direction'] or 'inconclusive'}"
+    return True, ""
 
 
 def compare(first: dict[str, dict], second: dict[str, dict]) -> tuple[list[dict], bool]:
     rows, same = [], bool(first) and bool(second)
     for rung in sorted(set(first) | set(second)):
         a, b = first.get(rung), second.get(rung)
-        agree = verdict(a) == verdict(b) and a is not None
+        agree, what = difference(verdict(a), verdict(b))
         same = same and agree
         rows.append(
             {
                 "rung": rung,
-                "default": {"mean": a and a.get("mean"), "delta": a and a.get("delta"), "verdict": verdict(a)},
-                "second": {"mean": b and b.get("mean"), "delta": b and b.get("delta"), "verdict": verdict(b)},
-                "same_verdict": agree,
+                "default": {
+                    "mean": a and a.get("mean"),
+                    "delta": a and a.get("delta"),
+                    "outcome": a and a.get("observed_direction"),
+                    "verdict": verdict(a),
+                },
+                "second": {
+                    "mean": b and b.get("mean"),
+                    "delta": b and b.get("delta"),
+                    "outcome": b and b.get("observed_direction"),
+                    "verdict": verdict(b),
+                },
+                "agree": agree,
+                "difference": what,
             }
         )
     return rows, same
@@ -82,18 +147,28 @@ def _figure(value) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _moved(a, b) -> str:
+    return "-" if a is None or b is None or not a else f"{(b - a) / abs(a):+.1%}"
+
+
+def _verdict_text(side: dict) -> str:
+    v = side["verdict"]
+    return "-" if v is None else f"{side['outcome']} / {v['class']} / expectation {v['expectation']}"
+
+
 def markdown(rows: list[dict], second: dict[str, str]) -> str:
     lines = [
         f"Second setting: {' '.join(f'{k}={v}' for k, v in second.items())}",
         "",
-        "| rung | mean (default) | mean (second) | delta vs parent (default) | delta (second) | verdict (default) | verdict (second) | same |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rung | mean (default) | mean (second) | moved | delta vs parent (default) | delta (second) | verdict (default) | verdict (second) | agree |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         a, b = row["default"], row["second"]
+        agree = ("yes" if row["agree"] else "NO") + (f" ({row['difference']})" if row["difference"] else "")
         lines.append(
-            f"| {row['rung']} | {_figure(a['mean'])} | {_figure(b['mean'])} | {_figure(a['delta'])} | {_figure(b['delta'])} | "
-            f"{' / '.join(a['verdict'] or ['-'])} | {' / '.join(b['verdict'] or ['-'])} | {'yes' if row['same_verdict'] else 'NO'} |"
+            f"| {row['rung']} | {_figure(a['mean'])} | {_figure(b['mean'])} | {_moved(a['mean'], b['mean'])} | {_figure(a['delta'])} | "
+            f"{_figure(b['delta'])} | {_verdict_text(a)} | {_verdict_text(b)} | {agree} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -122,7 +197,7 @@ def main() -> int:
     table = markdown(rows, second)
     (args.out / "comparison.md").write_text(table)
     print(table)
-    print("verdicts identical under both settings" if same else "VERDICTS DIFFER (or a session made none): see the table", flush=True)
+    print("no verdict contradicts between the settings" if same else "VERDICTS CONTRADICT (or a session made none): see the table", flush=True)
     return 0 if same else 1
 
 
