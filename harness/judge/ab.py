@@ -188,6 +188,50 @@ def _aa_spread(values: list[float], knobs: Knobs) -> float:
     return max(abs(check.rel_ci_low), abs(check.rel_ci_high))
 
 
+def within_aa_band(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> Answer:
+    """The candidate's mean of `metric` differs from the baseline's by no more than the baseline's
+    own A/A spread (its two halves' relative difference, the larger end of that interval): a change
+    the baseline's noise alone could make. Relative differences are symmetric (stats.aa_check)."""
+    question = f"Is {metric} within the baseline's A/A band?"
+    warmup = int(knobs.threshold("warmup_steps"))
+    incomplete = _incomplete(baseline, candidate, metric, knobs)
+    if incomplete:
+        return Answer(question, False, "; ".join(incomplete))
+    _, a = after_warmup(baseline.series(metric), warmup)
+    _, b = after_warmup(candidate.series(metric), warmup)
+    band = _aa_spread(a, knobs)
+    check = stats.aa_check(a, b, rel_tol=knobs.threshold("aa_max_rel_diff"), confidence=knobs.threshold("bootstrap_confidence"))
+    if not band or not np.isfinite(check.rel_diff):
+        return Answer(question, False, f"{metric}: no A/A band or difference could be measured ({check.reason})")
+    passed = abs(check.rel_diff) <= band
+    message = f"{metric} {check.mean_a:.4g} -> {check.mean_b:.4g} ({check.rel_diff:+.1%}); the baseline's A/A band +/-{band:.1%} (its halves): " + (
+        "within" if passed else "outside"
+    )
+    return Answer(
+        question, passed, message, {"baseline_mean": check.mean_a, "candidate_mean": check.mean_b, "rel_diff": check.rel_diff, "aa_band": band}
+    )
+
+
+def timing_medians(run: Run, knobs: Knobs) -> dict[str, float]:
+    """Median of each timing (TIMING_METRICS) after the warm-up, seconds; a timing not logged is left out."""
+    warmup = int(knobs.threshold("warmup_steps"))
+    medians = {}
+    for metric in TIMING_METRICS:
+        _, values = after_warmup(run.series(metric), warmup)
+        finite = [v for v in values if np.isfinite(v)]
+        if finite:
+            medians[metric] = float(np.median(finite))
+    return medians
+
+
+def cost_note(baseline: Run, candidate: Run, knobs: Knobs) -> str:
+    """One line for the summary: each timing's median, baseline -> candidate, and their ratio."""
+    a, b = timing_medians(baseline, knobs), timing_medians(candidate, knobs)
+    names = {"perf/step_time": "step", "perf/rollout_time": "rollout", "perf/log_probs_time": "recompute", "perf/update_weights_time": "weight sync"}
+    parts = [f"{names[m]} {a[m]:.3g} s -> {b[m]:.3g} s ({b[m] / a[m]:.2f}x)" for m in TIMING_METRICS if m in a and m in b and a[m] > 0]
+    return "median " + ", ".join(parts) if parts else "no timing logged by both sides"
+
+
 def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     """The candidate is no slower than the baseline beyond the allowed slowdown: the upper end of
     the difference's interval at most max(ab_timing_max_rel_slowdown, the baseline's A/A spread)

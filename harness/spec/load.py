@@ -333,6 +333,13 @@ def _check_links(knobs: Knobs) -> None:
             problems.append(
                 f"{_relative(knobs.root / 'ab.yaml')}: pair.stage: {rung_id} runs at {', '.join(knobs.rungs[rung_id].stages)}, not {pair.stage!r}"
             )
+    allowed = set(knobs.ab.operator_path_flags.flags) | set(knobs.ab.mitigation_flags.flags)
+    for name, candidate in knobs.ab.candidates.items():
+        for flag in sorted(set(candidate.set) - allowed):
+            problems.append(
+                f"{_relative(knobs.root / 'ab.yaml')}: candidates.{name}.set: expected operator-path or mitigation flags "
+                f"({', '.join(sorted(allowed))}), got {flag!r}"
+            )
     for criterion in knobs.acceptance.criteria:
         for name in criterion.thresholds:
             if name not in knobs.thresholds:

@@ -258,10 +258,28 @@ class ExpectedAnswers(Strict):
     reason: str = Field(min_length=10)
 
 
+class ABCandidate(Strict):
+    """A further candidate judged against the pair's baseline, at the pair's stage and under the
+    same contract: the baseline rung with `set` on top, so the baseline's runs are the pair's own."""
+
+    set: dict[str, FlagValue] = Field(min_length=1)
+    backends: list[Backend] = Field(min_length=1)
+    reason: str = Field(min_length=10)
+    # backend -> expected answers, as ABFile.expect (a question not listed is expected to pass).
+    expect: dict[str, ExpectedAnswers] = Field(default_factory=dict)
+
+    @field_validator("set")
+    @classmethod
+    def _flag_names_are_vime_style(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        return check_flag_names(flags)
+
+
 class ABFile(Strict):
     pair: ABPair
     # backend -> expected answers (question -> passes?); a question not listed is expected to pass.
     expect: dict[str, ExpectedAnswers] = Field(default_factory=dict)
+    # name -> a further candidate against pair.baseline at pair.stage (same questions, same contract).
+    candidates: dict[str, ABCandidate] = Field(default_factory=dict)
     operator_path_flags: FlagList
     # Mitigations (TIS, routing replay): a candidate may switch them on; they change the loss and the
     # training trajectory, never the sampled-token contract, and the record names them.
@@ -270,9 +288,10 @@ class ABFile(Strict):
     # question name (harness.judge.ab.QUESTIONS) -> the backends where it gates; absent: everywhere.
     gated_on: dict[str, GatedBackends] = Field(default_factory=dict)
 
-    def expected_to_pass(self, question: str, backend: str) -> tuple[bool, str]:
-        """Whether the gate is expected to pass `question` on `backend`, and the reason when not."""
-        expected = self.expect.get(backend)
+    def expected_to_pass(self, question: str, backend: str, candidate: str | None = None) -> tuple[bool, str]:
+        """Whether the gate is expected to pass `question` on `backend` for the pair's candidate (or
+        the named one of `candidates`), and the reason when not."""
+        expected = (self.candidates[candidate].expect if candidate else self.expect).get(backend)
         if expected is None or question not in expected.answers:
             return True, ""
         return expected.answers[question], expected.reason

@@ -1,10 +1,26 @@
-"""The P3 A/B gate: the candidate rung against its baseline, same stage and workload (knobs/ab.yaml: pair)."""
+"""The P3 A/B gate: the candidate rung against its baseline, same stage and workload (knobs/ab.yaml:
+pair), and each further candidate of knobs/ab.yaml `candidates` against the same baseline runs."""
 
 import pytest
 
+from fixtures.knobs import knobs_for
 from harness.judge import ab
 
 pytestmark = [pytest.mark.ab, pytest.mark.p3]
+
+
+def pytest_generate_tests(metafunc):
+    """`extra`: each of knobs/ab.yaml candidates, skipped (with its reason) where its backend list
+    leaves this backend out."""
+    if "extra" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    backend = config.getoption("--backend")
+    params = []
+    for name, candidate in knobs_for(config).ab.candidates.items():
+        marks = [] if backend in candidate.backends else [pytest.mark.skip(reason=f"knobs/ab.yaml candidates.{name}.backends: {candidate.backends}")]
+        params.append(pytest.param(name, id=name, marks=marks))
+    metafunc.parametrize("extra", params, scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -18,28 +34,43 @@ def contract(pair, knobs):
     return ab.contract_problems(*pair, knobs)
 
 
-def test_same_workload_contract(pair, contract, knobs, experiment_record):
-    experiment_record.ab_rows(pair)
+@pytest.fixture(scope="module")
+def extra_pair(extra, get_run, pytestconfig, knobs):
+    """The pair's baseline run (the same resolved spec: the same run) and the baseline rung with the
+    candidate's flags set."""
+    mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
+    return get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.baseline, mode, **knobs.ab.candidates[extra].set)
+
+
+@pytest.fixture(scope="module")
+def extra_contract(extra_pair, knobs):
+    return ab.contract_problems(*extra_pair, knobs)
+
+
+def _check_contract(pair, contract, knobs, experiment_record, key):
     changed = "; ".join(ab.what_changed(*pair, knobs))
     message = "; ".join(contract) or ("same workload" + (f"; the candidate changes {changed}" if changed else ""))
-    experiment_record.ab("same-workload contract", pair, passed=not contract, message=message, key="contract")
+    experiment_record.ab("same-workload contract", pair, passed=not contract, message=message, key=key)
     assert not contract, "A/B rejected:\n  " + "\n  ".join(contract)
 
 
-@pytest.mark.parametrize("question", sorted(ab.QUESTIONS))
-def test_question(question, pair, contract, knobs, experiment_record, pytestconfig):
+def _check_question(question, pair, contract, knobs, experiment_record, backend, candidate=None):
+    """The gate's answer, recorded under `question` (the pair) or `candidate:question`, then held to
+    knobs/ab.yaml: its expect (a no where one is expected), else its gated_on backends."""
     if contract:
         pytest.fail(f"not judged: the A/B is rejected ({contract[0]})", pytrace=False)
     answer = ab.QUESTIONS[question](*pair, knobs)
-    experiment_record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence, key=question)
+    key = f"{candidate}:{question}" if candidate else question
+    experiment_record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence, key=key)
+    print(f"{key}: {answer.message}")
     gate = knobs.ab.gated_on.get(question)
-    backend = pytestconfig.getoption("--backend")
-    expected, why = knobs.ab.expected_to_pass(question, backend)
+    expected, why = knobs.ab.expected_to_pass(question, backend, candidate)
+    where = f"candidates.{candidate}.expect" if candidate else "expect"
     if not expected:
         # The gate's answer for this candidate is the finding (knobs/ab.yaml expect says why): the
         # test holds that the gate still gives it; a pass would contradict what was measured.
-        assert not answer.passed, f"{answer.question} passed, but knobs/ab.yaml expect.{backend} says it does not: {why}\n  {answer.message}"
-        print(f"the gate answers no, as knobs/ab.yaml expects on --backend={backend}: {answer.message}")
+        assert not answer.passed, f"{answer.question} passed, but knobs/ab.yaml {where}.{backend} says it does not: {why}\n  {answer.message}"
+        print(f"the gate answers no, as knobs/ab.yaml {where}.{backend} expects: {answer.message}")
         return
     if gate is not None and backend not in gate.backends:
         # Judged and recorded above with its verdict; on this backend only an unmeasured answer
@@ -49,6 +80,27 @@ def test_question(question, pair, contract, knobs, experiment_record, pytestconf
             print(f"recorded, not gated on --backend={backend} (knobs/ab.yaml gated_on.{question}): {answer.message}")
         return
     assert answer.passed, f"{answer.question} {answer.message}"
+
+
+def test_same_workload_contract(pair, contract, knobs, experiment_record):
+    experiment_record.ab_rows(pair)
+    _check_contract(pair, contract, knobs, experiment_record, key="contract")
+
+
+@pytest.mark.parametrize("question", sorted(ab.QUESTIONS))
+def test_question(question, pair, contract, knobs, experiment_record, pytestconfig):
+    _check_question(question, pair, contract, knobs, experiment_record, pytestconfig.getoption("--backend"))
+
+
+def test_further_candidate_same_workload_contract(extra, extra_pair, extra_contract, knobs, experiment_record):
+    # Its row in the summary carries its cost against the baseline (step, rollout, recompute time).
+    experiment_record.ab_rows(extra_pair, name=extra, notes=ab.cost_note(*extra_pair, knobs))
+    _check_contract(extra_pair, extra_contract, knobs, experiment_record, key=f"{extra}:contract")
+
+
+@pytest.mark.parametrize("question", sorted(ab.QUESTIONS))
+def test_further_candidate_question(extra, question, extra_pair, extra_contract, knobs, experiment_record, pytestconfig):
+    _check_question(question, extra_pair, extra_contract, knobs, experiment_record, pytestconfig.getoption("--backend"), candidate=extra)
 
 
 def test_consistent_between_colocate_and_non_colocate(get_run, knobs, experiment_record):

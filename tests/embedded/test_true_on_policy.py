@@ -166,3 +166,21 @@ def test_the_gates_fail_where_the_levers_are_off(get_run):
     _finished(run)
     gates, _ = run_gates(run.path / "dumps")
     assert gates and first_unequal(gates) is not None, f"run {run.id}: near-aligned shows no unequal boundary"
+
+
+# ---------------------------------------------------------------- training still trains: reward
+@pytest.mark.p3
+def test_reward_is_within_the_native_runs_aa_band(get_run, knobs, pytestconfig):
+    """The P3 A/B's runs (knobs/ab.yaml: the pair's baseline, and candidates.true-on-policy: the
+    same rung with the levers and the replay on; the same resolved specs, so the same runs): the
+    native run's mean reward and true on-policy's differ by no more than the native run's own A/A
+    band (its halves). Same prompts, seed and sampling contract: only the log-prob path differs."""
+    from harness.judge import ab
+    from harness.records.metric_names import RAW_REWARD
+
+    mode, pair = pytestconfig.getoption("--mode"), knobs.ab.pair
+    native = get_run(pair.stage, pair.baseline, mode)
+    true_on_policy = get_run(pair.stage, pair.baseline, mode, **knobs.ab.candidates["true-on-policy"].set)
+    answer = ab.within_aa_band(native, true_on_policy, RAW_REWARD, knobs)
+    print(answer.message)
+    assert answer.passed, answer.message
