@@ -207,7 +207,6 @@ def ab_check(big, rec: dict, tokens, variants, save) -> None:
     from harness.operators import fused_triton as ft
     from harness.operators import measure
     from harness.operators.fused_plan import chunk_bounds
-    from harness.operators.impl_fused import fused_forward
     from harness.operators.sweep import _fused
 
     dev = big.hidden.device
@@ -234,8 +233,8 @@ def ab_check(big, rec: dict, tokens, variants, save) -> None:
 
                 t0 = time.perf_counter()
                 for _ in range(20):
-                    fused_forward(h, w, t, 1.0, 1)
-                row["host_us_per_fused_forward"] = (time.perf_counter() - t0) / 20 * 1e6
+                    call()
+                row["host_us_per_call"] = (time.perf_counter() - t0) / 20 * 1e6
                 torch.cuda.synchronize()
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -282,6 +281,7 @@ def host_breakdown(big, rec: dict, tokens) -> None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from harness.operators import fused_triton as ft
+    from harness.operators import registry
     from harness.operators.contract import _check_operands
     from harness.operators.fused_plan import chunk_bounds, shard_chunk_bounds
     from harness.operators.impl_fused import fused_forward
@@ -290,11 +290,19 @@ def host_breakdown(big, rec: dict, tokens) -> None:
     h, w, t = big.hidden[:T], big.weight, big.targets[:T]
     bounds = chunk_bounds(w.shape[0])
     parts = ft.triton_partials(h, w, t, bounds, 1.0)
+    host_tma = replace(ft.HOPPER_CONFIG, variant="tma_flatten")
+    dev_tma = replace(ft.HOPPER_CONFIG, variant="dtma_flatten")
+    op = registry.get("fused-linear-logprob")
+    flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
     pieces = {
         "shard_chunk_bounds": lambda: shard_chunk_bounds(w.shape[0], 1, 0),
         "bounds_tensor": lambda: ft._bounds_tensor(tuple(bounds), h.device),
         "two_descriptors": lambda: (TensorDescriptor.from_tensor(h, [128, 64]), TensorDescriptor.from_tensor(w, [256, 64])),
-        "triton_partials": lambda: ft.triton_partials(h, w, t, bounds, 1.0),
+        "triton_partials (tma_flatten: descriptors encoded on the host)": lambda: ft.triton_partials(h, w, t, bounds, 1.0, host_tma),
+        "triton_partials (dtma_flatten: descriptors made on the device)": lambda: ft.triton_partials(h, w, t, bounds, 1.0, dev_tma),
+        "triton_partials (default)": lambda: ft.triton_partials(h, w, t, bounds, 1.0),
+        "triton_merge with the range check": lambda: ft.triton_merge(*parts, t, w.shape[0], flag),
+        "operator call (selected_logprobs, range checked in the merge)": lambda: op.selected_logprobs(h, w, t, 1.0),
         "triton_merge": lambda: ft.triton_merge(*parts),
         "fused_forward": lambda: fused_forward(h, w, t, 1.0, 1),
         "operand checks (before launch)": lambda: _check_operands(h, w, t, 1.0, 1, check_targets=False),

@@ -38,7 +38,7 @@ class KernelConfig:
 # docs/operators.md): operands fetched by TMA, loop nest flattened by the compiler so the software
 # pipeline runs across vocab tiles. Fixed thereafter: a different configuration gives different bits
 # (never a loss of invariance). Pre-Hopper GPUs have no TMA and take the pointer-load kernel.
-HOPPER_CONFIG = KernelConfig(128, 256, 64, 8, 3, "tma_flatten")
+HOPPER_CONFIG = KernelConfig(128, 256, 64, 8, 3, "dtma_flatten")
 FALLBACK_CONFIG = KernelConfig(128, 256, 64, 8, 3, "nested")
 
 
@@ -48,6 +48,9 @@ def default_config(device: torch.device) -> KernelConfig:
 
 VARIANTS = {"nested": 0, "flat": 1, "flatten": 2, "ws": 3}
 TMA_LOOPS = {"tma": 0, "tma_flatten": 2, "tma_ws": 3, "tma_flatten_ws": 4}
+# dtma_*: the same TMA kernel with its two descriptors built by each program on the device
+# (tl.make_tensor_descriptor) instead of encoded on the host at every launch.
+DEVICE_TMA_LOOPS = {"dtma_flatten": 2}
 
 
 @triton.jit
@@ -215,6 +218,69 @@ def _partials_kernel_tma(
     tl.store(base + 2 * plane, z_t, mask=row_ok)
 
 
+@triton.jit(do_not_specialize=["T", "V"])
+def _partials_kernel_dtma(
+    h_ptr,
+    w_ptr,
+    tgt_ptr,
+    bounds_ptr,
+    out_ptr,
+    T,
+    V,
+    H,
+    inv_temp,
+    BLOCK_T: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """_partials_kernel_tma's flattened loop (same loads, same tl.dot sequence, same epilogue) with the
+    descriptors made on the device: the host encodes nothing per launch (docs/operators.md has the
+    host time this saves)."""
+    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[T, H], strides=[H, 1], block_shape=[BLOCK_T, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[V, H], strides=[H, 1], block_shape=[BLOCK_V, BLOCK_K])
+    pid_t = tl.program_id(0)
+    chunk = tl.program_id(1)
+    n_chunks = tl.num_programs(1)
+    lo = tl.load(bounds_ptr + chunk)
+    hi = tl.load(bounds_ptr + chunk + 1)
+    row0 = pid_t * BLOCK_T
+    rows = row0 + tl.arange(0, BLOCK_T)
+    row_ok = rows < T
+    tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
+    vs = tl.arange(0, BLOCK_V)
+    m = tl.full([BLOCK_T], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_T], tl.float32)
+    z_t = tl.zeros([BLOCK_T], tl.float32)
+    k_steps = H // BLOCK_K
+    n_tiles = tl.cdiv(hi - lo, BLOCK_V)
+    for tile in tl.range(0, n_tiles, flatten=True):
+        v0 = lo + tile * BLOCK_V
+        acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
+        for ki in range(0, k_steps):
+            acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
+        m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
+    plane = n_chunks * T
+    base = out_ptr + chunk * T + rows
+    tl.store(base, m, mask=row_ok)
+    tl.store(base + plane, s, mask=row_ok)
+    tl.store(base + 2 * plane, z_t, mask=row_ok)
+
+
+def _scratch(size: int, alignment: int, stream):
+    # Global scratch for device-made descriptors (128 bytes per descriptor per program), from torch's
+    # caching allocator: freed after the launch, reused in stream order.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_allocator() -> None:
+    """Give Triton an allocator for kernels that need global scratch, unless one is already set (a
+    caller's own is kept). Per thread context: Triton keeps it in a ContextVar."""
+    from triton.runtime import _allocation
+
+    if type(_allocation._allocator.get()).__name__ == "NullAllocator":
+        triton.set_allocator(_scratch)
+
+
 _BOUNDS: dict = {}
 
 
@@ -241,6 +307,27 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
     bounds = _bounds_tensor(tuple(local_bounds), hidden.device)
     out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=hidden.device)
     grid = (triton.cdiv(rows, config.block_t), n_chunks)
+    if config.variant in DEVICE_TMA_LOOPS:
+        if width % 8 or hidden.data_ptr() % 16 or weight_shard.data_ptr() % 16:
+            raise ValueError("device TMA descriptors need 16-byte aligned operands and rows (H divisible by 8)")
+        ensure_allocator()
+        _partials_kernel_dtma[grid](
+            hidden,
+            weight_shard,
+            targets.contiguous(),
+            bounds,
+            out,
+            rows,
+            weight_shard.shape[0],
+            width,
+            1.0 / temperature,
+            BLOCK_T=config.block_t,
+            BLOCK_V=config.block_v,
+            BLOCK_K=config.block_k,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
+        return out[0], out[1], out[2]
     if config.variant.startswith("tma"):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -286,8 +373,10 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
 # Merge of the chunk partials (GPU): one program per row block, chunks folded in order.
 
 
-@triton.jit(do_not_specialize=["T"])
-def _merge_kernel(m_ptr, s_ptr, z_ptr, logp_ptr, lse_ptr, T, N_CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["T", "vocab"])
+def _merge_kernel(
+    m_ptr, s_ptr, z_ptr, logp_ptr, lse_ptr, tgt_ptr, bad_ptr, T, vocab, N_CHUNKS: tl.constexpr, BLOCK: tl.constexpr, CHECK: tl.constexpr
+):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = rows < T
     big = tl.load(m_ptr + rows, mask=ok, other=0.0)
@@ -300,18 +389,40 @@ def _merge_kernel(m_ptr, s_ptr, z_ptr, logp_ptr, lse_ptr, T, N_CHUNKS: tl.conste
         total = total + tl.load(s_ptr + c * T + rows, mask=ok, other=1.0) * tl.exp(m_c - big)
         target = target + tl.load(z_ptr + c * T + rows, mask=ok, other=0.0)
     lse = big + tl.log(total)
-    tl.store(logp_ptr + rows, target - lse, mask=ok)
+    logp = target - lse
+    if CHECK:  # the targets' range, checked here instead of by a host sync: bad rows get NaN and a flag
+        tgt = tl.load(tgt_ptr + rows, mask=ok, other=0)
+        bad = ok & ((tgt < 0) | (tgt >= vocab))
+        logp = tl.where(bad, float("nan"), logp)
+        lse = tl.where(bad, float("nan"), lse)
+        n_bad = tl.sum(bad.to(tl.int32), axis=0)
+        if n_bad > 0:  # plain stores (racing blocks write the same kind of record); nothing written when all are in range
+            tl.store(bad_ptr, n_bad)
+            tl.store(bad_ptr + 1, vocab)
+    tl.store(logp_ptr + rows, logp, mask=ok)
     tl.store(lse_ptr + rows, lse, mask=ok)
 
 
-def triton_merge(m, s, z_t):
-    """(selected log-prob [T], log-sum-exp [T]) from [N_CHUNKS, T] partials, chunk order, one launch."""
+_MERGE_BLOCK = 128
+
+
+def triton_merge(m, s, z_t, targets=None, vocab: int = 0, flag=None):
+    """(selected log-prob [T], log-sum-exp [T]) from [N_CHUNKS, T] partials, chunk order, one launch.
+
+    With ``targets`` (global ids), ``vocab`` and ``flag`` (int32 [2], zero; device memory or pinned host
+    memory the GPU writes through): rows whose target lies outside [0, vocab) get NaN log-prob and lse,
+    and the kernel writes (a block's count of them, vocab) into ``flag``; the caller reads it whenever it
+    likes (no sync here). The other rows' arithmetic is unchanged.
+    """
     n_chunks, rows = m.shape
     m, s, z_t = m.contiguous(), s.contiguous(), z_t.contiguous()
     logp = torch.empty(rows, dtype=torch.float32, device=m.device)
     lse = torch.empty(rows, dtype=torch.float32, device=m.device)
-    block = 128
-    _merge_kernel[(triton.cdiv(rows, block),)](m, s, z_t, logp, lse, rows, N_CHUNKS=n_chunks, BLOCK=block, num_warps=4)
+    check = targets is not None
+    tgt = targets.contiguous() if check else logp
+    _merge_kernel[(triton.cdiv(rows, _MERGE_BLOCK),)](
+        m, s, z_t, logp, lse, tgt, flag if check else logp, rows, vocab, N_CHUNKS=n_chunks, BLOCK=_MERGE_BLOCK, CHECK=check, num_warps=4
+    )
     return logp, lse
 
 

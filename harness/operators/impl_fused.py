@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.operators.contract import Contract, Operator
-from harness.operators.fused_plan import merge_partials, shard_chunk_bounds, shard_group_bounds
+from harness.operators.contract import Contract, OperandError, Operator, _check_operands
+from harness.operators.fused_plan import N_CHUNKS, merge_partials, shard_chunk_bounds, shard_group_bounds
 from harness.operators.fused_torch import torch_backward_groups, torch_partials
 from harness.operators.registry import register
 
@@ -42,8 +42,13 @@ def _backward_groups_fn(device: torch.device, dtype: torch.dtype):
     return torch_backward_groups
 
 
-def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=None):
-    """(selected log-probs [T] fp32, log-sum-exp [T] fp32); tp_size shards emulated in rank order."""
+def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=None, range_flag=None):
+    """(selected log-probs [T] fp32, log-sum-exp [T] fp32); tp_size shards emulated in rank order.
+
+    ``range_flag`` (GPU only; int32 [2], see fused_triton.triton_merge): the merge kernel also checks
+    the targets' range and records targets outside [0, V) there (those rows' results are NaN); nothing waits.
+    """
+    on_gpu = partials_fn is None and _on_triton(hidden.device, hidden.dtype)
     partials_fn = partials_fn or _partials_fn(hidden.device, hidden.dtype)
     vocab = weight.shape[0]
     gathered = []
@@ -53,6 +58,11 @@ def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=Non
         gathered.append(partials_fn(hidden, shard, targets - start if start else targets, local, temperature))
     # all-gather of partials: concatenate every rank's chunks in rank (= chunk) order
     m, s, z_t = (torch.cat([g[i] for g in gathered], dim=0) if tp_size > 1 else gathered[0][i] for i in range(3))
+    if range_flag is not None and on_gpu:
+        from harness.operators.fused_triton import triton_merge
+
+        assert m.shape[0] == N_CHUNKS, f"expected {N_CHUNKS} chunk partials, got {m.shape[0]}"
+        return triton_merge(m, s, z_t, targets, vocab, range_flag)  # the same merge, plus the range check
     return merge_partials(m, s, z_t)
 
 
@@ -100,8 +110,8 @@ def fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size=
 
 class FusedLinearLogprob(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, tp_size):
-        logp, lse = fused_forward(hidden, weight, targets, temperature, tp_size)
+    def forward(ctx, hidden, weight, targets, temperature, tp_size, range_flag=None):
+        logp, lse = fused_forward(hidden, weight, targets, temperature, tp_size, range_flag=range_flag)
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature, ctx.tp_size = temperature, tp_size
         return logp
@@ -111,7 +121,29 @@ class FusedLinearLogprob(torch.autograd.Function):
         hidden, weight, targets, lse = ctx.saved_tensors
         grad_h, grad_w = fused_backward(hidden, weight, targets, lse, ctx.temperature, grad_out.contiguous(), ctx.tp_size)
         grad_h = grad_h.to(hidden.dtype)
-        return (grad_h if ctx.needs_input_grad[0] else None), (grad_w if ctx.needs_input_grad[1] else None), None, None, None
+        return (grad_h if ctx.needs_input_grad[0] else None), (grad_w if ctx.needs_input_grad[1] else None), None, None, None, None
+
+
+_RANGE_FLAGS: dict = {}
+
+
+def _range_flag(device: torch.device) -> torch.Tensor:
+    """int32 [2] in pinned host memory, one per GPU, that the merge kernel writes (count, V) into through
+    unified addressing when a call's targets leave [0, V): the host reads it with no copy and no sync."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _RANGE_FLAGS:
+        _RANGE_FLAGS[index] = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+    return _RANGE_FLAGS[index]
+
+
+def _raise_if_flagged(flag: torch.Tensor) -> None:
+    count, vocab = (int(x) for x in flag.tolist())  # pinned host memory: a read, not a device sync
+    if count:
+        flag.zero_()
+        raise OperandError(
+            f"targets must lie in [0, V={vocab}); an earlier call on the GPU had {count} or more outside it "
+            "(found by its merge kernel after the call returned; those rows' log-probs are NaN)"
+        )
 
 
 _PATHS: dict = {}
@@ -173,13 +205,36 @@ class FusedLinearLogprobOperator(Operator):
     last_path = ""
     targets_checked_after_launch = True  # the kernels compare target ids with column ids, never gather by them
 
+    def selected_logprobs(self, hidden, weight, targets, temperature: float = 1.0, tp_size: int = 1):
+        """As Operator.selected_logprobs. On the GPU the targets' range is checked by the merge kernel, not
+        by a host sync: rows with a target outside [0, V) come back NaN, and the OperandError is raised by
+        the next call of this operator once the kernel has run (or by ``check_targets()``, which waits
+        for it). Elsewhere (CPU) the check raises before returning, as for every operator."""
+        if not (hidden.is_cuda and targets.is_cuda and _on_triton(hidden.device, hidden.dtype)):
+            return super().selected_logprobs(hidden, weight, targets, temperature, tp_size)
+        flag = _range_flag(hidden.device)
+        _raise_if_flagged(flag)  # an earlier call's targets
+        _check_operands(hidden, weight, targets, temperature, tp_size, check_targets=False)
+        return self._run(hidden, weight, targets.long(), float(temperature), int(tp_size), flag)
+
+    def check_targets(self, wait: bool = True) -> None:
+        """Raise OperandError if an earlier GPU call had targets outside [0, V). ``wait``: first wait for
+        the GPU's queued work (a device sync); else report only what the kernels have written so far."""
+        if wait and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        for flag in _RANGE_FLAGS.values():
+            _raise_if_flagged(flag)
+
     def fp32_gradients(self, hidden, weight, targets, temperature, grad_out):
         """(grad_hidden, grad_weight) in fp32, before autograd rounds them to the operands' dtype."""
         lse = fused_forward(hidden, weight, targets, temperature, 1)[1]
         return fused_backward(hidden, weight, targets, lse, temperature, grad_out, 1, torch.float32)
 
     def _selected_logprobs(self, hidden, weight, targets, temperature, tp_size):
+        return self._run(hidden, weight, targets, temperature, tp_size, None)
+
+    def _run(self, hidden, weight, targets, temperature, tp_size, range_flag):
         self.last_path = _cached_path_name(hidden.device, hidden.dtype)
         if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-            return FusedLinearLogprob.apply(hidden, weight, targets, temperature, tp_size)
-        return fused_forward(hidden, weight, targets, temperature, tp_size)[0]
+            return FusedLinearLogprob.apply(hidden, weight, targets, temperature, tp_size, range_flag)
+        return fused_forward(hidden, weight, targets, temperature, tp_size, range_flag=range_flag)[0]

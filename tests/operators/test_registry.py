@@ -57,6 +57,24 @@ def test_bad_operands_get_one_clear_line():
         op.selected_logprobs(torch.zeros(3, 4), w, torch.tensor([0, 1, 2]))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU path's range check runs in its merge kernel")
+def test_out_of_range_targets_on_the_gpu_come_back_nan_and_raise_once_checked():
+    op = registry.get("fused-linear-logprob")
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(300, 256, generator=gen).to("cuda", torch.bfloat16)
+    w = (torch.randn(4000, 256, generator=gen) * 0.03).to("cuda", torch.bfloat16)
+    t = torch.randint(0, 4000, (300,), generator=gen).cuda()
+    good = op.selected_logprobs(h, w, t)
+    op.check_targets()  # in range: nothing to raise
+    t[7] = 4000
+    out = op.selected_logprobs(h, w, t)
+    with pytest.raises(OperandError, match=r"targets must lie in \[0, V=4000\); an earlier call on the GPU had 1 or more"):
+        op.check_targets()
+    rest = torch.arange(300, device="cuda") != 7
+    assert bool(out[7].isnan()) and torch.equal(out[rest], good[rest])
+    op.check_targets()  # reported once
+
+
 def test_plugin_from_an_installed_distribution_is_found(tmp_path, monkeypatch):
     """A real dist-info with an entry point in the group, on sys.path: what `pip install` leaves."""
     (tmp_path / "bcard_ops.py").write_text(

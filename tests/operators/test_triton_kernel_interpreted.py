@@ -25,22 +25,35 @@ SCRIPT = textwrap.dedent("""
     import torch
     from harness.operators.fused_plan import chunk_bounds, merge_partials, shard_chunk_bounds
     from harness.operators.fused_torch import torch_partials
-    from harness.operators.fused_triton import KernelConfig, triton_partials
+    from harness.operators.fused_triton import KernelConfig, triton_merge, triton_partials
     gen = torch.Generator().manual_seed(0)
     T, H, V = 21, 64, 1000   # chunks of 125 columns: every chunk's last tile is masked
     h = torch.randn(T, H, generator=gen); w = torch.randn(V, H, generator=gen) * 0.1
     t = torch.randint(0, V, (T,), generator=gen)
     ref = torch.log_softmax((h.double() @ w.double().T) / 0.7, -1).gather(1, t[:, None]).squeeze(1)
     want = merge_partials(*torch_partials(h, w, t, chunk_bounds(V), 0.7))[0]
-    for variant in ("nested", "tma_flatten"):
+    parts = {}
+    for variant in ("nested", "tma_flatten", "dtma_flatten"):   # dtma: descriptors made on the device
         cfg = KernelConfig(16, 32, 16, 4, 2, variant)
-        got = merge_partials(*triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg))[0]
+        parts[variant] = triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg)
+        got = merge_partials(*parts[variant])[0]
         assert (got.double() - ref).abs().max() < 1e-5, (variant, (got.double() - ref).abs().max())
         assert (got - want).abs().max() < 1e-5, variant
         start, local = shard_chunk_bounds(V, 4, 2)   # rank 2 of TP=4: chunks 60..89
         m, s, z = triton_partials(h, w[start:start + V // 4], t - start, local, 0.7, cfg)
         full_m = triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg)[0]
         assert torch.equal(m, full_m[60:90]), variant
+    assert all(torch.equal(a, b) for a, b in zip(parts["tma_flatten"], parts["dtma_flatten"])), "descriptor origin changed bits"
+    # the merge's range check: rows with a target outside [0, V) are NaN and counted, the others unchanged
+    bad_t = t.clone(); bad_t[3] = V; bad_t[20] = -1
+    flag = torch.zeros(2, dtype=torch.int32)
+    logp, lse = triton_merge(*parts["dtma_flatten"], bad_t, V, flag)
+    plain = triton_merge(*parts["dtma_flatten"])[0]
+    assert flag.tolist() == [2, V] and bool(logp[[3, 20]].isnan().all()) and bool(lse[[3, 20]].isnan().all())
+    keep = [i for i in range(T) if i not in (3, 20)]
+    assert torch.equal(logp[keep], plain[keep])
+    flag.zero_(); triton_merge(*parts["dtma_flatten"], t, V, flag)
+    assert flag.tolist() == [0, 0]
     print("ok")
 """)
 
