@@ -37,7 +37,9 @@ class KernelConfig:
 # Chosen on the H200 by tools/bench_operators.py --sweep (reports/bench/h200-fused-sweep.json,
 # docs/operators.md): operands fetched by TMA, loop nest flattened by the compiler so the software
 # pipeline runs across vocab tiles. Fixed thereafter: a different configuration gives different bits
-# (never a loss of invariance). Pre-Hopper GPUs have no TMA and take the pointer-load kernel.
+# (never a loss of invariance). Pre-Hopper GPUs have no TMA and take the pointer-load kernel. Since
+# issue 16 round 3 the descriptors are made on the device (dtma_flatten: bitwise equal to tma_flatten
+# at every T, ~25 us less host time per call; reports/bench/h200-issue16-round3-exp2-persistent-forward.json).
 HOPPER_CONFIG = KernelConfig(128, 256, 64, 8, 3, "dtma_flatten")
 FALLBACK_CONFIG = KernelConfig(128, 256, 64, 8, 3, "nested")
 
@@ -50,7 +52,7 @@ VARIANTS = {"nested": 0, "flat": 1, "flatten": 2, "ws": 3}
 TMA_LOOPS = {"tma": 0, "tma_flatten": 2, "tma_ws": 3, "tma_flatten_ws": 4}
 # dtma_*: the same TMA kernel with its two descriptors built by each program on the device
 # (tl.make_tensor_descriptor) instead of encoded on the host at every launch.
-DEVICE_TMA_LOOPS = {"dtma_flatten": 2, "dtma_persistent": 5, "dtma_persistent_flat": 6}
+DEVICE_TMA_LOOPS = {"dtma_flatten": 2}
 
 
 @triton.jit
@@ -266,121 +268,6 @@ def _partials_kernel_dtma(
     tl.store(base + 2 * plane, z_t, mask=row_ok)
 
 
-@triton.jit
-def _dtma_item(
-    h_desc,
-    w_desc,
-    tgt_ptr,
-    bounds_ptr,
-    out_ptr,
-    T,
-    H,
-    inv_temp,
-    pid_t,
-    chunk,
-    n_chunks,
-    BLOCK_T: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    lo = tl.load(bounds_ptr + chunk)
-    hi = tl.load(bounds_ptr + chunk + 1)
-    row0 = pid_t * BLOCK_T
-    rows = row0 + tl.arange(0, BLOCK_T)
-    row_ok = rows < T
-    tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
-    vs = tl.arange(0, BLOCK_V)
-    m = tl.full([BLOCK_T], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK_T], tl.float32)
-    z_t = tl.zeros([BLOCK_T], tl.float32)
-    k_steps = H // BLOCK_K
-    n_tiles = tl.cdiv(hi - lo, BLOCK_V)
-    for tile in tl.range(0, n_tiles, flatten=True):
-        v0 = lo + tile * BLOCK_V
-        acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-        for ki in range(0, k_steps):
-            acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
-        m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
-    plane = n_chunks * T
-    base = out_ptr + chunk * T + rows
-    tl.store(base, m, mask=row_ok)
-    tl.store(base + plane, s, mask=row_ok)
-    tl.store(base + 2 * plane, z_t, mask=row_ok)
-
-
-@triton.jit(do_not_specialize=["T", "V", "n_chunks"])
-def _partials_kernel_dtma_persistent(
-    h_ptr,
-    w_ptr,
-    tgt_ptr,
-    bounds_ptr,
-    out_ptr,
-    T,
-    V,
-    H,
-    inv_temp,
-    n_chunks,
-    BLOCK_T: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    OUTER_FLAT: tl.constexpr,
-):
-    """Persistent form: one program per SM makes its two descriptors once and walks the (row block,
-    chunk) items pid, pid + programs, ... Each item's arithmetic is _partials_kernel_dtma's program's,
-    so which program runs it changes no bit."""
-    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[T, H], strides=[H, 1], block_shape=[BLOCK_T, BLOCK_K])
-    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[V, H], strides=[H, 1], block_shape=[BLOCK_V, BLOCK_K])
-    n_row_blocks = tl.cdiv(T, BLOCK_T)
-    n_items = n_row_blocks * n_chunks
-    if OUTER_FLAT:
-        for item in tl.range(tl.program_id(0), n_items, tl.num_programs(0), flatten=True):
-            _dtma_item(
-                h_desc,
-                w_desc,
-                tgt_ptr,
-                bounds_ptr,
-                out_ptr,
-                T,
-                H,
-                inv_temp,
-                item % n_row_blocks,
-                item // n_row_blocks,
-                n_chunks,
-                BLOCK_T,
-                BLOCK_V,
-                BLOCK_K,
-            )
-    else:
-        for item in range(tl.program_id(0), n_items, tl.num_programs(0)):
-            _dtma_item(
-                h_desc,
-                w_desc,
-                tgt_ptr,
-                bounds_ptr,
-                out_ptr,
-                T,
-                H,
-                inv_temp,
-                item % n_row_blocks,
-                item // n_row_blocks,
-                n_chunks,
-                BLOCK_T,
-                BLOCK_V,
-                BLOCK_K,
-            )
-
-
-_SMS: dict = {}
-
-
-def _sm_count(device) -> int:
-    if device.type != "cuda":  # Triton's interpreter (CPU tensors): a few programs, still several items each
-        return 3
-    if device not in _SMS:
-        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _SMS[device]
-
-
 def _scratch(size: int, alignment: int, stream):
     # Global scratch for device-made descriptors (128 bytes per descriptor per program), from torch's
     # caching allocator: freed after the launch, reused in stream order.
@@ -427,7 +314,6 @@ def _int_class(x: int, specialised: bool) -> tuple:
 
 
 _launch_partials_dtma = _CompiledLaunch(_partials_kernel_dtma)
-_launch_partials_persistent = _CompiledLaunch(_partials_kernel_dtma_persistent)
 _BOUNDS: dict = {}
 
 
@@ -470,12 +356,7 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
             _int_class(width, True),
             config,
         )
-        if DEVICE_TMA_LOOPS[config.variant] == 2:
-            _launch_partials_dtma(key, grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
-        else:
-            programs = (max(1, min(grid[0] * grid[1], _sm_count(hidden.device))), 1)
-            args = (*args[:9], n_chunks, *args[9:], DEVICE_TMA_LOOPS[config.variant] == 6)
-            _launch_partials_persistent(key, programs, args, num_warps=config.num_warps, num_stages=config.num_stages)
+        _launch_partials_dtma(key, grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
         return out[0], out[1], out[2]
     if config.variant.startswith("tma"):
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -607,9 +488,6 @@ class BackwardConfig:
     hidden_warps: int = 8
     hidden_stages: int = 3
     even_slices: bool = True  # cut each group into equal slices (multiples of block_v), not full ones and a short last one
-    # grad_weight reads hidden as given and converts tiles in registers instead of a [T, H] fp16 copy
-    # (32 MiB at T=8192); the product is formed transposed, so its bits may differ (still fixed order).
-    hidden_cvt_in_kernel: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -701,35 +579,6 @@ def _grad_weight_kernel(
     tl.store(ptrs, acc.to(gw_ptr.dtype.element_ty), mask=cols[:, None] < width)
 
 
-@triton.jit(do_not_specialize=["T", "width"])
-def _grad_weight_kernel_cvt(
-    g_desc,
-    h_desc,
-    gw_ptr,
-    T,
-    H,
-    width,
-    stride_gw,
-    BLOCK_V: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """_grad_weight_kernel reading hidden in its own 16-bit type and converting each tile to the
-    grad_logits type in registers (no [T, H] copy of hidden). The product is formed transposed,
-    grad_weight^T tile = hidden^T @ grad_logits, so the converted tile is the MMA's register operand;
-    the same sum over T in blocks of BLOCK_K from row 0."""
-    c0 = tl.program_id(0) * BLOCK_V
-    h0 = tl.program_id(1) * BLOCK_H
-    acc = tl.zeros([BLOCK_H, BLOCK_V], tl.float32)
-    for t0 in range(0, tl.cdiv(T, BLOCK_K) * BLOCK_K, BLOCK_K):
-        g = g_desc.load([t0, c0])
-        acc = tl.dot(h_desc.load([t0, h0]).T.to(g.dtype), g, acc)
-    cols = c0 + tl.arange(0, BLOCK_V)
-    hs = h0 + tl.arange(0, BLOCK_H)
-    ptrs = gw_ptr + cols[None, :].to(tl.int64) * stride_gw + hs[:, None]
-    tl.store(ptrs, acc.to(gw_ptr.dtype.element_ty), mask=cols[None, :] < width)
-
-
 @triton.jit(do_not_specialize=["T", "w_row0", "width"])
 def _grad_hidden_kernel(
     g_desc,
@@ -811,8 +660,7 @@ def triton_backward_groups(
     spans = list(zip(local_group_bounds[:-1], local_group_bounds[1:]))
     slice_cols = _slice_width(cfg, rows, max(b - a for a, b in spans), g_dtype.itemsize)
     g_buf = torch.empty(rows, slice_cols, dtype=g_dtype, device=dev)
-    cvt = cfg.hidden_cvt_in_kernel and hidden.dtype != g_dtype
-    hc = hidden if hidden.dtype == g_dtype or cvt else hidden.to(g_dtype)  # operands of the two products
+    hc = hidden if hidden.dtype == g_dtype else hidden.to(g_dtype)  # operands of the two products
     scale = (grad_out.float() * (1.0 / temperature)).contiguous()
     tgt = targets.contiguous()
     lse = lse.contiguous()
@@ -867,7 +715,7 @@ def triton_backward_groups(
                 num_stages=cfg.logits_stages,
             )
             gw = grad_w[s0 : s0 + n]
-            (_grad_weight_kernel_cvt if cvt else _grad_weight_kernel)[(triton.cdiv(n, bt), width // bv)](
+            _grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](
                 g_load_w, hc_desc, gw, rows, width, n, gw.stride(0), BLOCK_V=bt, BLOCK_H=bv, BLOCK_K=bk, **opts
             )
             if copy and not in_logits:

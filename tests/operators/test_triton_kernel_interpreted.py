@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent("""
     ref = torch.log_softmax((h.double() @ w.double().T) / 0.7, -1).gather(1, t[:, None]).squeeze(1)
     want = merge_partials(*torch_partials(h, w, t, chunk_bounds(V), 0.7))[0]
     parts = {}
-    for variant in ("nested", "tma_flatten", "dtma_flatten"):   # dtma: descriptors made on the device
+    for variant in ("nested", "dtma_flatten"):   # pointer loads; TMA with descriptors made on the device (the default)
         cfg = KernelConfig(16, 32, 16, 4, 2, variant)
         parts[variant] = triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg)
         got = merge_partials(*parts[variant])[0]
@@ -43,7 +43,6 @@ SCRIPT = textwrap.dedent("""
         m, s, z = triton_partials(h, w[start:start + V // 4], t - start, local, 0.7, cfg)
         full_m = triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg)[0]
         assert torch.equal(m, full_m[60:90]), variant
-    assert all(torch.equal(a, b) for a, b in zip(parts["tma_flatten"], parts["dtma_flatten"])), "descriptor origin changed bits"
     # the merge's range check: rows with a target outside [0, V) are NaN and counted, the others unchanged
     bad_t = t.clone(); bad_t[3] = V; bad_t[20] = -1
     flag = torch.zeros(2, dtype=torch.int32)
