@@ -178,9 +178,11 @@ def test_reward_is_within_the_native_runs_aa_band(get_run, knobs, pytestconfig):
     from harness.judge import ab
     from harness.records.metric_names import RAW_REWARD
 
-    mode, pair = pytestconfig.getoption("--mode"), knobs.ab.pair
+    mode, pair, candidate = pytestconfig.getoption("--mode"), knobs.ab.pair, knobs.ab.candidates["true-on-policy"]
+    if pytestconfig.getoption("--backend") not in candidate.backends:
+        pytest.skip(f"knobs/ab.yaml candidates.true-on-policy.backends: {candidate.backends}")
     native = get_run(pair.stage, pair.baseline, mode)
-    true_on_policy = get_run(pair.stage, pair.baseline, mode, **knobs.ab.candidates["true-on-policy"].set)
+    true_on_policy = get_run(pair.stage, pair.baseline, mode, **candidate.set)
     answer = ab.within_aa_band(native, true_on_policy, RAW_REWARD, knobs)
     print(answer.message)
     assert answer.passed, answer.message
