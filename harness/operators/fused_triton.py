@@ -52,7 +52,7 @@ VARIANTS = {"nested": 0, "flat": 1, "flatten": 2, "ws": 3}
 TMA_LOOPS = {"tma": 0, "tma_flatten": 2, "tma_ws": 3, "tma_flatten_ws": 4}
 # dtma_*: the same TMA kernel with its two descriptors built by each program on the device
 # (tl.make_tensor_descriptor) instead of encoded on the host at every launch.
-DEVICE_TMA_LOOPS = {"dtma_flatten": 2, "dtma_flatten_tail": 7}
+DEVICE_TMA_LOOPS = {"dtma_flatten": 2}
 
 
 @triton.jit
@@ -62,16 +62,6 @@ def _epilogue(acc, cols, hi, tgt, inv_temp, m, s, z_t):
     m_new = tl.maximum(m, tl.max(z, axis=1))
     s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new[:, None]), axis=1)
     z_t = z_t + tl.sum(tl.where((cols[None, :] == tgt[:, None]) & in_chunk, z, 0.0), axis=1)
-    return m_new, s, z_t
-
-
-@triton.jit
-def _epilogue_full(acc, cols, tgt, inv_temp, m, s, z_t):
-    """_epilogue for a tile wholly inside the chunk: the same values, without the column mask."""
-    z = acc * inv_temp
-    m_new = tl.maximum(m, tl.max(z, axis=1))
-    s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new[:, None]), axis=1)
-    z_t = z_t + tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), axis=1)
     return m_new, s, z_t
 
 
@@ -244,7 +234,6 @@ def _partials_kernel_dtma(
     BLOCK_T: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    SPLIT_TAIL: tl.constexpr,
 ):
     """_partials_kernel_tma's flattened loop (same loads, same tl.dot sequence, same epilogue) with the
     descriptors made on the device: the host encodes nothing per launch (docs/operators.md has the
@@ -265,28 +254,13 @@ def _partials_kernel_dtma(
     s = tl.zeros([BLOCK_T], tl.float32)
     z_t = tl.zeros([BLOCK_T], tl.float32)
     k_steps = H // BLOCK_K
-    if SPLIT_TAIL:  # the chunk's full tiles unmasked in the flattened loop, its partial last tile after it
-        n_full = (hi - lo) // BLOCK_V
-        for tile in tl.range(0, n_full, flatten=True):
-            v0 = lo + tile * BLOCK_V
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
-            m, s, z_t = _epilogue_full(acc, v0 + vs, tgt, inv_temp, m, s, z_t)
-        if n_full * BLOCK_V < hi - lo:
-            v0 = lo + n_full * BLOCK_V
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
-            m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
-    else:
-        n_tiles = tl.cdiv(hi - lo, BLOCK_V)
-        for tile in tl.range(0, n_tiles, flatten=True):
-            v0 = lo + tile * BLOCK_V
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
-            m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
+    n_tiles = tl.cdiv(hi - lo, BLOCK_V)
+    for tile in tl.range(0, n_tiles, flatten=True):
+        v0 = lo + tile * BLOCK_V
+        acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
+        for ki in range(0, k_steps):
+            acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
+        m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
     plane = n_chunks * T
     base = out_ptr + chunk * T + rows
     tl.store(base, m, mask=row_ok)
@@ -372,8 +346,7 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
         ensure_allocator()
         tgt = targets.contiguous()
         tensors = (hidden, weight_shard, tgt, bounds, out)
-        split_tail = DEVICE_TMA_LOOPS[config.variant] == 7
-        args = (*tensors, rows, weight_shard.shape[0], width, 1.0 / temperature, config.block_t, config.block_v, config.block_k, split_tail)
+        args = (*tensors, rows, weight_shard.shape[0], width, 1.0 / temperature, config.block_t, config.block_v, config.block_k)
         key = (
             hidden.device.index,
             tuple(t.dtype for t in tensors),
