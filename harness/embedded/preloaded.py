@@ -27,6 +27,9 @@ import sys
 import traceback
 
 TRAINER_MODULE = "harness.embedded.train"
+# What a child may run: the trainer, and the paired scorer (it builds the same engine and model from
+# the same imports). Anything else is refused: the server runs nothing it was not built for.
+MODULES = (TRAINER_MODULE, "harness.embedded.paired_score")
 REQUEST_LIMIT = 1 << 20
 
 
@@ -104,9 +107,12 @@ def _run_trainer(request: dict, out_fd: int, sock: socket.socket) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = [TRAINER_MODULE, *request["argv"]]
+        module = request.get("module", TRAINER_MODULE)
+        if module not in MODULES:
+            raise SystemExit(f"error: the pre-imported interpreter runs {', '.join(MODULES)}, not {module}")
+        sys.argv = [module, *request["argv"]]
         try:
-            runpy.run_module(TRAINER_MODULE, run_name="__main__", alter_sys=True)
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as done:
             code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)

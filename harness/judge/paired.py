@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -240,16 +241,29 @@ def scores(run: Run, sequences: list[dict], source_id: str, cache_dir: Path | No
         atomic_write_json(tokens_file, {"source": source_id, "sequences": sequences})
         out = cache.with_name(cache.name + ".scoring")
         cmd = [sys.executable, "-m", SCORER_MODULE, "--sequences", str(tokens_file), "--out", str(out), "--", *_trainer_flags(run)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=SCORER_TIMEOUT_S, cwd=Path(__file__).resolve().parents[2])
+        code, output = _run_scorer(cmd)
         tokens_file.unlink(missing_ok=True)
-        if done.returncode != 0 or not out.is_file():
-            lines = [ln for ln in (done.stderr or "").splitlines() if ln.strip()]
-            raise RuntimeError(f"scoring {run.id} exited {done.returncode}: {lines[-1][-300:] if lines else 'no output'}")
+        if code != 0 or not out.is_file():
+            lines = [ln for ln in (output or "").splitlines() if ln.strip()]
+            raise RuntimeError(f"scoring {run.id} exited {code}: {lines[-1][-300:] if lines else 'no output'}")
         result = json.loads(out.read_text())
         result.update(source=source_id, tokens_hash=key)
         atomic_write_json(cache, result)
         out.unlink(missing_ok=True)
         return result
+
+
+def _run_scorer(cmd: list[str]) -> tuple[int, str]:
+    """The scorer forked from the session's pre-imported interpreter (harness.launch.warm: the ~10 s
+    of imports the trainer runs already paid), or started cold when none can start."""
+    from harness.launch.warm import WarmStartUnavailable, run_to_end
+
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        return run_to_end(cmd, repo, dict(os.environ), SCORER_TIMEOUT_S)
+    except WarmStartUnavailable:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=SCORER_TIMEOUT_S, cwd=repo)
+        return done.returncode, done.stderr
 
 
 def _abs_gaps(scored: dict) -> list[np.ndarray]:

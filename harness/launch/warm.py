@@ -96,8 +96,8 @@ class _Server:
         with self._exit_seen:
             self._exit_seen.notify_all()
 
-    def fork(self, argv: list[str], cwd: Path, env: dict[str, str], out_fd: int) -> int:
-        request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode() + b"\n"
+    def fork(self, module: str, argv: list[str], cwd: Path, env: dict[str, str], out_fd: int) -> int:
+        request = json.dumps({"module": module, "argv": argv, "cwd": str(cwd), "env": env}).encode() + b"\n"
         with self._lock:
             if not self.alive:
                 raise WarmStartUnavailable("the pre-imported trainer interpreter has exited")
@@ -166,17 +166,19 @@ def _close_servers() -> None:
 
 
 class WarmProcess:
-    """The embedded trainer forked from the pre-imported interpreter. `command` is the cold
-    command (python -m harness.embedded.train ARGV); only ARGV is sent."""
+    """The embedded trainer (or the paired scorer) forked from the pre-imported interpreter.
+    `command` is the cold command (python -m MODULE ARGV); only MODULE and ARGV are sent."""
 
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str]):
+        from harness.embedded.preloaded import MODULES
+
         module_at = command.index("-m") + 1 if "-m" in command else -1
-        if module_at <= 0 or command[module_at] != "harness.embedded.train":
-            raise WarmStartUnavailable(f"warm start serves only the embedded trainer, not {shlex.join(command[:3])}")
+        if module_at <= 0 or command[module_at] not in MODULES:
+            raise WarmStartUnavailable(f"warm start serves {', '.join(MODULES)}, not {shlex.join(command[:3])}")
         self._server = _server_for(env, cwd)
         read_fd, write_fd = os.pipe()
         try:
-            self.pid = self._server.fork(command[module_at + 1 :], cwd, env, write_fd)
+            self.pid = self._server.fork(command[module_at], command[module_at + 1 :], cwd, env, write_fd)
         finally:
             os.close(write_fd)  # the child holds its own copy; EOF comes when it (and its children) close it
         self.description = f"process forked from a pre-imported interpreter (pid {self._server.pid}): {shlex.join(command[:3])} ..."
@@ -211,3 +213,22 @@ class WarmProcess:
             os.killpg(self.pid, signal.SIGKILL)  # the trainer has ended; anything left in its group has no owner
         except ProcessLookupError:
             pass
+
+
+def run_to_end(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run `command` (python -m MODULE ARGV, MODULE a preloaded one) forked from the pre-imported
+    interpreter and wait for it: (exit code, its output, stdout and stderr in one stream). Raises
+    WarmStartUnavailable when no server can start (the caller then runs it cold), and
+    subprocess.TimeoutExpired, with the output so far, after stopping it at `timeout` seconds."""
+    import time
+
+    proc = WarmProcess(command, cwd, env)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while (code := proc.exit_code()) is None:
+        lines += proc.poll(1.0)
+        if time.monotonic() > deadline:
+            proc.stop()
+            raise subprocess.TimeoutExpired(command, timeout, output="".join(lines))
+    lines += proc.poll(0.1)
+    return code, "".join(lines)

@@ -7,6 +7,7 @@ and prompts come from the factory cache (``$LAB_CACHE_DIR``, default ``<repo>/.c
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -95,9 +96,15 @@ def thresholds() -> dict:
 
 
 @pytest.fixture(scope="session")
-def trainer(tmp_path_factory):
-    """``trainer(*extra_args)`` -> Run; same args in one session -> the same (cached) run."""
+def trainer(tmp_path_factory, pytestconfig):
+    """``trainer(*extra_args)`` -> Run; same args in one session -> the same (cached) run.
+    Forked from a pre-imported interpreter unless ``--cold-start`` (then, or when that interpreter
+    cannot start, ``python -m harness.embedded.train`` as a subprocess)."""
+    from fixtures.options import COLD_START
+    from harness.launch.warm import WarmStartUnavailable, run_to_end
+
     cache: dict[tuple, Run] = {}
+    warm = not pytestconfig.getoption(COLD_START)
 
     def run(*extra: str, base: list[str] | None = None, timeout: int = 420) -> Run:
         args = list(BASE_ARGS if base is None else base) + list(extra)
@@ -112,8 +119,16 @@ def trainer(tmp_path_factory):
                 "--save-debug-train-data",
                 str(out / "dumps" / "train_{rollout_id}_{rank}.pt"),
             ]
-            proc = subprocess.run([sys.executable, "-m", "harness.embedded.train", *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
-            cache[key] = Run(proc.returncode, proc.stdout, proc.stderr, out, parse_lines(proc.stdout))
+            command = [sys.executable, "-m", "harness.embedded.train", *argv]
+            try:
+                code, stdout = run_to_end(command, REPO, dict(os.environ), timeout) if warm else (None, "")
+                stderr = stdout  # one stream: the fork gets one pipe
+            except WarmStartUnavailable:
+                code = None
+            if code is None:
+                proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+                code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+            cache[key] = Run(code, stdout, stderr, out, parse_lines(stdout))
         return cache[key]
 
     return run

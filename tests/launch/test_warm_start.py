@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
+
+import pytest
 
 from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
 from harness.launch.runner import LaunchOptions, ensure_run
 from harness.launch.trainer import output_flags, trainer_command
-from harness.launch.warm import WarmProcess
+from harness.launch.warm import WarmProcess, WarmStartUnavailable
 from harness.spec import load_knobs, render_argv, resolve, validate
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
@@ -59,3 +62,8 @@ def test_stopping_a_warm_run_ends_its_trainer(tmp_path):
     except ProcessLookupError:
         alive = False
     assert not alive
+
+
+def test_only_the_preloaded_modules_are_served(tmp_path):
+    with pytest.raises(WarmStartUnavailable, match="harness.embedded.paired_score"):
+        WarmProcess([sys.executable, "-m", "harness.cli", "report"], tmp_path, dict(os.environ))
