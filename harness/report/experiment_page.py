@@ -209,10 +209,19 @@ def summary_table(record: dict, baseline: dict | None) -> str:
     # Fixed column shares so the table fits 1400 px with the figure still on the first screen.
     compare_class = " class='compare'" if baseline else ""
     widths = "" if baseline else "<colgroup>" + "".join(f"<col style='width:{w}%'>" for w in SUMMARY_WIDTHS) + "</colgroup>"
-    note = (
-        "Replicates: 1 run per rung today; every interval is a 95% circular block-bootstrap interval over that run's steps after the "
-        "warm-up (docs/statistics.md), not a spread across replicate runs. Verdict: the outcome of the test that judged the row."
-    )
+    most = max(int(row.get("replicates") or 1) for row in rows)
+    if most > 1:
+        spread = (
+            "Replicates: seeds run per rung (the stage's knob). With more than one, a mean is the seeds' mean and its 95% interval "
+            "combines each run's block bootstrap over its steps after the warm-up with the spread between the seeds when that is "
+            "larger than the steps explain (docs/statistics.md)."
+        )
+    else:
+        spread = (
+            "Replicates: 1 run per rung in this record; every interval is a 95% circular block-bootstrap interval over that run's "
+            "steps after the warm-up (docs/statistics.md), not a spread across replicate runs."
+        )
+    note = spread + " Verdict: the outcome of the test that judged the row."
     if baseline:
         note += " Change against the baseline record: called only where the two intervals do not overlap (the records keep means and intervals, not steps)."
     return (
@@ -253,7 +262,27 @@ def ab_section(record: dict, baseline: dict | None) -> str:
             f"<div class='e'>{_full(answer['message'])}{esc(_evidence(answer.get('evidence')))}"
             f"<div>runs {esc(answer.get('baseline_run'))} → {esc(answer.get('candidate_run'))}; test {test_cell(answer.get('test'))}</div></div></details>{extra}</li>"
         )
-    return f"<section><h2>A/B gate: the seed's five questions</h2><ul class='qa' id='ab'>{''.join(items)}</ul></section>"
+    further = further_candidates(answers, outcomes)
+    return f"<section><h2>A/B gate: the seed's five questions</h2><ul class='qa' id='ab'>{''.join(items)}</ul>{further}</section>"
+
+
+def further_candidates(answers: dict, outcomes: dict) -> str:
+    """Candidates beyond the pair's own (knobs/ab.yaml `candidates`): their answers are keyed
+    `NAME:question`; one line each, the question's verdict and the first words of its answer."""
+    by_candidate: dict[str, list[tuple[str, dict]]] = {}
+    for key, answer in answers.items():
+        if ":" in key:
+            name, question = key.split(":", 1)
+            by_candidate.setdefault(name, []).append((question, answer))
+    blocks = []
+    for name, entries in sorted(by_candidate.items()):
+        lines = "".join(
+            f"<li>{_question_line(question, badge(outcomes.get(answer['test']['nodeid'])) + ' <b>' + ('yes' if answer['passed'] else 'no') + '</b>')}"
+            f"<span class='m'>{esc(_short(answer['message']))}</span></li>"
+            for question, answer in entries
+        )
+        blocks.append(f"<h3>Further candidate: {esc(name)}</h3><ul class='qa'>{lines}</ul>")
+    return "".join(blocks)
 
 
 def _question_line(question: str, verdict_html: str) -> str:

@@ -234,3 +234,17 @@ def test_links_open_the_test_in_the_allure_report(record_dir, tmp_path):
     page = build_experiment_page(record_dir, tmp_path / "reports" / "experiment" / "index.html").read_text()
     assert "../allure-report/index.html#/a1" in page
     assert "#/b1" not in page and "#/b2" not in page
+
+
+def test_a_further_candidates_answers_have_their_own_block():
+    from harness.report.experiment_page import ab_section
+
+    test = {"nodeid": "tests/ab/test_ab_gate.py::test_further_candidate_question[true-on-policy-drift-reduced]", "title": "t"}
+    record = {
+        "ab": [{"key": "true-on-policy:drift-reduced", "passed": True, "message": "abs-diff 9.46e-3 -> 3.10e-3", "test": test}],
+        "outcomes": {test["nodeid"]: "passed"},
+    }
+    html = ab_section(record, None)
+    assert "Further candidate: true-on-policy" in html
+    assert "drift-reduced" in html and "abs-diff 9.46e-3 -&gt; 3.10e-3" in html
+    assert "<h3>" not in ab_section({"ab": [], "outcomes": {}}, None)
