@@ -28,6 +28,8 @@ from harness.embedded.policy import LogprobSpec, Policy, micro_batches
 from harness.embedded.rollout import collect, prompt_batch
 from harness.embedded.samples import Sample, TrainerView, fingerprint
 from harness.embedded.settings import Settings
+from harness.layout.sample_mean import micro_batch_share
+from harness.layout.token_shift import response_loss_mask
 
 log = logging.getLogger("harness.embedded")
 
@@ -292,7 +294,7 @@ class EmbeddedRun:
         seen_lp, seen_fp = self._seen_rollout_logprobs(samples)
         for v, fp_ in zip(views, seen_fp):
             v.rollout_fingerprint = fp_
-        masks = [torch.tensor(x.loss_mask, dtype=torch.float32) for x in samples]
+        masks = [response_loss_mask(x.loss_mask, len(x.tokens)) for x in samples]  # the layout's alignment, as the property tests check it
         roll_t = [torch.tensor(x, dtype=torch.float32) for x in seen_lp]
         old_t = [v.log_probs for v in views]
 
@@ -427,7 +429,8 @@ class EmbeddedRun:
                 loss, metrics = policy_loss(
                     cur, [old_t[i] for i in idx], [roll_t[i] for i in idx], [samples[i].advantage for i in idx], [masks[i] for i in idx], cfg
                 )
-                weight = len(idx) / gbs  # mean over the step's samples, as VIME scales micro-batches
+                # The micro-batch's share of the step's mean (by samples; by tokens with --calculate-per-token-loss)
+                weight = micro_batch_share([masks[i] for i in idx], [masks[i] for i in chunk], cfg.per_token)
                 (loss * weight).backward()
                 for name, value in metrics.items():
                     sums[name] = sums.get(name, 0.0) + float(value) * weight

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["sample_mean_abs_diff", "per_sample_means", "masked_sample_mean"]
+__all__ = ["sample_mean_abs_diff", "per_sample_means", "masked_sample_mean", "micro_batch_share"]
 
 
 def _checked_pairs(per_sample_abs_diffs: Sequence[torch.Tensor], loss_masks: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -86,3 +86,15 @@ def masked_sample_mean(values: Sequence[torch.Tensor], masks: Sequence[torch.Ten
         return total / max(sum(float(m.sum()) for m in masks), 1.0)
     per_sample = [(v * m).sum() / m.sum().clamp(min=1) for v, m in zip(values, masks)]
     return torch.stack(per_sample).mean()
+
+
+def micro_batch_share(micro_masks: Sequence[torch.Tensor], step_masks: Sequence[torch.Tensor], per_token: bool = False) -> float:
+    """The weight of one micro-batch's `masked_sample_mean` in the step's: summed over the step's
+    micro-batches, share x value is the step's value. By samples (n_micro / n_step) for the sample
+    mean; by masked tokens (count_micro / max(count_step, 1)) for the per-token mean, so the step
+    stays one token mean (VIME divides by the step's token count), not a mean of micro-batch means."""
+    if not step_masks:
+        raise ValueError("micro_batch_share: a step with zero samples has no metric")
+    if per_token:
+        return float(sum(float(m.sum()) for m in micro_masks)) / max(sum(float(m.sum()) for m in step_masks), 1.0)
+    return len(micro_masks) / len(step_masks)

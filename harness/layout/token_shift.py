@@ -23,6 +23,7 @@ __all__ = [
     "response_logprob_slice",
     "response_token_slice",
     "align_loss_mask",
+    "response_loss_mask",
     "selected_token_logprobs",
     "response_gather_positions",
 ]
@@ -72,6 +73,14 @@ def align_loss_mask(loss_mask: torch.Tensor, total_len: int) -> torch.Tensor:
     _check_lengths(total_len, response_len)
     prompt_len = total_len - response_len
     return F.pad(loss_mask, (prompt_len - 1, 1), value=0)
+
+
+def response_loss_mask(loss_mask, total_len: int) -> torch.Tensor:
+    """The loss mask as the trainer applies it to the log-probs it gathered for one row: the mask
+    aligned to the row's logit positions (`align_loss_mask`), read back at the response's logit
+    positions (`response_logprob_slice`), fp32. The embedded trainer builds every mask this way."""
+    mask = torch.as_tensor(loss_mask, dtype=torch.float32).reshape(-1)
+    return align_loss_mask(mask, total_len)[response_logprob_slice(total_len, mask.numel())]
 
 
 def selected_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, response_len: int, temperature: float = 1.0) -> torch.Tensor:

@@ -130,3 +130,24 @@ def test_the_trainers_reduction_equals_the_reference_and_carries_gradients(batch
     for value, mask in zip(values, masks):
         weight = [m / count if per_token else m / max(sum(mask), 1) / len(masks) for m in mask]
         assert value.grad.tolist() == pytest.approx(weight, rel=1e-5, abs=1e-7)
+
+
+@given(batch=batches(), per_token=st.booleans(), data=st.data())
+@settings(max_examples=200, deadline=None)
+def test_micro_batch_shares_compose_the_step_value(batch, per_token, data):
+    # The trainer reduces each micro-batch with masked_sample_mean and weighs it by micro_batch_share;
+    # for any split of the step into micro-batches the sum must be the step's own value (VIME's).
+    from harness.embedded import loop
+    from harness.layout.sample_mean import masked_sample_mean, micro_batch_share
+
+    assert loop.micro_batch_share is micro_batch_share
+    diffs, masks = batch
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(len(diffs) - 1, 1)), max_size=len(diffs)), label="cuts") - {len(diffs)})
+    bounds = [0, *cuts, len(diffs)]
+    values, step_masks = tensors(diffs), tensors(masks)
+    composed = 0.0
+    for start, end in zip(bounds, bounds[1:]):
+        micro = step_masks[start:end]
+        composed += float(masked_sample_mean(values[start:end], micro, per_token)) * micro_batch_share(micro, step_masks, per_token)
+    note(f"bounds={bounds} per_token={per_token} composed={composed!r}")
+    assert composed == pytest.approx(reference(diffs, masks, per_token), rel=1e-5, abs=1e-6)

@@ -11,6 +11,7 @@ from harness.layout.token_shift import (
     align_loss_mask,
     response_gather_positions,
     response_logprob_slice,
+    response_loss_mask,
     response_token_slice,
     selected_token_logprobs,
 )
@@ -88,3 +89,20 @@ def test_the_trainers_gather_positions_are_the_layout_slices_plus_only_the_injec
     assert targets == [c + 1 + target_shift for c in columns]
     if slice_shift == 0 and target_shift == 0:
         assert targets == list(range(*response_token_slice(total, response_len).indices(total)))
+
+
+@given(prompt_len=prompt_lengths, mask=st.lists(st.integers(0, 1), min_size=0, max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_the_trainers_loss_mask_is_the_aligned_mask_at_its_gather_positions(prompt_len, mask):
+    # harness.embedded.loop builds every loss mask with response_loss_mask: the mask its gathered
+    # log-prob j is weighted by must be the aligned mask at that log-prob's logit position.
+    from harness.embedded import loop
+
+    assert loop.response_loss_mask is response_loss_mask
+    total = prompt_len + len(mask)
+    trainer_mask = response_loss_mask(mask, total)
+    columns, _ = response_gather_positions(prompt_len, len(mask))
+    aligned = align_loss_mask(torch.tensor(mask, dtype=torch.float32), total)
+    note(f"mask={mask} trainer={trainer_mask.tolist()} columns={columns}")
+    assert trainer_mask.dtype == torch.float32
+    assert trainer_mask.tolist() == aligned[columns].tolist() == [float(m) for m in mask]
