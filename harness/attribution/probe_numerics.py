@@ -6,8 +6,8 @@ operands, so what differs is the arithmetic of a path, never the data:
 3. pre-softmax logits at the selected positions under each side's declared precision policy
    (fp32, bf16 logits, FP8 e4m3 with 1x128 activation / 128x128 weight blocks);
 4. the same error split into the selected logit and the log-sum-exp;
-5. the vocab-parallel log-sum-exp merge across TP shards vs the full-vocabulary reduce
-   (harness.layout.vocab_parallel);
+5. the vocab-parallel log-sum-exp merge across TP shards vs the full-vocabulary reduce, on the
+   shards a TP run recorded (harness.attribution.probe_vocab_shards; not checked at TP=1);
 7. the registered operator paths (harness.operators.registry) on the same fixed tokens.
 
 A probe "localises a boundary" (status fail) when the difference it isolates exceeds the fp32
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.attribution.probe_bundle import ProbeBundle
-from harness.layout.vocab_parallel import full_logsumexp, shard_vocab, sharded_logsumexp
+from harness.attribution.probe_vocab_shards import probe_vocab_parallel_shards
 
 FP8_BLOCK = 128
 POLICY_NAMES = {"float32": "fp32 logits", "bfloat16": "bf16 logits", "float16": "fp16 logits", "fp8": "FP8 quantisation"}
@@ -259,23 +259,9 @@ def probe_lse_split(num: BundleNumerics, floor: float) -> dict:
 
 
 def probe_vocab_parallel(num: BundleNumerics, floor: float) -> dict:
-    """Probe 5: the TP merge of per-shard (max, sum-exp) vs the full-vocabulary reduce, fp32."""
-    vocab = num.weight.shape[0]
-    tp = num.tp_size if num.tp_size > 1 else 2
-    note = None if num.tp_size > 1 else "the run used TP=1 (no vocab-parallel reduce ran); the merge is checked at TP=2"
-    if vocab % tp:
-        return {"localised": False, "boundary": None, "skipped": f"vocab {vocab} does not split into {tp} shards", "evidence": {}}
-    logits = num.logits["trainer"].float()
-    merged = sharded_logsumexp(shard_vocab(logits, tp), mode="native")
-    full = full_logsumexp(logits, mode="native")
-    fixed_equal = bool(torch.equal(sharded_logsumexp(shard_vocab(logits, tp), mode="fixed-order"), full_logsumexp(logits, mode="fixed-order")))
-    err = _stats(merged.double() - full.double())
-    localised = (err["mean"] or 0.0) > floor
-    return {
-        "localised": localised,
-        "boundary": f"vocab-parallel log-sum-exp merge over TP={tp}" if localised else None,
-        "evidence": {"tp_size": tp, "note": note, "merged_vs_full": err, "fixed_order_bitwise_equal": fixed_equal, "floor": floor},
-    }
+    """Probe 5: the TP merge as the run executed it, on each rank's recorded vocab shard, against the
+    full-vocabulary reduce (harness.attribution.probe_vocab_shards); not checked on a TP=1 run."""
+    return probe_vocab_parallel_shards(num.bundle, num.tp_size, floor)
 
 
 def _operand_dtype(policy: str) -> torch.dtype:

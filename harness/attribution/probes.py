@@ -17,7 +17,8 @@ in order; the first that fails decides. A failed framework or contract probe is 
 own. A numerical class needs 1, 2 and 6 to have passed and every numerical probe before the failing
 one to have been checked: the boundary is `expected-numerical` when it is a side's declared reduced
 precision (bf16/fp16 logits, FP8), else `candidate-operator`. No failure: `none` only when every
-probe was checked. Otherwise the class is `undecided` and the report names what it needs
+probe was checked (probe 5 on a TP=1 run is "not checked" but not applicable: no merge ran, it
+blocks no class). Otherwise the class is `undecided` and the report names what it needs
 ("undecided: needs probe 6 (...)").
 """
 
@@ -246,6 +247,8 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
     evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results]}
     if not evaluated:
         reasons = "; ".join(sorted({r.get("skipped", "") for r in results})) or "no probe bundle"
+        # A boundary the run never crossed (probe 5 at TP=1): still not checked, but it blocks no class.
+        evidence["not_applicable"] = bool(results) and all(r.get("not_applicable") for r in results)
         return _verdict(number, NOT_CHECKED, f"{what}: not evaluated ({reasons})", evidence)
     localised = [r for r in evaluated if r["localised"]]
     skipped = len(results) - len(evaluated)
@@ -355,6 +358,8 @@ def decide(verdicts: list[ProbeVerdict], settings: RunSettings) -> tuple[DriftCl
     unchecked: list[int] = []  # probes before the current one in decision order that could not run
     for number in DECISION_ORDER:
         verdict = by_number.get(number)
+        if verdict is not None and verdict.status == NOT_CHECKED and verdict.evidence.get("not_applicable"):
+            continue  # the run has no such boundary (probe 5 at TP=1): nothing upstream to rule out
         if verdict is None or verdict.status == NOT_CHECKED:
             unchecked.append(number)
             continue

@@ -105,3 +105,24 @@ def probe_bundle(directory: Path, rollout_id: int, probes: list[dict], lm_head: 
     path = directory / f"probe_{rollout_id}.pt"
     _save({"rollout_id": rollout_id, "lm_head_weight": lm_head, "policy": policy, "samples": probes}, path)
     return path
+
+
+def vocab_shards(directory: Path, rollout_id: int, rank: int, tp_size: int, rows: list[dict], merge_path: str, temperature: float) -> Path:
+    """Under TP, each rank's vocab shard of the probe samples' logits / T (fp32, the merge's input),
+    one file per rank: `vocab_shards_{rollout_id}_{rank}.pt`, read by probe 5."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"vocab_shards_{rollout_id}_{rank}.pt"
+    width = rows[0]["logits_shard"].shape[-1]
+    data = {
+        "rollout_id": rollout_id,
+        "tp_rank": rank,
+        "tp_size": tp_size,
+        "vocab_start": rank * width,
+        "vocab_end": (rank + 1) * width,
+        "merge_path": merge_path,
+        "temperature": temperature,
+        "holds": "per probe sample: this rank's vocab shard of the trainer's logits / T at the response positions (fp32) and the target ids",
+        "samples": rows,
+    }
+    _save(data, path)
+    return path

@@ -57,6 +57,7 @@ class EmbeddedRun:
         self.is_main = tp_rank == 0
         self.engine = None
         self.trainer_version = 0
+        self._shard_rows: list[dict] = []
 
     # ---------------------------------------------------------------- build
     def build(self, store_path: str) -> None:
@@ -188,6 +189,7 @@ class EmbeddedRun:
         """The no-grad old-log-prob pass over the whole rollout, micro-batch by micro-batch."""
         views: list[TrainerView | None] = [None] * len(samples)
         probes, fallback = [], 0
+        shard_rows = []  # under TP, every rank's vocab shard for the probe samples (probe 5)
         sampling = dict(self.sampling.as_dict(), trainer_temperature=spec.temperature)
         for m, idx in enumerate(micro_batches([len(samples[i].tokens) + 1 for i in range(len(samples))], self.s.max_tokens_per_micro_batch)):
             seqs = [(samples[i].tokens, len(samples[i].prompt_ids), len(samples[i].response_ids)) for i in idx]
@@ -196,6 +198,7 @@ class EmbeddedRun:
             diag = {k: torch.split(v, extra["split"]) for k, v in extra["diag"].items()}
             hidden = torch.split(extra["hidden"], extra["split"])
             targets = torch.split(extra["targets"], extra["split"])
+            logits_shard = torch.split(extra["logits_shard"], extra["split"])
             for off, i in enumerate(idx):
                 s = samples[i]
                 views[i] = TrainerView(
@@ -220,6 +223,8 @@ class EmbeddedRun:
                         offset=off,
                     ),
                 )
+                if self.s.tp > 1 and i < self.s.probe_samples:
+                    shard_rows.append({"index": s.index, "logits_shard": logits_shard[off].clone(), "target_ids": targets[off].clone()})
                 if i < want_probe:
                     probes.append(
                         {
@@ -234,6 +239,7 @@ class EmbeddedRun:
                             "weight_version_trainer": self.trainer_version,
                         }
                     )
+        self._shard_rows = shard_rows
         return views, probes, fallback
 
     def _routed(self, samples: list[Sample], idx: list[int]) -> list | None:
@@ -306,6 +312,8 @@ class EmbeddedRun:
         synced = self._sync_weights(rollout_id)
         update_time = time.perf_counter() - t0
 
+        if self._shard_rows and probe_dir is not None:
+            dumps.vocab_shards(probe_dir, rollout_id, self.tp_rank, s.tp, self._shard_rows, self._merge_path(spec), spec.temperature)
         if not self.is_main:
             return None
         sampling = self.sampling.as_dict()
@@ -374,6 +382,16 @@ class EmbeddedRun:
             perf=perf,
             extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
         )
+
+    @staticmethod
+    def _merge_path(spec) -> str:
+        """How the recompute turned the shards into log-probs: Megatron's vocab-parallel merge
+        (native), or a path that gathers the full vocabulary first (no merge of shard statistics)."""
+        if spec.operator != lp.NATIVE:
+            return f"operator {spec.operator} (its own TP plan)"
+        if spec.true_on_policy or spec.replay:
+            return "full vocabulary gathered"
+        return "vocab-parallel cross entropy"
 
     def _engine_weights(self) -> dict | None:
         try:

@@ -134,6 +134,9 @@ class Policy:
                     hidden = self.captured_hidden.detach()  # [s, b, h]
                     extra["hidden"] = hidden[cols_t, rows_t]
                     extra["targets"] = targets_t
+                    # This rank's vocab shard of the logits / T, fp32: the input of the vocab-parallel
+                    # merge (probe 5 reads the probe samples' rows from each rank's dump).
+                    extra["logits_shard"] = selected.detach().float() / spec.temperature
         sizes = [r for _, _, r in seqs]
         extra["split"] = sizes
         if self.routing.routers:

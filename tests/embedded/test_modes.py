@@ -28,6 +28,18 @@ def test_tp2_vocab_parallel_run_sits_at_the_floor(trainer, thresholds):
     # the probe's gathered LM head covers the whole vocabulary
     probe = torch.load(run.out_dir / "dumps" / "probe_1.pt", weights_only=False)
     assert probe["lm_head_weight"].shape[0] == 512
+    # probe 5 on what this run's two ranks recorded: each rank's vocab shard of the probe samples'
+    # logits, merged as Megatron merged them, within the fp32 floor of the full-vocabulary reduce
+    from harness.attribution.probe_bundle import read_bundle
+    from harness.attribution.probe_vocab_shards import probe_vocab_parallel_shards
+
+    for rank in (0, 1):
+        shard = torch.load(run.out_dir / "dumps" / f"vocab_shards_1_{rank}.pt", weights_only=False)
+        assert (shard["vocab_start"], shard["vocab_end"]) == (256 * rank, 256 * (rank + 1))
+    result = probe_vocab_parallel_shards(read_bundle(run.out_dir / "dumps" / "probe_1.pt"), 2, thresholds["fp32_floor_max_abs_diff"])
+    assert "skipped" not in result and not result["localised"], result
+    assert result["evidence"]["merge_path"] == "vocab-parallel cross entropy" and result["evidence"]["tokens"] > 0
+    assert result["evidence"]["run_merge_vs_full"]["max"] <= thresholds["fp32_floor_max_abs_diff"]
 
 
 def test_non_colocate_server_run_syncs_weights_over_http(trainer, thresholds):
