@@ -85,6 +85,9 @@ def test_fp8_rung_names_the_fp8_boundary(get_run, knobs):
 @pytest.mark.parametrize("number", list(PROBE_NAMES))
 def test_fp32_floor_passes_probe(get_run, number, knobs):
     report = probes_of(get_run("p1", "fp32-floor", "colocate", **LADDER), "fp32-floor", PROBE_NAMES[number], knobs)
+    if number == 5:  # the rung runs TP=1: no vocab-parallel merge ran, so probe 5 is not checked (never a pass) and blocks no class
+        assert report.probes[4].status == "not checked" and report.probes[4].evidence["not_applicable"], _explain(report)
+        return
     assert report.probes[number - 1].status == "pass", _explain(report)
 
 
