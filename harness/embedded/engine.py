@@ -194,8 +194,23 @@ class InProcessEngine:
             return None
         return None
 
-    def close(self) -> None:
+    def close(self, process_exiting: bool = False) -> None:
+        """Drop the engine. ``process_exiting``: the trainer's process ends next, so an in-process
+        engine core is left to the process's exit instead of vLLM's teardown, which un-freezes the
+        whole heap and collects it twice (1.3 of 1.6 s per run on 2 cores, profiled) to free memory
+        that exit frees anyway. An engine core in a child process (TP=2) is always shut down."""
         import shutil
 
         shutil.rmtree(self.weights_dir, ignore_errors=True)
+        if process_exiting:
+            _leave_inprocess_core_to_exit(self.llm)
         del self.llm
+
+
+def _leave_inprocess_core_to_exit(llm) -> None:
+    """Detach vLLM's finalizer that shuts an in-process engine core down (InprocClient._finalizer,
+    vLLM 0.32). Anything else (a core in a child process, another vLLM) keeps its teardown."""
+    client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    finalizer = getattr(client, "_finalizer", None)
+    if type(client).__name__ == "InprocClient" and hasattr(finalizer, "detach"):
+        finalizer.detach()

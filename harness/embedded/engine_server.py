@@ -172,7 +172,7 @@ class ServerEngine:
                 return float(line.rsplit(" ", 1)[1])
         return None
 
-    def close(self) -> None:
+    def close(self, process_exiting: bool = False) -> None:  # noqa: ARG002 - the server is our child: always stopped
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)  # our own child's session, by its pid
             try:

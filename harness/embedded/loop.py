@@ -492,9 +492,9 @@ class EmbeddedRun:
             return None
         return None
 
-    def close(self) -> None:
+    def close(self, process_exiting: bool = False) -> None:
         if self.engine is not None:
-            self.engine.close()
+            self.engine.close(process_exiting)
             self.engine = None
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

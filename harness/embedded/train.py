@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
         return _fail(f"{str(exc).splitlines()[0]}; the steps logged so far stand", 1)
     finally:
         # 4. Close: the engine (our own server child, by pid) and the TP peers.
-        run.close()
+        run.close(process_exiting=True)
         _stop(peers)
     return 0
 
