@@ -81,7 +81,10 @@ def _fold_tiles(h, tgt, tile_w, col, valid, inv_temp, m, s, z_t):
     z = (h @ tile_w.T).view(h.shape[0], *col.shape) * inv_temp
     z = torch.where(valid, z, float("-inf"))
     m_new = torch.maximum(m, z.amax(dim=2))
-    s = s * torch.exp(m - m_new) + torch.exp(z - m_new[..., None]).sum(dim=2)
+    # A chunk with no columns yet (V < N_CHUNKS leaves some empty) keeps m = -inf and s = 0; shifting
+    # by 0 there instead of -inf avoids exp(-inf - -inf) = nan, and changes nothing where m_new is finite.
+    shift = torch.where(torch.isneginf(m_new), torch.zeros((), dtype=m_new.dtype), m_new)
+    s = s * torch.exp(m - shift) + torch.exp(z - shift[..., None]).sum(dim=2)
     hit = (col[None] == tgt[:, None, None]) & valid
     z_t = z_t + torch.where(hit, z, torch.zeros((), dtype=z.dtype)).sum(dim=2)
     return m_new, s, z_t
