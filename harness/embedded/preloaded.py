@@ -42,45 +42,6 @@ def preload() -> None:
 
     from harness.embedded import data, engine, factory, flags, fp8, logprobs, loop, megatron_model, policy, record, settings  # noqa: F401
 
-    _compile_rank_counter()
-
-
-def _compile_rank_counter() -> None:
-    """Compile vLLM's one torch.compile'd sampler op here, once, so that no forked run starts the compiler cold.
-
-    vLLM ranks each sampled token's log-prob with ``batched_count_greater_than``, compiled by
-    torch.compile on its first call: 3-10 s of every run's first step on 2 cores, even with
-    inductor's on-disk cache (tracing, guards and loading the cached kernel are per process).
-    Called here as the sampler calls it (inference mode, batch dimension unbacked, fp32 log-probs
-    as wide as each embedded model's vocabulary), a child finds the compiled graph it needs already
-    in memory. The op counts elements (an exact integer), so where it was compiled changes no bits.
-    It is compiled with one OpenMP thread: a kernel run with more starts libgomp's pool, and a child
-    forked after that hangs in its first parallel region (seen). The thread count is in the graph's
-    guards, so a child with more threads recompiles, but from an initialised compiler and a warm
-    cache: measured 0.5-2 s against 5-15 s cold under the same load.
-    """
-    import torch
-    import tqdm
-    from vllm.v1.sample.ops.logprobs import batched_count_greater_than
-
-    from harness.embedded.recipes import MODEL_RECIPES
-
-    monitor_interval = tqdm.tqdm.monitor_interval
-    tqdm.tqdm.monitor_interval = 0  # no tqdm monitor thread either (inductor opens a progress bar)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            for vocab in sorted({recipe.vocab_size for recipe in MODEL_RECIPES.values()}):
-                logprobs = torch.zeros(4, vocab)
-                token_logprobs = logprobs[:, :1].clone()
-                torch._dynamo.decorators.mark_unbacked(logprobs, 0)
-                torch._dynamo.decorators.mark_unbacked(token_logprobs, 0)
-                batched_count_greater_than(logprobs, token_logprobs)
-    finally:
-        torch.set_num_threads(threads)
-        tqdm.tqdm.monitor_interval = monitor_interval
-
 
 def _send(sock: socket.socket, message: dict) -> None:
     sock.sendall((json.dumps(message) + "\n").encode())
