@@ -27,8 +27,10 @@ from harness.launch.sources import STOP_SEQUENCE, LineStream, _process_start_tic
 
 READY_TIMEOUT_S = 300.0  # imports take ~10 s alone; much longer beside other jobs on 2 cores
 PRELOADED_MODULE = "harness.embedded.preloaded"
-# Variables that differ from run to run without changing what the imports did.
-PER_RUN_ENV = ("PYTHONUNBUFFERED",)
+# Variables that differ from run to run without changing what the imports did. pytest rewrites
+# PYTEST_CURRENT_TEST at every test's setup, call and teardown: keyed on it, every test that
+# launched a run started (and kept) a server of its own, and paid the imports again.
+PER_RUN_ENV = ("PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST")
 
 
 class WarmStartUnavailable(RuntimeError):

@@ -67,3 +67,14 @@ def test_stopping_a_warm_run_ends_its_trainer(tmp_path):
 def test_only_the_preloaded_modules_are_served(tmp_path):
     with pytest.raises(WarmStartUnavailable, match="harness.embedded.paired_score"):
         WarmProcess([sys.executable, "-m", "harness.cli", "report"], tmp_path, dict(os.environ))
+
+
+def test_one_server_serves_every_test_of_a_session(tmp_path):
+    # pytest rewrites PYTEST_CURRENT_TEST at each test's phases; a server per value paid the
+    # imports again for every test that launched a run. A real import setting still splits them.
+    from harness.launch.warm import _key
+
+    base = dict(os.environ, PYTEST_CURRENT_TEST="tests/a.py::test_a (setup)")
+    later = dict(base, PYTEST_CURRENT_TEST="tests/b.py::test_b (call)")
+    assert _key(base, tmp_path) == _key(later, tmp_path)
+    assert _key(base, tmp_path) != _key(dict(base, ONEDNN_MAX_CPU_ISA="AVX2"), tmp_path)
