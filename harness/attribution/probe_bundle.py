@@ -41,6 +41,8 @@ SCALARS = {
     "weight_version": ("weight_version_trainer", "weight_version"),
     "rollout_weight_version": ("weight_version_rollout", "rollout_weight_version"),
     "injections": ("injections",),
+    # the step's weight-digest coverage (embedded trainer): {"tensors": hashed on both sides, "not_comparable", "differing"}
+    "weight_digest": ("weight_digest",),
 }
 
 

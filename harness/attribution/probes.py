@@ -118,11 +118,12 @@ def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdi
 WEIGHT_DIGEST_FIELD = "consistency_metadata.weights_sha"
 
 
-def state_verdict(comparison) -> ProbeVerdict:
+def state_verdict(comparison, bundles: list | None = None) -> ProbeVerdict:
     """Probe 2 from the weights each engine holds: a digest of the engine's weights read back from it
     and of the trainer's (harness/embedded/weight_digest.py), per step. Weight-version counters are
     labels the caller passes, not a reading of the state: they can fail the probe (two labels that
-    disagree) but never pass it."""
+    disagree) but never pass it. Where the probe bundles say how many tensors the step's digests
+    hashed, a digest over no tensor is not a reading either (two empty digests are equal)."""
     verdict = _group_verdict(2, "state", comparison, "model state")
     if verdict.status == "fail":
         return verdict
@@ -136,9 +137,31 @@ def state_verdict(comparison) -> ProbeVerdict:
             "the state, they do not read it); model state not checked",
             verdict.evidence,
         )
+    coverage = _digest_coverage(bundles or [])
+    covered = ""
+    if coverage:
+        verdict.evidence["weight_digest_coverage"] = coverage
+        empty = [step for step, c in coverage.items() if not c.get("tensors")]
+        if empty:
+            return _verdict(
+                2, NOT_CHECKED, f"the weight digests of rollout {empty[0]} hash no tensor (no parameter name and shape in common)", verdict.evidence
+            )
+        tensors = sorted({int(c["tensors"]) for c in coverage.values()})
+        left = max(len(c.get("not_comparable") or []) for c in coverage.values())
+        covered = f", {'/'.join(map(str, tensors))} tensors hashed a step, {left} not comparable"
     return _verdict(
-        2, "pass", f"model state: the weights each engine holds hash equal on {digests} samples ({WEIGHT_DIGEST_FIELD})", verdict.evidence
+        2, "pass", f"model state: the weights each engine holds hash equal on {digests} samples ({WEIGHT_DIGEST_FIELD}{covered})", verdict.evidence
     )
+
+
+def _digest_coverage(bundles: list) -> dict:
+    """rollout id -> the step's weight-digest coverage, from the probe bundles that record it."""
+    out = {}
+    for bundle in bundles:
+        value = bundle.scalar("weight_digest")
+        if isinstance(value, dict) and "tensors" in value:
+            out[bundle.rollout_id] = {k: value.get(k) for k in ("tensors", "not_comparable", "differing")}
+    return out
 
 
 def group_fields(group: str, field: str) -> bool:
@@ -195,7 +218,7 @@ def compare_sides(dumps: RunDumps, bundles: list | None = None):
 def framework_probes(dumps: RunDumps, bundles: list | None = None, comparison=None) -> list[ProbeVerdict]:
     comparison = comparison or compare_sides(dumps, bundles)
     identity = _group_verdict(1, "identity", comparison, "sample and token identity")
-    state = state_verdict(comparison)
+    state = state_verdict(comparison, bundles)
     if comparison.layout:
         identity.evidence["batch_layout_examples"] = comparison.layout[:MAX_LINES]
     return [identity, state]

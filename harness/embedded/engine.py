@@ -18,7 +18,6 @@ from harness.embedded.true_on_policy import engine_settings as true_on_policy_en
 
 fp8.install_from_env()  # a spawned engine process re-imports this module: keep its fp8 emulation
 vllm_cpu_fixes.install_from_env()
-weight_digest.install_from_env()
 logprob_operator.install_from_env()
 true_on_policy.install_from_env()
 
@@ -90,8 +89,6 @@ class InProcessEngine:
             fp8.install_activation_emulation()
         os.environ[vllm_cpu_fixes.ENV_FLAG] = "1"
         vllm_cpu_fixes.install_moe_repack_on_update()
-        os.environ[weight_digest.ENV_FLAG] = "1"  # probe 2 reads the engine's weights back
-        weight_digest.install_worker_method()
         if cfg.logprob_operator != logprob_operator.NATIVE:
             os.environ[logprob_operator.ENV_FLAG] = cfg.logprob_operator
             logprob_operator.install_in_vllm(cfg.logprob_operator)
@@ -115,6 +112,7 @@ class InProcessEngine:
                 kv_cache_memory_bytes=KV_CACHE_BYTES,
                 logprobs_mode=cfg.logprobs_mode,
                 disable_log_stats=False,
+                worker_extension_cls=weight_digest.WORKER_EXTENSION,  # probe 2 reads the engine's weights back, in any process
                 **true_on_policy_kwargs,
             )
         except Exception as exc:  # noqa: BLE001 - reported as one line by the trainer

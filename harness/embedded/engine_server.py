@@ -47,7 +47,6 @@ class ServerEngine:
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
         env[fp8.ENV_FLAG] = "1" if cfg.fp8 else "0"
         env[vllm_cpu_fixes.ENV_FLAG] = "1"
-        env[weight_digest.ENV_FLAG] = "1"
         env[logprob_operator.ENV_FLAG] = cfg.logprob_operator
         env[true_on_policy.ENV_FLAG] = "1" if cfg.true_on_policy else "0"
         if cfg.true_on_policy:
@@ -81,6 +80,8 @@ class ServerEngine:
             cfg.logprobs_mode,
             "--max-logprobs",
             "1",
+            "--worker-extension-cls",  # probe 2 reads the engine's weights back (weight_digest.py)
+            weight_digest.WORKER_EXTENSION,
         ]
         if cfg.true_on_policy:
             cmd += true_on_policy_engine.server_args()

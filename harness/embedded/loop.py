@@ -331,6 +331,8 @@ class EmbeddedRun:
                 "logprob_operator": s.logprob_operator,
                 "tp_size": s.tp,
                 "injections": s.faults.names(),
+                # probe 2: how many tensors the step's weight digests hashed (weight_digest.compare)
+                "weight_digest": None if weights is None else {k: weights[k] for k in ("tensors", "not_comparable", "differing")},
             }
             dumps.probe_bundle(probe_dir, rollout_id, probes, lm_head, policy)
 

@@ -1,8 +1,10 @@
 """Probe 2's evidence: a digest of the weights each engine actually holds, in one layout.
 
-vLLM side: ``embedded_weight_digest``, a method added to vLLM's worker (so ``collective_rpc`` reaches
-it in process and through the non-colocate server's /collective_rpc), reads back every parameter
-of the engine's model: name, dtype, shape and a SHA-256 of its values. Trainer side: the HF state
+vLLM side: ``embedded_weight_digest``, a method every vLLM worker gets through vLLM's own
+``worker_extension_cls`` (``WORKER_EXTENSION``, harness/embedded/weight_digest_worker.py), so
+``collective_rpc`` reaches it wherever the worker runs: in the trainer's process, in the engine-core
+child of a TP=2 trainer, in the non-colocate server. It reads back every parameter of the engine's
+model: name, dtype, shape and a SHA-256 of its values. Trainer side: the HF state
 dict gathered from the Megatron model, put through what the sync does to it (the fp8 rounding of
 an fp8 rollout), laid out as vLLM stacks it (q/k/v into ``qkv_proj``, gate/up into
 ``gate_up_proj``) and cast to the dtype the engine reported for that tensor, as vLLM's loader casts.
@@ -21,12 +23,13 @@ rounding), on every load, and reports that digest under the weight's name.
 from __future__ import annotations
 
 import hashlib
-import os
 
 import torch
 
-ENV_FLAG = "EMBEDDED_WEIGHT_DIGEST"
 WORKER_METHOD = "embedded_weight_digest"
+# vLLM resolves this name in each worker process before the model is loaded (engine argument
+# worker_extension_cls, --worker-extension-cls on the server) and mixes the class into its worker.
+WORKER_EXTENSION = "harness.embedded.weight_digest_worker.WeightDigestExtension"
 PACKED_DIGEST = "_embedded_packed_weight_digest"  # set on a vLLM linear layer whose weight was packed
 # vLLM's stacked parameters (Qwen3's stacked_params_mapping): fused name -> HF parts in order.
 STACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -114,22 +117,3 @@ def compare(engine: dict, sent_state: dict) -> dict:
         "differing": differing,
         "not_comparable": sorted((set(engine) | set(layout)) - set(common)),
     }
-
-
-def install_worker_method() -> None:
-    """Give vLLM's worker the digest method (idempotent; runs in the engine's process)."""
-    from vllm.v1.worker.gpu_worker import Worker
-
-    install_packing_digest()
-    if hasattr(Worker, WORKER_METHOD):
-        return
-
-    def embedded_weight_digest(self) -> dict:
-        return model_report(self.model_runner.model)
-
-    setattr(Worker, WORKER_METHOD, embedded_weight_digest)
-
-
-def install_from_env() -> None:
-    if os.environ.get(ENV_FLAG) == "1":
-        install_worker_method()

@@ -72,3 +72,26 @@ def test_operator_run_compares_the_operator_on_both_lm_heads(tmp_path, knobs):
     assert paths["rollout_path"] == paths["trainer_path"] == "fused-linear-logprob"
     assert probes[7].status == "pass"
     assert probes[3].evidence["bundles"][0]["lm_head_divergence_rollout_vs_trainer"]["max"] == 0.0  # one head on both sides
+
+
+def _with_coverage(path, tensors: int) -> None:
+    coverage = {"tensors": tensors, "not_comparable": [], "differing": []}
+    for step in range(2):
+        rewrite(path / "dumps" / f"probe_{step}.pt", lambda data: data.update(weight_digest=coverage))
+
+
+def test_the_digests_coverage_is_reported(tmp_path):
+    path = build_run(tmp_path)
+    _with_coverage(path, 7)
+    state = _state(path)
+    assert state.status == "pass" and "7 tensors hashed a step, 0 not comparable" in state.verdict, state.verdict
+    assert state.evidence["weight_digest_coverage"] == {s: {"tensors": 7, "not_comparable": [], "differing": []} for s in (0, 1)}
+
+
+def test_digests_over_no_tensor_are_not_checked(tmp_path):
+    """Two digests of nothing are equal: an engine whose parameter names no longer match the
+    trainer's layout must not pass probe 2."""
+    path = build_run(tmp_path)
+    _with_coverage(path, 0)
+    state = _state(path)
+    assert state.status == "not checked" and "hash no tensor" in state.verdict, state.verdict

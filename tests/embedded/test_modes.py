@@ -40,6 +40,21 @@ def test_tp2_vocab_parallel_run_sits_at_the_floor(trainer, thresholds):
     assert "skipped" not in result and not result["localised"], result
     assert result["evidence"]["merge_path"] == "vocab-parallel cross entropy" and result["evidence"]["tokens"] > 0
     assert result["evidence"]["run_merge_vs_full"]["max"] <= thresholds["fp32_floor_max_abs_diff"]
+    # probe 2 from the weights the engine core holds in its child process (TP=2): the digest method
+    # reaches it through vLLM's worker_extension_cls, and hashes every tensor both sides hold alike
+    state = _model_state(run.out_dir)
+    assert state.status == "pass", state.verdict
+    coverage = state.evidence["weight_digest_coverage"]
+    assert sorted(coverage) == [0, 1] and all(c["tensors"] > 0 and not c["not_comparable"] for c in coverage.values()), coverage
+
+
+def _model_state(out_dir: Path):
+    """Probe 2's verdict on a run's dumps and probe bundles."""
+    from harness.attribution.probes import framework_probes, load_bundles
+    from harness.attribution.run_dumps import read_run_dumps
+
+    dumps = read_run_dumps(out_dir / "dumps")
+    return framework_probes(dumps, load_bundles(dumps)[0])[1]
 
 
 def test_non_colocate_server_run_syncs_weights_over_http(trainer, thresholds):
@@ -51,6 +66,8 @@ def test_non_colocate_server_run_syncs_weights_over_http(trainer, thresholds):
     record = json.loads((run.out_dir / "embedded_record.json").read_text())
     assert record["engine_mode"].startswith("non-colocate")
     assert (run.out_dir / "vllm_server.log").stat().st_size > 0
+    # probe 2 reads the server's engine through /collective_rpc (the same worker extension)
+    assert _model_state(run.out_dir).status == "pass"
 
 
 def test_moe_non_colocate_server_gets_the_cpu_fix_and_stays_at_the_floor(trainer, thresholds):

@@ -77,3 +77,15 @@ def test_a_linear_weight_vllm_packs_away_is_reported_as_it_was_packed():
         utils.dispatch_cpu_unquantized_gemm(model.o_proj, remove_weight=True)
         report = weight_digest.model_report(model)
         assert report["o_proj.weight"] == {"dtype": "bfloat16", "shape": [64, 128], "sha": weight_digest.tensor_sha(weight)}
+
+
+def test_the_worker_extension_is_what_vllm_mixes_into_every_worker():
+    """vLLM resolves worker_extension_cls by name in whichever process builds the worker (the
+    trainer's, a TP=2 engine-core child, the server's) and refuses a method the worker already has."""
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.v1.worker.cpu_worker import CPUWorker
+    from vllm.v1.worker.gpu_worker import Worker
+
+    extension = resolve_obj_by_qualname(weight_digest.WORKER_EXTENSION)
+    assert [name for name in dir(extension) if not name.startswith("__")] == [weight_digest.WORKER_METHOD]
+    assert not any(weight_digest.WORKER_METHOD in vars(cls) for cls in (Worker, CPUWorker))  # no patch on vLLM's classes

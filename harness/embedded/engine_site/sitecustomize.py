@@ -52,12 +52,6 @@ def _true_on_policy():
     engine_settings.register_rounded_residual_norm()
 
 
-def _weight_digest():
-    from harness.embedded import weight_digest
-
-    weight_digest.install_worker_method()
-
-
 def _logprob_operator():
     from harness.embedded import logprob_operator
 
@@ -80,7 +74,5 @@ if os.environ.get("EMBEDDED_TRUE_ON_POLICY") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.ir.ops.layernorm", _true_on_policy))
 if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", _cpu_fixes))
-if os.environ.get("EMBEDDED_WEIGHT_DIGEST") == "1":
-    sys.meta_path.insert(0, _AfterImport("vllm.v1.worker.gpu_worker", _weight_digest))
 if os.environ.get("EMBEDDED_LOGPROB_OPERATOR", "native") != "native":
     sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _logprob_operator))
