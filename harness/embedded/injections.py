@@ -7,8 +7,8 @@
 - ``mask-off-by-one``: the trainer reads the response slice one position early;
 - ``reorder-samples``: the rollout log-probs reach the trainer rotated by one sample within the
   batch (tokens stay), as a reordering applied to one field but not the others would;
-- ``rollout-lse-bf16`` / ``trainer-softmax-bf16``: numerical controls at one operator boundary
-  (harness/embedded/numeric_faults.py).
+- ``rollout-lse-bf16`` / ``trainer-softmax-bf16`` / ``trainer-tp-reduce-bf16``: numerical controls
+  at one operator boundary (harness/embedded/numeric_faults.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ from dataclasses import dataclass
 
 from harness.embedded.flags import FlagError
 
-NAMES = ("stale-weights", "token-shift", "no-temperature", "mask-off-by-one", "reorder-samples", "rollout-lse-bf16", "trainer-softmax-bf16")
+NAMES = (
+    "stale-weights",
+    "token-shift",
+    "no-temperature",
+    "mask-off-by-one",
+    "reorder-samples",
+    "rollout-lse-bf16",
+    "trainer-softmax-bf16",
+    "trainer-tp-reduce-bf16",
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,7 @@ class Injections:
     reorder_samples: bool = False
     rollout_lse_bf16: bool = False
     trainer_softmax_bf16: bool = False
+    trainer_tp_reduce_bf16: bool = False
 
     def names(self) -> list[str]:
         out = [f"stale-weights:{self.stale_weights}"] if self.stale_weights else []
@@ -41,6 +51,7 @@ class Injections:
                 ("reorder-samples", self.reorder_samples),
                 ("rollout-lse-bf16", self.rollout_lse_bf16),
                 ("trainer-softmax-bf16", self.trainer_softmax_bf16),
+                ("trainer-tp-reduce-bf16", self.trainer_tp_reduce_bf16),
             )
             if on
         ]

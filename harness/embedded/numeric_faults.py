@@ -1,5 +1,6 @@
 """Numerical controls: faults injected at one named operator boundary of one engine
-(``--embedded-inject rollout-lse-bf16`` / ``trainer-softmax-bf16``, parsed in injections.py).
+(``--embedded-inject rollout-lse-bf16`` / ``trainer-softmax-bf16`` / ``trainer-tp-reduce-bf16``,
+parsed in injections.py).
 
 The boundary table (harness/attribution/boundaries.py) must localise each to its boundary and class
 it candidate-operator, while the framework and semantic probes pass:
@@ -8,6 +9,13 @@ it candidate-operator, while the framework and semantic probes pass:
   logsumexp, rollout side. It needs vLLM's sampler in this process (colocate, TP=1).
 - ``trainer-softmax-bf16``: Megatron's attention softmax (FusedScaleMaskSoftmax's torch path)
   computes in bf16 and casts back. Boundary: layer.0.attention, trainer side.
+- ``trainer-tp-reduce-bf16``: Megatron's MLP output projection (linear_fc2, a RowParallelLinear, every
+  layer) as a tensor-parallel layer computes it over ``TP_RANKS`` ranks - each rank's partial GEMM over
+  its slice of the input features - and its all-reduce sums the partials in another order (last rank
+  first) in bf16, as an all-reduce of bf16 partials does. Boundary: layer.0.mlp, trainer side. The
+  order alone, with partials kept at the declared precision, is inside the envelope (measured 0.5x on
+  an fp32-floor capture, docs/attribution.md): a reordered reduction is a fault only where its
+  partials leave the declared precision.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from __future__ import annotations
 import torch
 
 ACC_CHUNK = 32  # vocabulary entries summed in fp32 before the running sum is rounded to bf16
+TP_RANKS = 4  # emulated tensor-parallel ranks of the reordered row-parallel reduction
+TP_REDUCE_MARK = "_embedded_tp_reduce_bf16"  # set on the linear_fc2 modules the control acts on
 
 
 def logsumexp_bf16_accumulated(x: torch.Tensor) -> torch.Tensor:
@@ -25,6 +35,39 @@ def logsumexp_bf16_accumulated(x: torch.Tensor) -> torch.Tensor:
     for chunk in exps.split(ACC_CHUNK, dim=-1):
         total = (total.float() + chunk.float().sum(-1)).to(torch.bfloat16)
     return m.squeeze(-1) + torch.log(total.float())
+
+
+def row_parallel_reordered(x: torch.Tensor, weight: torch.Tensor, partial_dtype: torch.dtype, ranks: int = TP_RANKS) -> torch.Tensor:
+    """x @ weight.T as ``ranks`` row-parallel ranks compute it: rank r's GEMM over its slice of the
+    input features, its partial rounded to ``partial_dtype``, the partials summed last rank first
+    (each sum in ``partial_dtype``), cast back to x's dtype. Differentiable."""
+    partials = [torch.nn.functional.linear(xr, wr).to(partial_dtype) for xr, wr in zip(x.chunk(ranks, -1), weight.chunk(ranks, -1))]
+    total = partials[-1]
+    for partial in reversed(partials[:-1]):
+        total = total + partial
+    return total.to(x.dtype)
+
+
+def _install_trainer_tp_reduce_bf16() -> None:
+    from megatron.core.tensor_parallel.layers import RowParallelLinear
+    from megatron.core.transformer.mlp import MLP
+
+    if getattr(RowParallelLinear._forward_impl, "_tp_reduce_bf16", False):
+        return
+    original_init, original_forward = MLP.__init__, RowParallelLinear._forward_impl
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        setattr(self.linear_fc2, TP_REDUCE_MARK, True)  # the MLP's output projection only, not attention's
+
+    def forward_impl(self, input, weight, *args, **kwargs):
+        if getattr(self, TP_REDUCE_MARK, False):
+            return row_parallel_reordered(input, weight, torch.bfloat16)
+        return original_forward(self, input, weight, *args, **kwargs)
+
+    forward_impl._tp_reduce_bf16 = True
+    MLP.__init__ = init
+    RowParallelLinear._forward_impl = forward_impl
 
 
 def _install_rollout_lse_bf16() -> None:
@@ -77,4 +120,6 @@ def install(faults, *, engine_in_process: bool) -> list[str]:
             _install_rollout_lse_bf16()
     if faults.trainer_softmax_bf16:
         _install_trainer_softmax_bf16()
+    if faults.trainer_tp_reduce_bf16:
+        _install_trainer_tp_reduce_bf16()
     return problems

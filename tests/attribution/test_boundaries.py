@@ -13,7 +13,7 @@ from harness.attribution.boundary_ops import Precision, Qwen3Weights
 from harness.attribution.probes import PROBE_NAMES, ProbeVerdict
 from harness.embedded.capture import FORMAT, CaptureProblem, read_capture, write_capture
 from harness.embedded.injections import parse
-from harness.embedded.numeric_faults import logsumexp_bf16_accumulated
+from harness.embedded.numeric_faults import logsumexp_bf16_accumulated, row_parallel_reordered
 
 pytestmark = pytest.mark.attribution
 
@@ -93,7 +93,9 @@ def _side(weights: Qwen3Weights, tokens: list[int], prompt_len: int, prec: Preci
     return out
 
 
-def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32") -> BoundaryTable:
+def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32", trainer_down=None) -> BoundaryTable:
+    """``trainer_down(x, weight, prec)``: the trainer side's MLP output projection, in place of the
+    reference's one GEMM (the table itself always measures with the reference)."""
     state = _weights()
     weights = Qwen3Weights(state, CONFIG)
     tokens, prompt_len = [(7 * i + 3) % CONFIG["vocab_size"] for i in range(24)], 10
@@ -108,14 +110,21 @@ def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32") 
     }
     from harness.embedded.capture import CapturedSample
 
-    sample = CapturedSample(
-        0,
-        tokens,
-        prompt_len,
-        len(tokens) - prompt_len,
-        _side(weights, tokens, prompt_len, Precision("float32")),
-        _side(weights, tokens, prompt_len, Precision(rollout_dtype), fault),
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        if trainer_down is not None:
+            reference = ops.linear
+
+            def linear(x, w, name, prec, quantised=True):
+                return (
+                    trainer_down(x.to(prec.dtype), w.get(name, prec), prec)
+                    if name.endswith("mlp.down_proj.weight")
+                    else reference(x, w, name, prec, quantised)
+                )
+
+            patch.setattr(ops, "linear", linear)
+        trainer = _side(weights, tokens, prompt_len, Precision("float32"))
+    rollout = _side(weights, tokens, prompt_len, Precision(rollout_dtype), fault)
+    sample = CapturedSample(0, tokens, prompt_len, len(tokens) - prompt_len, trainer, rollout)
     write_capture(tmp_path / "dumps" / "capture_2.pt", 2, [sample], policy, state, [])
     return boundary_table(tmp_path, K)
 
@@ -138,6 +147,19 @@ def test_a_fault_is_localised_to_its_boundary(tmp_path, fault):
     table = _bundle(tmp_path, fault=fault)
     assert table.localised is not None and table.localised.boundary == fault, table.markdown()
     assert table.localised.ratio > K
+
+
+def test_a_reordered_tp_reduction_breaks_its_envelope_only_outside_the_declared_precision(tmp_path):
+    """The trainer-tp-reduce-bf16 control's operator: the MLP output projection as 4 row-parallel
+    ranks reduce it, last rank first. With fp32 partials (another order only) it stays inside the
+    fp32 envelope; with bf16 partials it is localised at the first MLP."""
+    reordered = _bundle(tmp_path / "fp32", trainer_down=lambda x, w, prec: row_parallel_reordered(x, w, torch.float32))
+    assert reordered.localised is None, reordered.markdown()
+    mlp = next(r for r in reordered.rows if r.boundary == "layer.0.mlp")
+    assert mlp.divergence["mean"] > 0  # the order did change the bits
+    bf16 = _bundle(tmp_path / "bf16", trainer_down=lambda x, w, prec: row_parallel_reordered(x, w, torch.bfloat16))
+    assert bf16.localised is not None and bf16.localised.boundary == "layer.0.mlp", bf16.markdown()
+    assert bf16.localised.ratio > K
 
 
 def _probe(number: int, status: str) -> ProbeVerdict:
@@ -170,3 +192,4 @@ def test_bf16_accumulated_logsumexp_is_a_real_error():
     error = (logsumexp_bf16_accumulated(logits).double() - torch.logsumexp(logits.double(), -1)).abs()
     assert 1e-4 < float(error.mean()) < 0.1  # far beyond fp32 (~1e-7), within bf16's reach
     assert parse("rollout-lse-bf16,trainer-softmax-bf16").names() == ["rollout-lse-bf16", "trainer-softmax-bf16"]
+    assert parse("trainer-tp-reduce-bf16").names() == ["trainer-tp-reduce-bf16"]

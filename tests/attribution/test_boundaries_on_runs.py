@@ -24,6 +24,7 @@ pytestmark = pytest.mark.attribution
 CONTROLS = {  # fault -> the boundary it is injected at
     "rollout-lse-bf16": "logsumexp",
     "trainer-softmax-bf16": "layer.0.attention",
+    "trainer-tp-reduce-bf16": "layer.0.mlp",
 }
 CONTROL_BASE = ("fp32-floor", {"num-rollout": 3})
 
