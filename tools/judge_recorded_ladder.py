@@ -18,10 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fixtures.runs import find_recorded_run  # noqa: E402
 from harness.attribution.boundaries import boundary_status  # noqa: E402
+from harness.attribution.probes import contract_check  # noqa: E402
 from harness.attribution.probes import framework_checks as probes  # noqa: E402
 from harness.judge.ladder import expectation_findings, family_levels, judge_rung  # noqa: E402
 from harness.records.rundir import RunDir  # noqa: E402
 from harness.spec import load_knobs, resolve  # noqa: E402
+
+
+def _status_and_verdict(verdict) -> tuple[str, str]:
+    return verdict.status, verdict.verdict
 
 
 def main() -> int:
@@ -48,13 +53,26 @@ def main() -> int:
     def framework_checks(run):
         return [f"probe {p.number} ({p.name}): {p.verdict}" for p in probes(run) if p.status == "fail"]
 
+    def framework_not_checked(run):
+        return [f"probe {p.number} ({p.name}): {p.verdict}" for p in probes(run) if p.status not in ("pass", "fail")]
+
     levels = family_levels(knobs, args.stage, args.backend, fetch)
     failed = False
     for rung_id, rung in sorted(knobs.rungs.items()):
         if args.stage not in rung.stages or (rung.parent is not None and rung_id not in levels):
             continue
         try:
-            judgement = judge_rung(rung, knobs, fetch, framework_checks, levels.get(rung_id), boundary_check=lambda run: boundary_status(run, knobs))
+            judgement = judge_rung(
+                rung,
+                knobs,
+                fetch,
+                framework_checks,
+                levels.get(rung_id),
+                contract_check=lambda run: _status_and_verdict(contract_check(run, knobs)),
+                boundary_check=lambda run: boundary_status(run, knobs),
+                framework_not_checked=framework_not_checked,
+                replicates=knobs.stages[args.stage].replicate_count(args.backend),
+            )
             findings = judgement.problems + expectation_findings(rung, judgement, fetch(rung_id), knobs)
         except LookupError as err:
             findings = [f"not judged: {err}"]

@@ -95,7 +95,24 @@ def verdict(entry: dict | None) -> dict | None:
         "expectation": entry.get("expectation", "unknown"),
         "class": entry.get("decided_class"),
         "direction": direction if direction in DECISIVE else None,
+        "ruled_out": sorted(entry.get("ruled_out") or {}),
     }
+
+
+UNDECIDED_CLASSES = ("undetermined", "undecided")
+
+
+def _class_difference(a: dict, b: dict) -> tuple[bool, str]:
+    """Classes must be equal; a class decided under one setting only (the other undetermined or
+    undecided) is a difference in decisiveness, unless the undecided side's evidence rules out the
+    class the other side decided: that is a contradiction."""
+    if a["class"] == b["class"]:
+        return True, ""
+    if a["class"] in UNDECIDED_CLASSES or b["class"] in UNDECIDED_CLASSES:
+        undecided, decided = (a, b) if a["class"] in UNDECIDED_CLASSES else (b, a)
+        if decided["class"] not in UNDECIDED_CLASSES and decided["class"] not in undecided["ruled_out"]:
+            return True, f"decisiveness: class {a['class']} vs {b['class']}"
+    return False, f"class {a['class']} vs {b['class']}"
 
 
 def difference(a: dict | None, b: dict | None) -> tuple[bool, str]:
@@ -106,13 +123,15 @@ def difference(a: dict | None, b: dict | None) -> tuple[bool, str]:
     known = ("met", "not met")  # an expectation not checked (or not found) is never an agreement
     if a["expectation"] != b["expectation"] or a["expectation"] not in known:
         return False, f"expectation {a['expectation']} vs {b['expectation']}"
-    if a["class"] != b["class"]:
-        return False, f"class {a['class']} vs {b['class']}"
+    classes_agree, class_note = _class_difference(a, b)
+    if not classes_agree:
+        return False, class_note
     if a["direction"] and b["direction"] and a["direction"] != b["direction"]:
         return False, f"direction {a['direction']} vs {b['direction']}"
+    notes = [class_note] if class_note else []
     if a["direction"] != b["direction"]:
-        return True, f"decisiveness: {a['direction'] or 'inconclusive'} vs {b['direction'] or 'inconclusive'}"
-    return True, ""
+        notes.append(f"decisiveness: {a['direction'] or 'inconclusive'} vs {b['direction'] or 'inconclusive'}")
+    return True, "; ".join(notes)
 
 
 def compare(first: dict[str, dict], second: dict[str, dict]) -> tuple[list[dict], bool]:

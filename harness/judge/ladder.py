@@ -54,6 +54,9 @@ class RungJudgement:
     evidence: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     paired_summary: str = ""  # the paired per-token delta, or why it was not checked
+    # Drift classes the evidence rules out, each with the evidence ({class: why}): what a rung whose
+    # delta stays undetermined can still show (temperature: "no framework or semantic drift").
+    ruled_out: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         head = f"{self.rung}: abs-diff mean {self.child_mean:.4g}"
@@ -188,6 +191,7 @@ def judge_rung(
     replicates: int = 1,
     paired: Callable[[Run, Run], object] | None = None,
     boundary_check: Callable[[Run], tuple[str, str, str | None]] | None = None,
+    framework_not_checked: Callable[[Run], list[str]] | None = None,
 ) -> RungJudgement:
     """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `replicates` is how many
     seeds a side is judged on (the stage's knob; replicate_runs); `paired(child, parent)` gives the
@@ -198,7 +202,9 @@ def judge_rung(
     `contract_check(run)` is probe 6 on the run's dumps, (status, verdict): the only evidence on a
     sampling rung where no replay run exists (VIME, records); without it such a rung is undecided.
     `boundary_check(run)` is the run's boundary table, (status "within" | "breaks" | "not checked",
-    reason, localised boundary): step 4's evidence; without it what survives step 3 is undecided."""
+    reason, localised boundary): step 4's evidence; without it what survives step 3 is undecided.
+    `framework_not_checked(run)` names the framework probes that could not run on a run; framework
+    drift is ruled out (RungJudgement.ruled_out) only when none failed and none went unchecked."""
     warmup = int(knobs.threshold("warmup_steps"))
     child = fetch(rung.id)
     incomplete = series_problems(child, ABS_DIFF, knobs, rung.id)
@@ -274,9 +280,17 @@ def judge_rung(
                 judgement.drift_class = "framework"
                 judgement.reasons.append(f"framework probe failed on {side.id}: {failed[0]}")
                 return judgement
+        unchecked = [
+            f"{side.id}: {what}" for side in children + parents for what in (framework_not_checked(side) if framework_not_checked else ["not asked"])
+        ]
+        if unchecked:
+            judgement.evidence["framework_not_checked"] = unchecked
+        else:
+            judgement.ruled_out["framework"] = f"framework probes 1-2 (sample identity, weights) pass on all {len(children + parents)} runs"
     family = f"Holm rank {holm.rank} of a family of {holm.family_size}, adjusted alpha {holm.alpha:.3g}"
     if result.direction == "flat":
         judgement.reasons.append(f"delta {diff.diff:+.3g} is no effect: {result.describe()} ({family})")
+        _rule_out_every_source(judgement, "the delta is no effect")
         return judgement
     if result.direction == "inconclusive":
         # One side can still be decided: when the interval's upper end stays below +E the rung adds
@@ -295,9 +309,11 @@ def judge_rung(
                 f"delta {diff.diff:+.3g}: {result.describe()} ({family}); not up: {one_sided.describe()}, so the rung adds "
                 "no drift of interest (class none); whether it lowers the drift is undecided"
             )
+            _rule_out_every_source(judgement, "not up: the rung adds no drift of interest")
             return judgement
         judgement.drift_class = "undetermined"
         judgement.reasons.append(f"delta {diff.diff:+.3g}: {result.describe()} ({family}); no drift class is decided on it")
+        _contract_on_every_replicate(judgement, rung.id, children, contract_check)
         return judgement
     judgement.reasons.append(f"delta {diff.diff:+.3g} is an effect: {result.describe()} ({family})")
     drifting, steadier = (child, parent) if diff.diff > 0 else (parent, child)
@@ -308,6 +324,7 @@ def judge_rung(
     if drifting_flags.get(replay_flag):
         removed = None
         judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
+        judgement.ruled_out["semantic"] = f"the drifting side replays the rollout's processed contract ({replay_flag})"
     elif replay_is_identity(drifting_flags):
         removed = 0.0
         judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
@@ -336,6 +353,7 @@ def judge_rung(
             judgement.reasons.append(f"undecided: needs probe 6 (sampling contract) on {drifting.id}: {verdict}")
             return judgement
         judgement.reasons.append(f"probe 6 passes on {drifting.id}'s dumps: {verdict}")
+        judgement.ruled_out["semantic"] = f"probe 6 passes on {drifting.id}: {verdict}"
         removed = None
         unexplained = changed_flags(child, parent) - _explained_flags(knobs)
         if unexplained:
@@ -348,6 +366,11 @@ def judge_rung(
     if removed is not None and removed >= knobs.threshold("semantic_replay_min_removed_fraction"):
         judgement.drift_class = "semantic"
         return judgement
+    if removed is not None:
+        judgement.ruled_out["semantic"] = (
+            f"replaying the processed contract removes {removed:.0%} of the delta "
+            f"(< thresholds.semantic_replay_min_removed_fraction {knobs.threshold('semantic_replay_min_removed_fraction'):g})"
+        )
     # 4. What survives aligned semantics and the framework checks is numerical: the drifting run's
     # boundary table decides it (harness.attribution.boundaries), never the changed flags' names.
     judgement.evidence["changed_flags"] = sorted(changed_flags(child, parent))
@@ -365,6 +388,42 @@ def judge_rung(
         judgement.drift_class = "undecided"
         judgement.reasons.append(f"undecided: needs the boundary table of {drifting.id}: {verdict}")
     return judgement
+
+
+def _rule_out_every_source(judgement: RungJudgement, why: str) -> None:
+    """Class none: the rung adds no drift of interest, so no numerical or contract cause of added drift
+    needs explaining. Framework drift is not among them: only probes 1-2 rule that out (a sync fault
+    confined to a few rollouts can leave the mean where it was)."""
+    for drift_class in ("semantic", "candidate-operator", "expected-numerical"):
+        judgement.ruled_out.setdefault(drift_class, why)
+
+
+def _contract_on_every_replicate(
+    judgement: RungJudgement, rung_id: str, children: list[Run], contract_check: Callable[[Run], tuple[str, str]] | None
+) -> None:
+    """An undetermined delta decides no class, but the sampling contract can still be checked directly:
+    probe 6 on each of the rung's own runs (its dumps and probe bundles). Passing on every replicate
+    rules semantic drift out; failing on any is semantic drift (probe 6 fails only when replaying the
+    rollout's contract removes the drift it measures); a run it could not check rules nothing out."""
+    if contract_check is None:
+        judgement.evidence["contract_probe"] = {"status": "not checked", "verdict": "no contract probe was given"}
+        return
+    results = {run.id: contract_check(run) for run in children}
+    judgement.evidence["contract_probe"] = {run_id: {"status": status, "verdict": verdict} for run_id, (status, verdict) in results.items()}
+    failed = {run_id: verdict for run_id, (status, verdict) in results.items() if status == "fail"}
+    if failed:
+        run_id, verdict = next(iter(failed.items()))
+        judgement.drift_class = "semantic"
+        judgement.reasons.append(f"probe 6 on {run_id}'s dumps: {verdict}")
+    elif all(status == "pass" for status, _ in results.values()):
+        judgement.ruled_out["semantic"] = f"probe 6 (sampling contract) passes on each of {rung_id}'s {len(results)} runs"
+        judgement.reasons.append(
+            f"not semantic: probe 6 passes on each of {rung_id}'s {len(results)} runs"
+            + ("; not framework: probes 1-2 pass on every run" if "framework" in judgement.ruled_out else "")
+        )
+    else:
+        unchecked = next(f"{run_id}: {verdict}" for run_id, (status, verdict) in results.items() if status != "pass")
+        judgement.reasons.append(f"semantic drift not ruled out: probe 6 not checked on {unchecked}")
 
 
 def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
@@ -427,4 +486,11 @@ def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: 
     if not expected.accepts_class(judgement.drift_class):
         wanted = " or ".join(repr(c) for c in expected.accepted_classes)
         findings.append(f"expected drift class {wanted} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
+    # Classes the rung must rule out by evidence, whatever class (or none) the delta decides.
+    for drift_class in expected.rules_out:
+        if drift_class not in judgement.ruled_out:
+            findings.append(
+                f"expected {drift_class} drift ruled out (ladder/{rung.id}.yaml expect.rules_out), "
+                f"but no evidence rules it out (decided class {judgement.drift_class!r})"
+            )
     return findings + bound_findings(rung, run, knobs)

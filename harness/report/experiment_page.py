@@ -328,6 +328,14 @@ def ladder_section(record: dict, baseline: dict | None) -> str:
     return f"<section><h2>Ladder</h2>{ladder_svg(record, baseline)}<p class='small'>{esc(caption)}</p></section>"
 
 
+def _ruled_out_note(rung: dict) -> str:
+    """What the evidence rules out, when the class is undecided (else the class says it)."""
+    ruled_out = rung.get("ruled_out") or {}
+    if rung.get("decided_class") not in ("undetermined", "undecided") or not ruled_out:
+        return ""
+    return f"<br><small>not {esc(', not '.join(sorted(ruled_out)))}</small>"
+
+
 def rungs_table(record: dict, baseline: dict | None) -> str:
     rungs = record.get("rungs", [])
     if not rungs:
@@ -345,8 +353,9 @@ def rungs_table(record: dict, baseline: dict | None) -> str:
             esc(r.get("parent") or "— (root)"),
             f"{fmt(r.get('mean'))} {interval(r.get('ci'))}",
             f"{fmt(r.get('delta'), '.3g', True)} {interval(r.get('delta_ci'), True)}",
-            esc(r.get("decided_class")),
-            esc(f"{' or '.join(r.get('expected_class') or [])}, {r.get('expected_direction')}"),
+            esc(r.get("decided_class")) + _ruled_out_note(r),
+            esc(f"{' or '.join(r.get('expected_class') or [])}, {r.get('expected_direction')}")
+            + (esc(f"; rules out {', '.join(r['expected_ruled_out'])}") if r.get("expected_ruled_out") else ""),
             esc(r.get("observed_direction")),
             f"{badge(outcomes.get(r['test']['nodeid']))} {test_cell(r.get('test'))}",
         ]

@@ -61,7 +61,10 @@ def rung_entry(case, judgement, row, test: dict) -> dict:
         "confidence": judgement.outcome.confidence if judgement.outcome else (diff.confidence if diff else None),
         "decision": judgement.evidence.get("decision"),
         "decided_class": judgement.drift_class,
+        # Classes the evidence rules out, with the evidence: all an undetermined delta can still show.
+        "ruled_out": dict(judgement.ruled_out),
         "expected_class": expected if isinstance(expected, list) else [expected],
+        "expected_ruled_out": list(case.rung.expect.rules_out),
         "observed_direction": judgement.observed_direction,
         "expected_direction": case.rung.expect.direction,
         "reasons": list(judgement.reasons),

@@ -120,6 +120,10 @@ class Expectation(Strict):
     # of classes the rung accepts (a rung that only rules some classes out, e.g. temperature:
     # "no framework or semantic drift", whatever the arithmetic does on this machine).
     drift_class: DriftClass | list[DriftClass] = Field(alias="class")
+    # Classes the evidence must rule out whatever the delta decides (framework: probes 1-2 pass on
+    # every run; semantic: probe 6 passes on the rung's runs, or the replay removes too little).
+    # The temperature rung: a delta too noisy to decide a class still has to show both.
+    rules_out: list[DriftClass] = Field(default_factory=list)
     # One outcome, or the list the rung accepts (`[up, inconclusive]` would accept a run too short
     # to tell); `any` accepts every outcome.
     direction: Direction | list[Direction]

@@ -16,7 +16,9 @@ _FAMILIES: dict[tuple[str, str], dict] = {}
 
 
 @pytest.mark.ladder
-def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, contract_check, boundary_check, experiment_record, pytestconfig):
+def test_rung_against_parent(
+    rung_case, knobs, get_run, framework_checks, framework_not_checked, contract_check, boundary_check, experiment_record, pytestconfig
+):
     stage, rung, mode = rung_case.stage, rung_case.rung, rung_case.mode
     backend = pytestconfig.getoption("--backend")
 
@@ -48,7 +50,16 @@ def test_rung_against_parent(rung_case, knobs, get_run, framework_checks, contra
         holm = _FAMILIES[stage, mode][rung.id]
     paired = (lambda child, parent: paired_delta(child, parent, knobs)) if backend == "embedded" else None
     judgement = judge_rung(
-        rung, knobs, fetch, framework_checks, holm, contract_check, replicates=replicates, paired=paired, boundary_check=boundary_check
+        rung,
+        knobs,
+        fetch,
+        framework_checks,
+        holm,
+        contract_check,
+        replicates=replicates,
+        paired=paired,
+        boundary_check=boundary_check,
+        framework_not_checked=framework_not_checked,
     )
     experiment_record.rung(rung_case, judgement, fetch)
     assert not judgement.problems, "; ".join(judgement.problems)

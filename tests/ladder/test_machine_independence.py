@@ -31,8 +31,20 @@ def _tool():
     return module
 
 
-def _entry(direction: str, drift_class: str = "none", expectation: str = "met") -> dict:
-    return {"observed_direction": direction, "decided_class": drift_class, "expectation": expectation, "mean": 1e-3, "delta": 0.0}
+def _entry(direction: str, drift_class: str = "none", expectation: str = "met", ruled_out: tuple[str, ...] = ()) -> dict:
+    return {
+        "observed_direction": direction,
+        "decided_class": drift_class,
+        "expectation": expectation,
+        "mean": 1e-3,
+        "delta": 0.0,
+        "ruled_out": dict.fromkeys(ruled_out, "evidence"),
+    }
+
+
+# The temperature rung under the two settings of issue 14: class none (not up) by default; under the
+# second setting too noisy to decide, with framework and semantic drift ruled out by probes 1, 2 and 6.
+TEMPERATURE_UNDECIDED = _entry("inconclusive", "undetermined", ruled_out=("framework", "semantic"))
 
 
 @pytest.mark.parametrize(
@@ -47,6 +59,15 @@ def _entry(direction: str, drift_class: str = "none", expectation: str = "met") 
         (_entry("flat"), _entry("inconclusive", expectation="not met"), False, "expectation met vs not met"),
         (_entry("flat", expectation="unknown"), _entry("flat", expectation="unknown"), False, "expectation unknown vs unknown"),
         (_entry("flat"), None, False, "judged under one setting only"),
+        (_entry("inconclusive"), TEMPERATURE_UNDECIDED, True, "decisiveness: class none vs undetermined"),
+        (
+            _entry("up", "expected-numerical"),
+            TEMPERATURE_UNDECIDED,
+            True,
+            "decisiveness: class expected-numerical vs undetermined; decisiveness: up vs inconclusive",
+        ),
+        (_entry("up", "semantic"), TEMPERATURE_UNDECIDED, False, "class semantic vs undetermined"),
+        (_entry("up", "undecided"), TEMPERATURE_UNDECIDED, False, "class undecided vs undetermined"),
     ],
 )
 def test_a_verdict_is_expectation_class_and_decided_direction(default, second, agree, difference):

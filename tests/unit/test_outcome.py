@@ -113,8 +113,60 @@ def test_a_wide_interval_around_zero_is_inconclusive_not_flat_and_decides_no_cla
     # Wide enough that it may add drift of interest too (the one-sided "not up" is not shown).
     assert (judgement.observed_direction, judgement.drift_class) == ("inconclusive", "undetermined"), judgement.summary()
     assert "INCONCLUSIVE: smallest detectable effect" in judgement.summary()
+    # Undetermined is a class the temperature rung accepts, but only with framework and semantic drift
+    # ruled out by evidence; here no probe said which framework probes ran and no contract probe was given.
     findings = expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
-    assert findings and "undetermined" in findings[0]
+    assert len(findings) == 2 and all("expect.rules_out" in f for f in findings), findings
+    assert "framework drift ruled out" in findings[0] and "semantic drift ruled out" in findings[1]
+
+
+def _undecided_temperature(build_run, contract):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.0135, 0.6, seed=1))
+    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(
+        KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [], contract_check=contract, framework_not_checked=lambda run: []
+    )
+    return judgement, child
+
+
+def test_an_undetermined_delta_meets_temperature_when_probes_rule_out_framework_and_semantic(build_run):
+    """Issue 14 under the second CPU setting: too noisy to decide a class, but probes 1-2 pass on every
+    run and probe 6 on each of the rung's runs, which is what "temperature handled alike" asks."""
+    judgement, child = _undecided_temperature(build_run, lambda run: ("pass", "same contract"))
+    assert judgement.drift_class == "undetermined", judgement.summary()
+    assert set(judgement.ruled_out) == {"framework", "semantic"}
+    assert "not semantic: probe 6 passes" in judgement.summary()
+    assert not expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
+
+
+def test_probe_6_failing_on_an_undetermined_delta_decides_semantic(build_run):
+    judgement, child = _undecided_temperature(build_run, lambda run: ("fail", "the trainer ignores T"))
+    assert judgement.drift_class == "semantic" and "semantic" not in judgement.ruled_out
+    findings = expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
+    assert any("decided 'semantic'" in f for f in findings) and any("semantic drift ruled out" in f for f in findings)
+
+
+def test_a_contract_probe_that_could_not_run_rules_nothing_out(build_run):
+    judgement, child = _undecided_temperature(build_run, lambda run: ("not checked", "no dump"))
+    assert "semantic" not in judgement.ruled_out and "not ruled out: probe 6 not checked" in judgement.summary()
+    assert expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
+
+
+def test_an_unchecked_framework_probe_rules_framework_out_for_no_rung(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.0135, 0.6, seed=1))
+    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
+    judgement = judge_rung(
+        KNOBS.rungs["temperature"],
+        KNOBS,
+        fetcher(runs),
+        lambda run: [],
+        contract_check=lambda run: ("pass", "same contract"),
+        framework_not_checked=lambda run: ["probe 2 (model state): no dump"],
+    )
+    assert "framework" not in judgement.ruled_out and judgement.evidence["framework_not_checked"]
+    assert any("framework drift ruled out" in f for f in expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS))
 
 
 def test_the_judgement_records_the_family_and_the_adjusted_level(build_run):
@@ -214,7 +266,7 @@ def test_an_inconclusive_delta_that_is_not_up_decides_class_none(build_run):
     parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.0144, 0.2))
     child = build_run("child", rung="temperature", abs_diff=noisy(0.0124, 0.3, seed=1))
     runs = {("temperature", ()): child, ("near-aligned", ()): parent}
-    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [])
+    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [], framework_not_checked=lambda run: [])
     assert judgement.observed_direction == "inconclusive", judgement.summary()
     assert judgement.evidence["decision"]["not_up"]["decided"], judgement.summary()
     assert judgement.drift_class == "none" and "not up" in judgement.summary()
