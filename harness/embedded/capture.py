@@ -18,10 +18,13 @@ How each side is captured:
   pass that produced the old log-probs), sliced out of the probe samples' micro-batch rows;
   selected / processed log-probs from the trainer's own operators (vocab-parallel cross entropy,
   the processed-contract replay) on the captured logits;
-- rollout: forward hooks on vLLM's own model (``LLM.apply_model``, engine in this process), on a
-  prefill of prompt+response[:-1] right after the rollout (the rollout computed the response
-  positions in decode steps: ``recorded_logprob`` beside ``processed_logprob`` measures that gap);
-  logits from the model's own ``compute_logits``, log-probs from vLLM's own ``TopKTopPSampler``.
+- rollout: forward hooks on vLLM's own model, installed and read back in whichever process the
+  engine's worker runs (the trainer's, a TP=2 engine-core child, the non-colocate server's) through
+  the worker extension (worker_extension.py, reached by the engine's ``worker_call``), on a prefill
+  of prompt+response[:-1] right after the rollout (the rollout computed the response positions in
+  decode steps: ``recorded_logprob`` beside ``processed_logprob`` measures that gap); logits from
+  the model's own ``compute_logits`` in the worker, log-probs from vLLM's own ``TopKTopPSampler``
+  (here, on those logits).
 vLLM defers each residual add into the next layer's fused add-norm: its layer output is formed here
 as hidden + residual, rounded to the model dtype, as that add-norm stores its residual.
 
@@ -39,8 +42,9 @@ How to call it (what the embedded trainer does at the rollouts in ``CAPTURE_ROLL
     write_capture(path, rollout_id, [CapturedSample(index, tokens, P, R, trainer, rollout)], policy, weights, unavailable=[])
     bundle = read_capture(path)                             # {"samples": [...], "policy": {...}, ...}
 
-``rollout_side`` raises ``CaptureUnavailable`` (one line) where vLLM's model is not in this process
-(non-colocate server, TP=2's engine-core child); the bundle then says so under ``unavailable``.
+``trainer_side`` raises ``CaptureUnavailable`` (one line) under TP>1 (the logits are vocabulary
+shards there), ``rollout_side`` where the worker's forward did not cover every position; the bundle
+then says so under ``unavailable``.
 """
 
 from __future__ import annotations
@@ -164,6 +168,9 @@ def _tp_size() -> int:
 
 
 # ---------------------------------------------------------------- rollout (vLLM) side
+CAPTURE_START, CAPTURE_TAKE = "embedded_capture_start", "embedded_capture_take"  # worker_extension.py
+
+
 def _vllm_hooks(model, store: dict) -> list:
     inner = model.model
     handles = []
@@ -181,6 +188,58 @@ def _vllm_hooks(model, store: dict) -> list:
         handles.append(layer.register_forward_hook(keep(f"layer.{i}.output")))
     handles.append(inner.norm.register_forward_hook(keep("final_norm")))
     return handles
+
+
+class VllmTaps:
+    """Forward hooks on vLLM's own model; runs where the model is (the engine's worker, through
+    worker_extension.py). ``take`` removes them and returns each boundary of the forward they kept,
+    and the model's own ``compute_logits`` of the final norm at the response positions."""
+
+    def __init__(self, model) -> None:
+        self.model, self.store = model, {}
+        self.handles = _vllm_hooks(model, self.store)
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def take(self, response_cols: list[int]) -> dict[str, torch.Tensor]:
+        self.close()
+        out: dict[str, torch.Tensor] = {}
+        for name, value in self.store.items():
+            if name.endswith(".output"):  # (mlp output, residual before it): the stream is their sum
+                hidden, residual = value
+                value = (hidden.float() + residual.float()).to(hidden.dtype)
+            elif isinstance(value, tuple):
+                value = value[0]
+            out[name] = value
+        normed = out.get("final_norm")
+        if normed is not None and response_cols and max(response_cols) < normed.shape[0]:
+            with torch.inference_mode():
+                out["logits"] = self.model.compute_logits(normed[response_cols]).detach().clone()
+        return out
+
+
+def encode_tensors(tensors: dict[str, torch.Tensor]) -> dict:
+    """{name: {dtype, shape, hex of the raw bytes}}: plain data, exact to the bit, for any RPC (the
+    server's /collective_rpc answers JSON only)."""
+    return {
+        name: {
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape),
+            "hex": t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes().hex(),
+        }
+        for name, t in tensors.items()
+    }
+
+
+def decode_tensors(data: dict) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, item in data.items():
+        raw = torch.frombuffer(bytearray(bytes.fromhex(item["hex"])), dtype=torch.uint8)
+        out[name] = raw.view(getattr(torch, item["dtype"])).reshape(item["shape"]).clone()
+    return out
 
 
 def _vllm_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, mode: str) -> torch.Tensor:
@@ -207,40 +266,32 @@ def rollout_side(
     top_p: float,
     recorded: torch.Tensor,
 ) -> dict[str, torch.Tensor]:
-    """One sample's boundaries from vLLM's own model: a prefill of tokens[:-1] with hooks on."""
-    llm = getattr(engine, "llm", None)
-    if llm is None or getattr(engine, "multiprocess", True):
-        raise CaptureUnavailable(
-            "rollout capture needs vllm.LLM in the trainer's process (colocate, TP=1); "
-            f"this engine is {type(engine).__name__}{' with its engine core in a child process' if llm is not None else ''}"
-        )
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
+    """One sample's boundaries from vLLM's own model: a prefill of tokens[:-1] with hooks on, in
+    whichever process the engine's worker runs (this one, the engine-core child, the server)."""
+    import json
 
-    store: dict = {}
-    handles = llm.apply_model(lambda model: _vllm_hooks(model, store))[0]
-    try:
-        llm.reset_prefix_cache()  # a cached prefix would skip its positions in the forward
-        # greedy: the capture's one token draws no random number from the run's sampling streams
-        llm.generate([TokensPrompt(prompt_token_ids=tokens[:-1])], SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
-    finally:
-        for handle in handles:
-            handle.remove()
-    length = len(tokens) - 1
-    out: dict[str, torch.Tensor] = {}
-    for name, value in store.items():
-        if name.endswith(".output"):  # (mlp output, residual before it): the stream is their sum
-            hidden, residual = value
-            value = (hidden.float() + residual.float()).to(hidden.dtype)
-        elif isinstance(value, tuple):
-            value = value[0]
-        if value.shape[0] != length:
-            raise CaptureUnavailable(f"rollout capture: {name} holds {value.shape[0]} positions, expected {length} (a cached or chunked prefill)")
-        out[name] = value
+    from harness.embedded.engine import SamplingSpec
+
+    if not hasattr(engine, "worker_call"):
+        raise CaptureUnavailable(f"rollout capture needs an engine whose worker it can call; this engine is {type(engine).__name__}")
     cols, target_cols = response_gather_positions(prompt_len, response_len)
+    engine.worker_call(CAPTURE_START)
+    try:
+        engine.reset_prefix_cache()  # a cached prefix would skip its positions in the forward
+        # greedy: the capture's one token draws no random number from the run's sampling streams
+        engine.generate([tokens[:-1]], SamplingSpec(n=1, temperature=0.0, top_p=1.0, top_k=-1, max_tokens=1))
+    finally:
+        taken = engine.worker_call(CAPTURE_TAKE, response_cols=json.dumps(list(cols)))
+    if "problem" in taken:
+        raise CaptureUnavailable(f"rollout capture: {taken['problem']}")
+    out = decode_tensors(taken)
+    length = len(tokens) - 1
+    for name, value in out.items():
+        if name != "logits" and value.shape[0] != length:
+            raise CaptureUnavailable(f"rollout capture: {name} holds {value.shape[0]} positions, expected {length} (a cached or chunked prefill)")
+    if "logits" not in out:
+        raise CaptureUnavailable("rollout capture: the worker computed no logits (no final norm at the response positions)")
     targets = torch.tensor(tokens)[target_cols]
-    normed = out["final_norm"][cols]
-    out["logits"] = llm.apply_model(lambda model: model.compute_logits(normed).detach().clone())[0]
     mode = "processed_logprobs"
     out["selected_logprob"] = _vllm_log_probs(out["logits"], targets, temperature, -1, 1.0, mode)
     out["processed_logprob"] = _vllm_log_probs(out["logits"], targets, temperature, top_k, top_p, mode)

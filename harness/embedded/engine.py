@@ -21,6 +21,10 @@ vllm_cpu_fixes.install_from_env()
 logprob_operator.install_from_env()
 true_on_policy.install_from_env()
 
+# vLLM resolves this name in each worker process before the model is loaded (engine argument
+# worker_extension_cls, --worker-extension-cls on the server) and mixes the class into its worker:
+# the weight digest and the boundary capture reach the worker wherever it runs (worker_extension.py).
+WORKER_EXTENSION = "harness.embedded.worker_extension.EmbeddedWorkerExtension"
 KV_CACHE_BYTES = 256 << 20  # explicit on CPU: vLLM would otherwise reserve a fraction of host RAM
 MAX_MODEL_LEN = 256
 
@@ -112,7 +116,7 @@ class InProcessEngine:
                 kv_cache_memory_bytes=KV_CACHE_BYTES,
                 logprobs_mode=cfg.logprobs_mode,
                 disable_log_stats=False,
-                worker_extension_cls=weight_digest.WORKER_EXTENSION,  # probe 2 reads the engine's weights back, in any process
+                worker_extension_cls=WORKER_EXTENSION,
                 **true_on_policy_kwargs,
             )
         except Exception as exc:  # noqa: BLE001 - reported as one line by the trainer
@@ -181,7 +185,14 @@ class InProcessEngine:
 
     def weight_digest(self) -> dict:
         """{parameter name: dtype, shape, sha} of the weights the engine holds now (weight_digest.py)."""
-        return self.llm.collective_rpc(weight_digest.WORKER_METHOD)[0]
+        return self.worker_call(weight_digest.WORKER_METHOD)
+
+    def worker_call(self, method: str, **kwargs):
+        """A method of vLLM's worker (worker_extension.py), in this process or the engine-core child; its result."""
+        return self.llm.collective_rpc(method, kwargs=kwargs)[0]
+
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
 
     def kv_cache_usage(self) -> float | None:
         try:

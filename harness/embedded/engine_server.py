@@ -18,7 +18,16 @@ from pathlib import Path
 import requests
 
 from harness.embedded import fp8, logprob_operator, true_on_policy, vllm_cpu_fixes, weight_digest
-from harness.embedded.engine import KV_CACHE_BYTES, MAX_MODEL_LEN, Completion, EngineConfig, EngineStartError, SamplingSpec, _save_weights
+from harness.embedded.engine import (
+    KV_CACHE_BYTES,
+    MAX_MODEL_LEN,
+    WORKER_EXTENSION,
+    Completion,
+    EngineConfig,
+    EngineStartError,
+    SamplingSpec,
+    _save_weights,
+)
 from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
 START_TIMEOUT_S = 180
@@ -80,8 +89,8 @@ class ServerEngine:
             cfg.logprobs_mode,
             "--max-logprobs",
             "1",
-            "--worker-extension-cls",  # probe 2 reads the engine's weights back (weight_digest.py)
-            weight_digest.WORKER_EXTENSION,
+            "--worker-extension-cls",  # the weight digest and the boundary capture (worker_extension.py)
+            WORKER_EXTENSION,
         ]
         if cfg.true_on_policy:
             cmd += true_on_policy_engine.server_args()
@@ -161,7 +170,15 @@ class ServerEngine:
 
     def weight_digest(self) -> dict:
         """{parameter name: dtype, shape, sha} of the weights the server's engine holds now."""
-        return self._post("/collective_rpc", {"method": weight_digest.WORKER_METHOD})["results"][0]
+        return self.worker_call(weight_digest.WORKER_METHOD)
+
+    def worker_call(self, method: str, **kwargs):
+        """A method of the server's vLLM worker (worker_extension.py) through /collective_rpc; its
+        result, which the server sends as JSON (kwargs: strings, the endpoint's rule)."""
+        return self._post("/collective_rpc", {"method": method, "kwargs": kwargs})["results"][0]
+
+    def reset_prefix_cache(self) -> None:
+        self._post("/reset_prefix_cache")
 
     def kv_cache_usage(self) -> float | None:
         try:

@@ -1,8 +1,8 @@
 """Probe 2's evidence: a digest of the weights each engine actually holds, in one layout.
 
 vLLM side: ``embedded_weight_digest``, a method every vLLM worker gets through vLLM's own
-``worker_extension_cls`` (``WORKER_EXTENSION``, harness/embedded/weight_digest_worker.py), so
-``collective_rpc`` reaches it wherever the worker runs: in the trainer's process, in the engine-core
+``worker_extension_cls`` (harness/embedded/worker_extension.py), so ``collective_rpc`` reaches it
+wherever the worker runs: in the trainer's process, in the engine-core
 child of a TP=2 trainer, in the non-colocate server. It reads back every parameter of the engine's
 model: name, dtype, shape and a SHA-256 of its values. Trainer side: the HF state
 dict gathered from the Megatron model, put through what the sync does to it (the fp8 rounding of
@@ -26,10 +26,7 @@ import hashlib
 
 import torch
 
-WORKER_METHOD = "embedded_weight_digest"
-# vLLM resolves this name in each worker process before the model is loaded (engine argument
-# worker_extension_cls, --worker-extension-cls on the server) and mixes the class into its worker.
-WORKER_EXTENSION = "harness.embedded.weight_digest_worker.WeightDigestExtension"
+WORKER_METHOD = "embedded_weight_digest"  # worker_extension.EmbeddedWorkerExtension's
 PACKED_DIGEST = "_embedded_packed_weight_digest"  # set on a vLLM linear layer whose weight was packed
 # vLLM's stacked parameters (Qwen3's stacked_params_mapping): fused name -> HF parts in order.
 STACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}

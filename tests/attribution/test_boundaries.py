@@ -193,3 +193,16 @@ def test_bf16_accumulated_logsumexp_is_a_real_error():
     assert 1e-4 < float(error.mean()) < 0.1  # far beyond fp32 (~1e-7), within bf16's reach
     assert parse("rollout-lse-bf16,trainer-softmax-bf16").names() == ["rollout-lse-bf16", "trainer-softmax-bf16"]
     assert parse("trainer-tp-reduce-bf16").names() == ["trainer-tp-reduce-bf16"]
+
+
+def test_captured_tensors_cross_the_servers_json_bit_exact():
+    """The rollout side comes back from the engine's worker as plain data (the non-colocate server's
+    /collective_rpc answers JSON): every dtype and shape, bit for bit."""
+    import json
+
+    from harness.embedded.capture import decode_tensors, encode_tensors
+
+    g = torch.Generator().manual_seed(3)
+    tensors = {"bf16": torch.randn(5, 7, generator=g).to(torch.bfloat16), "fp32": torch.randn(3, 2, 4, generator=g), "long": torch.arange(6)}
+    back = decode_tensors(json.loads(json.dumps(encode_tensors(tensors))))
+    assert all(back[k].dtype == t.dtype and torch.equal(back[k], t) for k, t in tensors.items())

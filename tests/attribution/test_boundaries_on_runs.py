@@ -6,7 +6,9 @@ candidate-operator while the framework and contract probes pass.
 The two rungs are judged on the ladder's own P1 runs (no overrides: a session running the ladder
 launches each once); the controls run 3 rollouts on the fp32 floor, where the faults stand out of
 a declared precision of fp32 (on a bf16 trainer, an attention softmax in bf16 is within the
-declared precision: docs/attribution.md has both tables).
+declared precision: docs/attribution.md has both tables). The capture inside the non-colocate
+server is checked on the P3 A/B baseline's non-colocate run, which the A/B's mode-consistency test
+makes anyway.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 from harness.attribution.boundaries import classify, run_boundary_table
 from harness.attribution.probes import contract_check, framework_checks
+from harness.embedded.capture import read_capture
 from harness.report.allure_attach import attach_text, label_experiment
 
 pytestmark = pytest.mark.attribution
@@ -50,3 +53,20 @@ def test_control_is_localised_to_its_boundary(get_run, fault, knobs):
     table, decided = _judged(get_run("p1", rung, "colocate", **overrides, **{"embedded-inject": fault}), rung, f"control {fault}", knobs)
     assert decided.drift_class == "candidate-operator", f"{decided.label}: {decided.reason}\n{table.markdown()}"
     assert table.localised.boundary == CONTROLS[fault], table.markdown()
+
+
+def test_capture_reaches_the_non_colocate_server(get_run, knobs):
+    """The rollout side captured inside the non-colocate server's engine process (the worker
+    extension, reached through the server's /collective_rpc), on the P3 A/B baseline's non-colocate
+    run that the session makes for the A/B's mode-consistency test (no run of its own)."""
+    pair = knobs.ab.pair
+    run = get_run(pair.stage, pair.baseline, "non-colocate")
+    table = run_boundary_table(run, knobs)
+    label_experiment(pair.stage, pair.baseline, "boundary table (non-colocate server)", "non-colocate", "embedded", run.id)
+    attach_text(table.markdown(), "boundary table")
+    assert table.status == "checked" and table.captures and not table.notes, table.notes
+    bundle = read_capture(run.path / "dumps" / table.captures[0])
+    assert bundle["policy"]["engine"].startswith("non-colocate"), bundle["policy"]["engine"]
+    assert all(s["rollout"] is not None and s["trainer"] is not None for s in bundle["samples"])
+    # the server's prefill reproduces what its decode recorded for the same tokens
+    assert table.capture_fidelity["rollout"]["max"] <= knobs.threshold("fp32_floor_max_abs_diff"), table.capture_fidelity

@@ -86,6 +86,9 @@ def test_the_worker_extension_is_what_vllm_mixes_into_every_worker():
     from vllm.v1.worker.cpu_worker import CPUWorker
     from vllm.v1.worker.gpu_worker import Worker
 
-    extension = resolve_obj_by_qualname(weight_digest.WORKER_EXTENSION)
-    assert [name for name in dir(extension) if not name.startswith("__")] == [weight_digest.WORKER_METHOD]
-    assert not any(weight_digest.WORKER_METHOD in vars(cls) for cls in (Worker, CPUWorker))  # no patch on vLLM's classes
+    from harness.embedded.engine import WORKER_EXTENSION
+
+    extension = resolve_obj_by_qualname(WORKER_EXTENSION)
+    methods = [name for name in dir(extension) if not name.startswith("__")]
+    assert weight_digest.WORKER_METHOD in methods and {"embedded_capture_start", "embedded_capture_take"} <= set(methods)
+    assert not any(name in vars(cls) for name in methods for cls in (Worker, CPUWorker))  # no patch on vLLM's classes
