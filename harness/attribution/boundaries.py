@@ -22,6 +22,7 @@ selected_logprob, processed_logprob.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -305,11 +306,40 @@ def classify(table: BoundaryTable, framework: list, contract) -> EvidenceClass:
     return EvidenceClass("expected-numerical", "boundary table", table.reason)
 
 
-if __name__ == "__main__":  # python -m harness.attribution.boundaries RUN_DIR [k]
+def main(argv: list[str] | None = None) -> int:
+    """python -m harness.attribution.boundaries RUN_DIR [--k K]: the table, its reason, capture fidelity.
+    Bad input is one line and exit code 2."""
+    import argparse
     import json
-    import sys
 
-    result = boundary_table(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 4.0)
+    from harness import DEFAULT_KNOBS_DIR
+    from harness.spec import SpecError, load_knobs
+
+    parser = argparse.ArgumentParser(prog="python -m harness.attribution.boundaries", description="the boundary table of a run directory")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (reports/runs/<id>/) with dumps/capture_*.pt")
+    parser.add_argument("--k", type=float, default=None, help="envelope multiple (default: thresholds.boundary_envelope_k of --knobs)")
+    parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory whose thresholds.yaml gives k")
+    args = parser.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"error: {run_dir}: no such run directory (expected reports/runs/<id>/ with dumps/)", file=sys.stderr)
+        return 2
+    k = args.k
+    if k is None:
+        try:
+            k = load_knobs(Path(args.knobs)).threshold("boundary_envelope_k")
+        except SpecError as err:
+            print("error: " + "; ".join(err.problems), file=sys.stderr)
+            return 2
+    if not k > 0:
+        print(f"error: --k {k}: expected a positive envelope multiple", file=sys.stderr)
+        return 2
+    result = boundary_table(run_dir, k)
     print(result.reason)
     print(result.markdown())
     print(json.dumps({"precisions": result.precisions, "capture_fidelity": result.capture_fidelity, "notes": result.notes}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

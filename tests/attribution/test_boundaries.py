@@ -206,3 +206,15 @@ def test_captured_tensors_cross_the_servers_json_bit_exact():
     tensors = {"bf16": torch.randn(5, 7, generator=g).to(torch.bfloat16), "fp32": torch.randn(3, 2, 4, generator=g), "long": torch.arange(6)}
     back = decode_tensors(json.loads(json.dumps(encode_tensors(tensors))))
     assert all(back[k].dtype == t.dtype and torch.equal(back[k], t) for k, t in tensors.items())
+
+
+def test_command_line_bad_input_is_one_line(tmp_path, capsys):
+    from harness.attribution.boundaries import main
+
+    assert main([str(tmp_path / "missing")]) == 2
+    assert main([str(tmp_path), "--k", "0"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and "no such run directory" in errors[0] and "--k 0.0" in errors[1]
+    _bundle(tmp_path)
+    assert main([str(tmp_path)]) == 0  # k from knobs/thresholds.yaml
+    assert "every boundary within 4x its envelope" in capsys.readouterr().out
