@@ -31,9 +31,14 @@ def main(argv=None) -> int:
     p.add_argument("--grid-tokens", default="256,1024,8192")
     p.add_argument("--breakdown", default="", help="backward kernels of one slice: g_dtype:slice:stages:bt:bv,...")
     p.add_argument("--ab", action="store_true", help="forward variants and backward launch plans, each paired with the GEMM")
-    p.add_argument("--ab-variants", default="tma_flatten:3,tma_flatten:4,tma_flatten_ws:3")
+    p.add_argument(
+        "--ab-variants",
+        default="tma_flatten:3,tma_flatten:4,tma_flatten_ws:3",
+        help="variant:stages[:field=value/field=value] over KernelConfig, e.g. dtma_flatten:3:exp2=1/block_v=128/num_warps=4",
+    )
     p.add_argument("--host", action="store_true", help="host microseconds to issue each piece of one forward call (GPU kept busy)")
     p.add_argument("--plans", default="", help="fwd+bwd per backward plan, key=value;... separated by '|', with GPU time per kernel")
+    p.add_argument("--kernel-stats", action="store_true", help="registers, spills and shared memory of every kernel compiled by this run")
     args = p.parse_args(argv)
 
     import torch
@@ -105,7 +110,11 @@ def main(argv=None) -> int:
         T = max(tokens)
         plan_ab(big.hidden[:T], big.weight, big.targets[:T], rec, save, args.plans.split("|"))
     if args.ab:
-        ab_check(big, rec, tokens, [tuple(v.split(":")) for v in args.ab_variants.split(",")], save)
+        ab_check(big, rec, tokens, [tuple(v.split(":", 2)) for v in args.ab_variants.split(",")], save)
+        save()
+    if args.kernel_stats:
+        rec["kernel_stats"] = kernel_stats()
+        print("kernel stats", *rec["kernel_stats"], sep="\n", flush=True)
         save()
     if args.skip_main:
         return 0
@@ -200,25 +209,32 @@ def main(argv=None) -> int:
 def ab_check(big, rec: dict, tokens, variants, save) -> None:
     """Forward kernel variants at each T, each timed alternately with the bf16 GEMM of the same T (the
     card's clock drifts), with bitwise checks and the host time to issue one call."""
-    from dataclasses import replace
+    from dataclasses import fields, replace
 
     import torch
 
     from harness.operators import fused_triton as ft
     from harness.operators import measure
     from harness.operators.fused_plan import chunk_bounds
+    from harness.operators.impl_reference import reference_logprobs
     from harness.operators.sweep import _fused
 
     dev = big.hidden.device
+    types = {f.name: f.type for f in fields(ft.KernelConfig)}
+    conv = {"int": int, "str": str, "bool": lambda x: x in ("1", "true", "True")}
     for T in tokens:
         h, w, t = big.hidden[:T], big.weight, big.targets[:T]
         bounds = chunk_bounds(w.shape[0])
+        ref64 = reference_logprobs(h, w, t, 1.0)
         base = None
-        for variant, stages in variants:
-            cfg = replace(ft.HOPPER_CONFIG, variant=variant, num_stages=int(stages))
-            row = {"T": T, "variant": variant, "stages": int(stages)}
+        for spec in variants:
+            variant, stages, extra = (*spec, "")[:3]
+            kv = dict(x.split("=") for x in extra.split("/") if x)
+            cfg = replace(ft.HOPPER_CONFIG, variant=variant, num_stages=int(stages), **{k: conv[types[k]](v) for k, v in kv.items()})
+            row = {"T": T, "variant": variant, "stages": int(stages), "config": cfg.as_dict()}
             try:
                 full = _fused(h, w, t, cfg)
+                row["max_abs_err"] = float((full.double() - ref64).abs().max())
                 n = min(517, T - 1)
                 row["batch_inv"] = bool(torch.equal(_fused(h[1 : 1 + n], w, t[1 : 1 + n], cfg), full[1 : 1 + n]))
                 row["tp8_inv"] = bool(torch.equal(_fused(h, w, t, cfg, tp=8), full))
@@ -241,6 +257,28 @@ def ab_check(big, rec: dict, tokens, variants, save) -> None:
             rec.setdefault("ab_forward", []).append(row)
             print("ab fwd", row, flush=True)
             save()
+
+
+def kernel_stats() -> list[dict]:
+    """Per compiled kernel of this process: registers per thread, spilled registers, shared memory, launch
+    options and constexprs (what decides how many programs share a multiprocessor)."""
+    from harness.operators import fused_triton as ft
+
+    compiled = [(ft._partials_kernel_dtma.__name__, k) for k in ft._launch_partials_dtma.compiled.values()]
+    for fn in (ft._partials_kernel_dtma, ft._grad_logits_kernel, ft._grad_weight_kernel, ft._grad_hidden_kernel, ft._merge_kernel):
+        for caches in getattr(fn, "device_caches", {}).values():
+            compiled += [(fn.__name__, k) for k in caches[0].values()]
+    out, seen = [], set()
+    for name, k in compiled:
+        md = k.metadata
+        consts = {str(a): b for a, b in getattr(k.src, "constants", {}).items() if isinstance(b, (int, bool))} if hasattr(k, "src") else {}
+        row = {"kernel": name, "regs": k.n_regs, "spills": k.n_spills, "shared": md.shared, "warps": md.num_warps, "stages": md.num_stages}
+        row["maxnreg"], row["constexprs"] = getattr(md, "maxnreg", None), consts
+        key = repr(row)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
 
 
 def gpu_spans(prof) -> list[dict]:

@@ -29,6 +29,11 @@ class KernelConfig:
     num_warps: int = 8
     num_stages: int = 3
     variant: str = "flat"
+    # exp2: the device-TMA kernel's epilogue in base 2 (max over the raw accumulator, one FMA and one ex2
+    # per logit, the target picked from the raw accumulator), partials handed back in natural units.
+    # Different bits from the natural-exp epilogue, the same invariance. maxnreg: a register cap (0: none).
+    exp2: bool = False
+    maxnreg: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -40,7 +45,9 @@ class KernelConfig:
 # (never a loss of invariance). Pre-Hopper GPUs have no TMA and take the pointer-load kernel. Since
 # issue 16 round 3 the descriptors are made on the device (dtma_flatten: bitwise equal to tma_flatten
 # at every T, ~25 us less host time per call; reports/bench/h200-issue16-round3-exp2-persistent-forward.json).
-HOPPER_CONFIG = KernelConfig(128, 256, 64, 8, 3, "dtma_flatten")
+# Since round 4 the epilogue is base 2 (exp2: 0.97-0.98x the natural-exp kernel's time at every T, no spills;
+# reports/bench/h200-issue16-round4-exp3-forward-epilogue.json). New bits, the same plan and invariance.
+HOPPER_CONFIG = KernelConfig(128, 256, 64, 8, 3, "dtma_flatten", exp2=True)
 FALLBACK_CONFIG = KernelConfig(128, 256, 64, 8, 3, "nested")
 
 
@@ -53,6 +60,8 @@ TMA_LOOPS = {"tma": 0, "tma_flatten": 2, "tma_ws": 3, "tma_flatten_ws": 4}
 # dtma_*: the same TMA kernel with its two descriptors built by each program on the device
 # (tl.make_tensor_descriptor) instead of encoded on the host at every launch.
 DEVICE_TMA_LOOPS = {"dtma_flatten": 2}
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
 @triton.jit
@@ -63,6 +72,52 @@ def _epilogue(acc, cols, hi, tgt, inv_temp, m, s, z_t):
     s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new[:, None]), axis=1)
     z_t = z_t + tl.sum(tl.where((cols[None, :] == tgt[:, None]) & in_chunk, z, 0.0), axis=1)
     return m_new, s, z_t
+
+
+@triton.jit
+def _epilogue_exp2(acc, cols, hi, tgt_in_chunk, scale2, m2, s, t_acc):
+    """_epilogue in base 2: m2 is the running max of acc * scale2 (scale2 = log2(e) / T; max commutes with
+    a positive scale), each logit costs one FMA and one ex2, and the target's raw accumulator is picked
+    (tgt_in_chunk is -1 for rows whose target lies outside the chunk, so no chunk mask is needed there)."""
+    a = tl.where(cols[None, :] < hi, acc, float("-inf"))
+    m_new = tl.maximum(m2, tl.max(a, axis=1) * scale2)
+    s = s * tl.exp2(m2 - m_new) + tl.sum(tl.exp2(a * scale2 - m_new[:, None]), axis=1)
+    # picked from the masked tile (equal to acc wherever a target column can match): one [BLOCK_T, BLOCK_V]
+    # tensor live, not two (both live spilled 140 registers at 128x256, 8 warps)
+    t_acc = t_acc + tl.sum(tl.where(cols[None, :] == tgt_in_chunk[:, None], a, 0.0), axis=1)
+    return m_new, s, t_acc
+
+
+@triton.jit
+def _tile_acc_ptr(
+    h_base, w_ptr, cols, hi, row_ok, ks, stride_w, k_steps, BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, WS: tl.constexpr
+):
+    """One [BLOCK_T, BLOCK_V] tile of fp32 logits (unscaled) by pointer loads, K from 0 in BLOCK_K steps."""
+    w_base = w_ptr + cols[None, :].to(tl.int64) * stride_w + ks[:, None]
+    acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
+    for ki in tl.range(0, k_steps, warp_specialize=WS):
+        a = tl.load(h_base + ki * BLOCK_K, mask=row_ok[:, None], other=0.0)
+        b = tl.load(w_base + ki * BLOCK_K, mask=cols[None, :] < hi, other=0.0)
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, WS: tl.constexpr):
+    """One [BLOCK_T, BLOCK_V] tile of fp32 logits (unscaled) through TMA descriptors, K from 0 in BLOCK_K steps."""
+    acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
+    for ki in tl.range(0, k_steps, warp_specialize=WS):
+        acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
+    return acc
+
+
+@triton.jit
+def _store_partials(out_ptr, chunk, n_chunks, T, rows, row_ok, m, s, z_t):
+    plane = n_chunks * T
+    base = out_ptr + chunk * T + rows
+    tl.store(base, m, mask=row_ok)
+    tl.store(base + plane, s, mask=row_ok)
+    tl.store(base + 2 * plane, z_t, mask=row_ok)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -84,7 +139,6 @@ def _partials_kernel(
 ):
     pid_t = tl.program_id(0)
     chunk = tl.program_id(1)
-    n_chunks = tl.num_programs(1)
     lo = tl.load(bounds_ptr + chunk)
     hi = tl.load(bounds_ptr + chunk + 1)
     rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -118,38 +172,14 @@ def _partials_kernel(
     elif VARIANT == 2:  # compiler-flattened loop nest
         for tile in tl.range(0, n_tiles, flatten=True):
             cols = lo + tile * BLOCK_V + vs
-            w_base = w_ptr + cols[None, :].to(tl.int64) * stride_w + ks[:, None]
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                a = tl.load(h_base + ki * BLOCK_K, mask=row_ok[:, None], other=0.0)
-                b = tl.load(w_base + ki * BLOCK_K, mask=cols[None, :] < hi, other=0.0)
-                acc = tl.dot(a, b, acc)
+            acc = _tile_acc_ptr(h_base, w_ptr, cols, hi, row_ok, ks, stride_w, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, False)
             m, s, z_t = _epilogue(acc, cols, hi, tgt, inv_temp, m, s, z_t)
-    elif VARIANT == 3:  # warp-specialised K loop
+    else:  # nested (0), or its K loop warp-specialised (3)
         for tile in range(0, n_tiles):
             cols = lo + tile * BLOCK_V + vs
-            w_base = w_ptr + cols[None, :].to(tl.int64) * stride_w + ks[:, None]
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in tl.range(0, k_steps, warp_specialize=True):
-                a = tl.load(h_base + ki * BLOCK_K, mask=row_ok[:, None], other=0.0)
-                b = tl.load(w_base + ki * BLOCK_K, mask=cols[None, :] < hi, other=0.0)
-                acc = tl.dot(a, b, acc)
+            acc = _tile_acc_ptr(h_base, w_ptr, cols, hi, row_ok, ks, stride_w, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, VARIANT == 3)
             m, s, z_t = _epilogue(acc, cols, hi, tgt, inv_temp, m, s, z_t)
-    else:  # nested
-        for tile in range(0, n_tiles):
-            cols = lo + tile * BLOCK_V + vs
-            w_base = w_ptr + cols[None, :].to(tl.int64) * stride_w + ks[:, None]
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                a = tl.load(h_base + ki * BLOCK_K, mask=row_ok[:, None], other=0.0)
-                b = tl.load(w_base + ki * BLOCK_K, mask=cols[None, :] < hi, other=0.0)
-                acc = tl.dot(a, b, acc)
-            m, s, z_t = _epilogue(acc, cols, hi, tgt, inv_temp, m, s, z_t)
-    plane = n_chunks * T
-    base = out_ptr + chunk * T + rows
-    tl.store(base, m, mask=row_ok)
-    tl.store(base + plane, s, mask=row_ok)
-    tl.store(base + 2 * plane, z_t, mask=row_ok)
+    _store_partials(out_ptr, chunk, tl.num_programs(1), T, rows, row_ok, m, s, z_t)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -168,12 +198,10 @@ def _partials_kernel_tma(
     LOOP: tl.constexpr,
 ):
     """Same arithmetic, operands fetched by the tensor-memory accelerator (Hopper's bulk copy)."""
-    pid_t = tl.program_id(0)
     chunk = tl.program_id(1)
-    n_chunks = tl.num_programs(1)
     lo = tl.load(bounds_ptr + chunk)
     hi = tl.load(bounds_ptr + chunk + 1)
-    row0 = pid_t * BLOCK_T
+    row0 = tl.program_id(0) * BLOCK_T
     rows = row0 + tl.arange(0, BLOCK_T)
     row_ok = rows < T
     tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
@@ -188,36 +216,19 @@ def _partials_kernel_tma(
     if LOOP == 2:
         for tile in tl.range(0, n_tiles, flatten=True):
             v0 = lo + tile * BLOCK_V
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
+            acc = _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, False)
             m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
     elif LOOP == 4:  # flattened and warp-specialised: a producer warp feeds the MMA while the epilogue runs
         for tile in tl.range(0, n_tiles, flatten=True, warp_specialize=True):
             v0 = lo + tile * BLOCK_V
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
+            acc = _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, False)
             m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
-    elif LOOP == 3:
+    else:  # nested (0), or its K loop warp-specialised (3)
         for tile in range(0, n_tiles):
             v0 = lo + tile * BLOCK_V
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in tl.range(0, k_steps, warp_specialize=True):
-                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
+            acc = _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, LOOP == 3)
             m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
-    else:
-        for tile in range(0, n_tiles):
-            v0 = lo + tile * BLOCK_V
-            acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-            for ki in range(0, k_steps):
-                acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
-            m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
-    plane = n_chunks * T
-    base = out_ptr + chunk * T + rows
-    tl.store(base, m, mask=row_ok)
-    tl.store(base + plane, s, mask=row_ok)
-    tl.store(base + 2 * plane, z_t, mask=row_ok)
+    _store_partials(out_ptr, chunk, tl.num_programs(1), T, rows, row_ok, m, s, z_t)
 
 
 @triton.jit(do_not_specialize=["T", "V"])
@@ -234,18 +245,17 @@ def _partials_kernel_dtma(
     BLOCK_T: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    EXP2: tl.constexpr,
 ):
     """_partials_kernel_tma's flattened loop (same loads, same tl.dot sequence, same epilogue) with the
     descriptors made on the device: the host encodes nothing per launch (docs/operators.md has the
-    host time this saves)."""
+    host time this saves). EXP2: the base-2 epilogue (KernelConfig.exp2)."""
     h_desc = tl.make_tensor_descriptor(h_ptr, shape=[T, H], strides=[H, 1], block_shape=[BLOCK_T, BLOCK_K])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[V, H], strides=[H, 1], block_shape=[BLOCK_V, BLOCK_K])
-    pid_t = tl.program_id(0)
     chunk = tl.program_id(1)
-    n_chunks = tl.num_programs(1)
     lo = tl.load(bounds_ptr + chunk)
     hi = tl.load(bounds_ptr + chunk + 1)
-    row0 = pid_t * BLOCK_T
+    row0 = tl.program_id(0) * BLOCK_T
     rows = row0 + tl.arange(0, BLOCK_T)
     row_ok = rows < T
     tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
@@ -255,17 +265,21 @@ def _partials_kernel_dtma(
     z_t = tl.zeros([BLOCK_T], tl.float32)
     k_steps = H // BLOCK_K
     n_tiles = tl.cdiv(hi - lo, BLOCK_V)
-    for tile in tl.range(0, n_tiles, flatten=True):
-        v0 = lo + tile * BLOCK_V
-        acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-        for ki in range(0, k_steps):
-            acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0, ki * BLOCK_K]).T, acc)
-        m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
-    plane = n_chunks * T
-    base = out_ptr + chunk * T + rows
-    tl.store(base, m, mask=row_ok)
-    tl.store(base + plane, s, mask=row_ok)
-    tl.store(base + 2 * plane, z_t, mask=row_ok)
+    if EXP2:
+        scale2 = inv_temp * 1.4426950408889634
+        tgt = tl.where((tgt >= lo) & (tgt < hi), tgt, -1).to(tl.int32)  # int32: a 32-bit compare per logit, not 64
+        for tile in tl.range(0, n_tiles, flatten=True):
+            v0 = lo + tile * BLOCK_V
+            acc = _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, False)
+            m, s, z_t = _epilogue_exp2(acc, v0 + vs, hi, tgt, scale2, m, s, z_t)
+        m = m * 0.6931471805599453  # back to natural units: the merge and the TP all-gather are unchanged
+        z_t = z_t * inv_temp
+    else:
+        for tile in tl.range(0, n_tiles, flatten=True):
+            v0 = lo + tile * BLOCK_V
+            acc = _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, False)
+            m, s, z_t = _epilogue(acc, v0 + vs, hi, tgt, inv_temp, m, s, z_t)
+    _store_partials(out_ptr, chunk, tl.num_programs(1), T, rows, row_ok, m, s, z_t)
 
 
 def _scratch(size: int, alignment: int, stream):
@@ -346,7 +360,7 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
         ensure_allocator()
         tgt = targets.contiguous()
         tensors = (hidden, weight_shard, tgt, bounds, out)
-        args = (*tensors, rows, weight_shard.shape[0], width, 1.0 / temperature, config.block_t, config.block_v, config.block_k)
+        args = (*tensors, rows, weight_shard.shape[0], width, 1.0 / temperature, config.block_t, config.block_v, config.block_k, config.exp2)
         key = (
             hidden.device.index,
             tuple(t.dtype for t in tensors),
@@ -356,7 +370,8 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
             _int_class(width, True),
             config,
         )
-        _launch_partials_dtma(key, grid, args, num_warps=config.num_warps, num_stages=config.num_stages)
+        opts = {"maxnreg": config.maxnreg} if config.maxnreg else {}
+        _launch_partials_dtma(key, grid, args, num_warps=config.num_warps, num_stages=config.num_stages, **opts)
         return out[0], out[1], out[2]
     if config.variant.startswith("tma"):
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -409,12 +424,15 @@ def _merge_kernel(
 ):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = rows < T
+    # Both loops unrolled (static_range): the 3 x N_CHUNKS loads are independent and issue together, where
+    # a rolled loop waited on each chunk's load in turn (~58 us per call at every T: a few programs, each
+    # 240 dependent round trips to memory). The same arithmetic in the same order, so the same bits.
     big = tl.load(m_ptr + rows, mask=ok, other=0.0)
-    for c in range(1, N_CHUNKS):
+    for c in tl.static_range(1, N_CHUNKS):
         big = tl.maximum(big, tl.load(m_ptr + c * T + rows, mask=ok, other=0.0))
     total = tl.load(s_ptr + rows, mask=ok, other=1.0) * tl.exp(tl.load(m_ptr + rows, mask=ok, other=0.0) - big)
     target = tl.load(z_ptr + rows, mask=ok, other=0.0)
-    for c in range(1, N_CHUNKS):
+    for c in tl.static_range(1, N_CHUNKS):
         m_c = tl.load(m_ptr + c * T + rows, mask=ok, other=0.0)
         total = total + tl.load(s_ptr + c * T + rows, mask=ok, other=1.0) * tl.exp(m_c - big)
         target = target + tl.load(z_ptr + c * T + rows, mask=ok, other=0.0)
@@ -488,6 +506,10 @@ class BackwardConfig:
     hidden_warps: int = 8
     hidden_stages: int = 3
     even_slices: bool = True  # cut each group into equal slices (multiples of block_v), not full ones and a short last one
+    # grad_logits' softmax as exp2(acc * log2(e)/T - lse * log2(e)): one FMA and one ex2 per logit (different
+    # bits from exp(acc/T - lse), the same invariance), the target compared with a per-row column offset
+    logits_exp2: bool = False
+    logits_maxnreg: int = 0  # a register cap for grad_logits (0: none): two programs per multiprocessor need <= 128 at 8 warps
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -520,6 +542,7 @@ def _grad_logits_kernel(
     BLOCK_V: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    EXP2: tl.constexpr = False,
 ):
     """grad_logits[t, c] = (onehot - softmax)[t, v0 + c] * grad_out[t] / temperature, one tile.
 
@@ -539,16 +562,18 @@ def _grad_logits_kernel(
         row0 = tl.program_id(0) * BLOCK_T
         rows = row0 + tl.arange(0, BLOCK_T)
         row_ok = rows < T
-        acc = tl.zeros([BLOCK_T, BLOCK_V], tl.float32)
-        for ki in range(0, H // BLOCK_K):
-            acc = tl.dot(h_desc.load([row0, ki * BLOCK_K]), w_desc.load([v0 + c0, ki * BLOCK_K]).T, acc)
-        z = acc * inv_temp
+        acc = _tile_acc_tma(h_desc, w_desc, row0, v0 + c0, H // BLOCK_K, BLOCK_T, BLOCK_V, BLOCK_K, False)
         lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
         scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
         tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
         cols = c0 + tl.arange(0, BLOCK_V)
-        grad = tl.exp(z - lse[:, None]) * -scale[:, None]
-        grad = tl.where(cols[None, :] + v0 == tgt[:, None], grad + scale[:, None], grad)
+        if EXP2:
+            grad = tl.exp2(acc * (inv_temp * 1.4426950408889634) - (lse * 1.4426950408889634)[:, None]) * -scale[:, None]
+            t_col = tl.where((tgt >= v0) & (tgt < v0 + width), tgt - v0, -1).to(tl.int32)  # the slice's column, 32-bit
+            grad = tl.where(cols[None, :] == t_col[:, None], grad + scale[:, None], grad)
+        else:
+            grad = tl.exp(acc * inv_temp - lse[:, None]) * -scale[:, None]
+            grad = tl.where(cols[None, :] + v0 == tgt[:, None], grad + scale[:, None], grad)
         grad = tl.where(cols[None, :] < width, grad, 0.0)  # past the slice: zeros the products rely on
         ptrs = g_ptr + rows[:, None].to(tl.int64) * stride_g + cols[None, :]
         tl.store(ptrs, grad.to(g_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -711,8 +736,10 @@ def triton_backward_groups(
                 BLOCK_V=lv,
                 BLOCK_K=bk,
                 BLOCK_C=64,
+                EXP2=cfg.logits_exp2,
                 num_warps=cfg.logits_warps,
                 num_stages=cfg.logits_stages,
+                **({"maxnreg": cfg.logits_maxnreg} if cfg.logits_maxnreg else {}),
             )
             gw = grad_w[s0 : s0 + n]
             _grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](

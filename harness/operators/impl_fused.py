@@ -169,7 +169,7 @@ def _path_name(device: torch.device, dtype: torch.dtype) -> str:
     from harness.operators.fused_triton import BACKWARD_CONFIG as b
 
     return (
-        f"triton {c.variant} {c.block_t}x{c.block_v}x{c.block_k} w{c.num_warps} s{c.num_stages}, {N_CHUNKS} chunks; "
+        f"triton {c.variant}{' exp2' if c.exp2 else ''} {c.block_t}x{c.block_v}x{c.block_k} w{c.num_warps} s{c.num_stages}, {N_CHUNKS} chunks; "
         f"bwd {b.g_dtype} grad_logits in {'equal ' if b.even_slices else ''}slices of <= {b.g_buffer_bytes >> 20} MiB"
         + (", weight slice copied by the grad_logits launch" if b.copy_in_logits else "")
     )
@@ -184,7 +184,8 @@ class FusedLinearLogprobOperator(Operator):
         logits_dtype="none stored: fp32 tiles in registers (Triton) or one fp32 tile (torch)",
         rounds_at=[
             "fp32 GEMM accumulation per tile",
-            "fp32 / T (as x * (1/T))",
+            "forward (GPU): running max of the raw accumulator times log2(e)/T, exp2(acc * log2(e)/T - max) as one FMA, "
+            "partials returned in natural units (max * ln2, target acc * (1/T)); CPU and backward: fp32 / T (as x * (1/T)), exp",
             "fp32 online max/exp/sum",
             "fp32 merge of 120 chunk partials",
             "backward: grad_logits stored in fp16 per vocab slice (GPU), fp32 accumulation of both products, gradients returned in the operand dtype",

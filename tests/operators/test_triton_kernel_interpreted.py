@@ -33,8 +33,10 @@ SCRIPT = textwrap.dedent("""
     ref = torch.log_softmax((h.double() @ w.double().T) / 0.7, -1).gather(1, t[:, None]).squeeze(1)
     want = merge_partials(*torch_partials(h, w, t, chunk_bounds(V), 0.7))[0]
     parts = {}
-    for variant in ("nested", "dtma_flatten"):   # pointer loads; TMA with descriptors made on the device (the default)
-        cfg = KernelConfig(16, 32, 16, 4, 2, variant)
+    # pointer loads; TMA with descriptors made on the device, natural-exp and base-2 epilogue (the default)
+    for variant, exp2 in (("nested", False), ("dtma_flatten", False), ("dtma_flatten", True)):
+        cfg = KernelConfig(16, 32, 16, 4, 2, variant, exp2=exp2)
+        variant += "_exp2" if exp2 else ""
         parts[variant] = triton_partials(h, w, t, chunk_bounds(V), 0.7, cfg)
         got = merge_partials(*parts[variant])[0]
         assert (got.double() - ref).abs().max() < 1e-5, (variant, (got.double() - ref).abs().max())
@@ -46,12 +48,12 @@ SCRIPT = textwrap.dedent("""
     # the merge's range check: rows with a target outside [0, V) are NaN and counted, the others unchanged
     bad_t = t.clone(); bad_t[3] = V; bad_t[20] = -1
     flag = torch.zeros(2, dtype=torch.int32)
-    logp, lse = triton_merge(*parts["dtma_flatten"], bad_t, V, flag)
-    plain = triton_merge(*parts["dtma_flatten"])[0]
+    logp, lse = triton_merge(*parts["dtma_flatten_exp2"], bad_t, V, flag)
+    plain = triton_merge(*parts["dtma_flatten_exp2"])[0]
     assert flag.tolist() == [2, V] and bool(logp[[3, 20]].isnan().all()) and bool(lse[[3, 20]].isnan().all())
     keep = [i for i in range(T) if i not in (3, 20)]
     assert torch.equal(logp[keep], plain[keep])
-    flag.zero_(); triton_merge(*parts["dtma_flatten"], t, V, flag)
+    flag.zero_(); triton_merge(*parts["dtma_flatten_exp2"], t, V, flag)
     assert flag.tolist() == [0, 0]
     print("ok")
 """)
