@@ -121,6 +121,13 @@ class _Server:
 
     def close(self) -> None:
         try:
+            # shutdown, not close alone: the reader thread is blocked in recv on this socket, and a
+            # close under it leaves the connection open (no EOF reached the server, which was then
+            # killed after the wait below, or outlived a launcher that never got here).
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
             self._sock.close()  # the server exits on EOF
         except OSError:
             pass

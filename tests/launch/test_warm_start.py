@@ -78,3 +78,14 @@ def test_one_server_serves_every_test_of_a_session(tmp_path):
     later = dict(base, PYTEST_CURRENT_TEST="tests/b.py::test_b (call)")
     assert _key(base, tmp_path) == _key(later, tmp_path)
     assert _key(base, tmp_path) != _key(dict(base, ONEDNN_MAX_CPU_ISA="AVX2"), tmp_path)
+
+
+def test_closing_the_launcher_end_ends_the_server(tmp_path):
+    # The launcher's reader thread sits in recv on the socket; a bare close() under it sent no EOF,
+    # so close() waited its 10 s and killed the server (or, without close(), the server outlived the
+    # launcher). Exit code 0 is the server leaving on its own; SIGKILL would be -9.
+    from harness.launch.warm import _Server
+
+    server = _Server(dict(os.environ, LAB_WARM_START_TEST="own-server"), REPO_ROOT)  # a server of its own, not the session's
+    server.close()
+    assert server._proc.returncode == 0
