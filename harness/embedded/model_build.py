@@ -109,6 +109,7 @@ def build_model(recipe: ModelRecipe, out: Path) -> None:
 
     torch.manual_seed(recipe.seed)
     threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.sft_threads)  # part of the recipe (recipes.ModelRecipe.sft_threads)
     tok = train_tokenizer(recipe)
     config = hf_config(recipe, tok)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

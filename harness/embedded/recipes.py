@@ -49,6 +49,11 @@ class ModelRecipe:
     sft_batch: int = 48
     sft_lr: float = 3e-3
     seed: int = 1234
+    # The SFT runs on one torch thread: the model's bits then do not depend on how many cores the
+    # building machine has (a reduction split over N threads adds in another order), and the steps
+    # stay ~0.06 s on the 2-core machine. With two OpenMP threads beside any other busy process they
+    # took 0.05-2.4 s each (threads spin-waiting for a core): 300 steps took over 7 minutes in CI.
+    sft_threads: int = 1
     task: TaskRecipe = field(default_factory=TaskRecipe)
 
 

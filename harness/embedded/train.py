@@ -7,8 +7,10 @@ Under ``--tensor-model-parallel-size 2`` this process (TP rank 0) starts TP rank
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,7 +69,11 @@ def main(argv: list[str]) -> int:
     if tp_rank == 0:
         _setup_logging()
     # The process group's rendezvous file: made by rank 0, handed to the peer it spawns.
-    store = os.environ.get(STORE_ENV) or os.path.join(tempfile.mkdtemp(prefix="embedded-store-"), "store")
+    store = os.environ.get(STORE_ENV)
+    if store is None:
+        made = tempfile.mkdtemp(prefix="embedded-store-")
+        atexit.register(shutil.rmtree, made, ignore_errors=True)  # after main(), which waits for the peers using it
+        store = os.path.join(made, "store")
     peers = _spawn_tp_peers(settings.tp, store) if tp_rank == 0 and settings.tp > 1 else []
 
     # 2. Build: model/data (factory), Megatron policy on this TP rank, vLLM engine on rank 0.
