@@ -12,12 +12,9 @@ import pytest
 
 from harness import DEFAULT_KNOBS_DIR
 from harness.judge import ab
-from harness.records.logparse import LogParser
 from harness.records.metric_names import RAW_REWARD
-from harness.records.models import Record
-from harness.records.rundir import RunDir
 from harness.spec import SpecError, load_knobs
-from tests.unit.conftest import vime_line
+from tests.unit.conftest import vime_line, write_run
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
 
@@ -25,21 +22,15 @@ KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
 def reward_run(tmp_path, name: str, mean: float, noise: float = 0.05, steps: int = 30):
     """A finished run whose per-step reward is `mean` plus Gaussian noise, seeded by its name."""
     rng = np.random.default_rng(sum(map(ord, name)))
-    run_dir = RunDir(tmp_path / name).create()
-    run_dir.write_spec({"run_id": name, "stage": "p3", "rung": "x", "mode": "colocate", "backend": "embedded", "flags": {"num-rollout": steps}})
-    parser = LogParser()
+    lines = []
     for n in range(steps):
-        for line in (
-            vime_line("step", n, {"train/train_rollout_logprob_abs_diff": 0.01}),
-            vime_line("rollout", n, {RAW_REWARD: float(mean + rng.normal(0, noise))}),
-        ):
-            run_dir.append_log(line)
-            for item in parser.feed(line):
-                if isinstance(item, Record):
-                    run_dir.append_record(item)
-    run_dir.set_status("finished", exit_code=0)
-    run_dir.close()
-    return run_dir.load()
+        lines.append(vime_line("step", n, {"train/train_rollout_logprob_abs_diff": 0.01}))
+        lines.append(vime_line("rollout", n, {RAW_REWARD: float(mean + rng.normal(0, noise))}))
+    return write_run(
+        tmp_path / name,
+        {"run_id": name, "stage": "p3", "rung": "x", "mode": "colocate", "backend": "embedded", "flags": {"num-rollout": steps}},
+        lines,
+    )
 
 
 def test_the_same_reward_is_within_the_band(tmp_path):

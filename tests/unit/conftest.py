@@ -18,6 +18,26 @@ def vime_line(kind: str, n: int, metrics: dict) -> str:
     return f"[2026-11-20 10:00:{n % 60:02d}] train.py:412 - {kind} {n}: {{{body}}}"
 
 
+def write_run(path, spec: dict, lines: list[str], state: str = "finished", argv: list[str] | None = None, environment: dict | None = None):
+    """A real run directory at `path`: `spec` (and `argv`, `environment` when given), the log `lines`
+    and the records the real parser reads from them, then its status; returns the loaded Run."""
+    run_dir = RunDir(path).create()
+    run_dir.write_spec(spec)
+    if argv is not None:
+        run_dir.write_argv(argv)
+    if environment is not None:
+        run_dir.write_environment(environment)
+    parser = LogParser()
+    for line in lines:
+        run_dir.append_log(line)
+        for item in parser.feed(line):
+            if isinstance(item, Record):
+                run_dir.append_record(item)
+    run_dir.set_status(state, exit_code=0 if state == "finished" else 1)
+    run_dir.close()
+    return run_dir.load()
+
+
 @pytest.fixture
 def build_run(tmp_path):
     def build(
@@ -34,21 +54,6 @@ def build_run(tmp_path):
         environment=None,
         drop_metric_at=(),
     ):
-        run_dir = RunDir(tmp_path / name).create()
-        run_dir.write_spec(
-            {"run_id": name, "stage": "p1", "rung": rung, "mode": mode, "backend": backend, "flags": {"seed": seed, "num-rollout": steps}}
-        )
-        run_dir.write_argv(["python", "-m", "harness.embedded.train", "--num-rollout", str(steps)])
-        run_dir.write_environment(
-            environment
-            if environment is not None
-            else {
-                "harness": {"commit": "0123456789abcdef"},
-                "container": {"image": None},
-                "hardware": {"gpus": {"count": 0}, "cpu": {"model": "test cpu"}},
-            }
-        )
-        parser = LogParser()
         lines = []
         for n in range(steps):
             step = {"train/loss": 0.1, "train/step": n}
@@ -57,13 +62,19 @@ def build_run(tmp_path):
             lines.append(vime_line("step", n, step))
             lines.append(vime_line("rollout", n, {"rollout/raw_reward": reward(n)}))
         lines.extend(extra_lines)
-        for line in lines:
-            run_dir.append_log(line)
-            for item in parser.feed(line):
-                if isinstance(item, Record):
-                    run_dir.append_record(item)
-        run_dir.set_status(state, exit_code=0 if state == "finished" else 1)
-        run_dir.close()
-        return run_dir.load()
+        return write_run(
+            tmp_path / name,
+            {"run_id": name, "stage": "p1", "rung": rung, "mode": mode, "backend": backend, "flags": {"seed": seed, "num-rollout": steps}},
+            lines,
+            state,
+            argv=["python", "-m", "harness.embedded.train", "--num-rollout", str(steps)],
+            environment=environment
+            if environment is not None
+            else {
+                "harness": {"commit": "0123456789abcdef"},
+                "container": {"image": None},
+                "hardware": {"gpus": {"count": 0}, "cpu": {"model": "test cpu"}},
+            },
+        )
 
     return build

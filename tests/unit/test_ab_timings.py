@@ -7,11 +7,8 @@ import numpy as np
 
 from harness import DEFAULT_KNOBS_DIR
 from harness.judge import ab
-from harness.records.logparse import LogParser
-from harness.records.models import Record
-from harness.records.rundir import RunDir
 from harness.spec import load_knobs
-from tests.unit.conftest import vime_line
+from tests.unit.conftest import vime_line, write_run
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
 
@@ -19,22 +16,18 @@ KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
 def timed_run(tmp_path, name, seconds, steps=30, skip_metric=None, nan_at=()):
     """A run whose four timings are `seconds` x (1 + 3% noise), seeded by its name."""
     rng = np.random.default_rng(sum(map(ord, name)))
-    run_dir = RunDir(tmp_path / name).create()
-    run_dir.write_spec({"run_id": name, "stage": "p3", "rung": "x", "mode": "colocate", "backend": "embedded", "flags": {"num-rollout": steps}})
-    parser = LogParser()
+    lines = []
     for n in range(steps):
         metrics = {"train/train_rollout_logprob_abs_diff": float("nan") if n in nan_at else 0.01, "rollout/raw_reward": 0.4}
         for metric in ab.TIMING_METRICS:
             if metric != skip_metric:
                 metrics[metric] = float(seconds * (1 + rng.normal(0, 0.03)))
-        line = vime_line("step", n, metrics)
-        run_dir.append_log(line)
-        for item in parser.feed(line):
-            if isinstance(item, Record):
-                run_dir.append_record(item)
-    run_dir.set_status("finished", exit_code=0)
-    run_dir.close()
-    return run_dir.load()
+        lines.append(vime_line("step", n, metrics))
+    return write_run(
+        tmp_path / name,
+        {"run_id": name, "stage": "p3", "rung": "x", "mode": "colocate", "backend": "embedded", "flags": {"num-rollout": steps}},
+        lines,
+    )
 
 
 def test_equal_timings_pass_and_say_the_allowed_slowdown(tmp_path):
