@@ -306,10 +306,15 @@ class _CompiledLaunch:
     alignment, each specialised integer's (== 1, % 16, 32/64-bit) class, the integer width of the
     unspecialised ones, the constexprs and the launch options. A new key, or the interpreter (which
     returns no compiled kernel), takes Triton's own path.
+
+    ``direct(key)``: where the compiled kernel's launcher has Triton 3.6's form (a C ``launch`` taking
+    grid, stream, function, the two scratch pointers, the metadata and the arguments), the pieces to call
+    that C function straight away (:func:`_direct_pieces`), else None. The caller then passes pointers as
+    ints (no ``data_ptr()`` nor pointer query per tensor) and its own global scratch (no allocator call).
     """
 
     def __init__(self, fn):
-        self.fn, self.compiled = fn, {}
+        self.fn, self.compiled, self._direct = fn, {}, {}
 
     def __call__(self, key: tuple, grid: tuple, args: tuple, **options):
         compiled = self.compiled.get(key)
@@ -317,9 +322,42 @@ class _CompiledLaunch:
             compiled = self.fn[grid](*args, **options)
             if compiled is not None and hasattr(compiled, "packed_metadata"):
                 self.compiled[key] = compiled
+                self._direct[key] = _direct_pieces(compiled)
             return
         stream = torch.cuda.current_stream().cuda_stream
         compiled.run(grid[0], grid[1], 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+
+    def direct(self, key: tuple):
+        return self._direct.get(key)
+
+
+# Experiments: False sends every launch through _CompiledLaunch.__call__ (compiled.run), as in round 4.
+DIRECT_LAUNCH = True
+_DIRECT_CALL_PARAMS = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+
+
+def _direct_pieces(compiled):
+    """(C launch, function, cooperative, pdl, scratch bytes per program, scratch alignment, metadata) of a
+    compiled kernel whose launcher is Triton 3.6's CudaLauncher (checked by its call signature and
+    attributes; anything else, or a profile scratch, returns None and the caller keeps ``compiled.run``)."""
+    import inspect
+
+    run = compiled.run
+    try:
+        params = list(inspect.signature(type(run).__call__).parameters)
+        pieces = (
+            run.launch,
+            compiled.function,
+            run.launch_cooperative_grid,
+            run.launch_pdl,
+            run.global_scratch_size * run.num_ctas,
+            max(run.global_scratch_align, 1),
+            compiled.packed_metadata,
+        )
+        plain = params == _DIRECT_CALL_PARAMS and not run.profile_scratch_size
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return pieces if plain else None
 
 
 def _int_class(x: int, specialised: bool) -> tuple:
@@ -334,16 +372,47 @@ _BOUNDS: dict = {}
 def _bounds_tensor(bounds: tuple, device) -> torch.Tensor:
     """Chunk bounds on the device, made once per (bounds, device): a host-to-device copy per call
     costs as much as the whole kernel at T=256."""
-    key = (bounds, str(device))
-    if key not in _BOUNDS:
-        _BOUNDS[key] = torch.tensor(bounds, dtype=torch.int32, device=device)
-    return _BOUNDS[key]
+    key = (bounds, device)
+    found = _BOUNDS.get(key)
+    if found is None:
+        found = _BOUNDS[key] = torch.tensor(bounds, dtype=torch.int32, device=device)
+    return found
+
+
+_CONFIGS: dict = {}
+
+
+def _device_config(device: torch.device) -> KernelConfig:
+    # default_config asks torch for the device's capability (a few us of host time per call)
+    found = _CONFIGS.get(device)
+    if found is None:
+        found = _CONFIGS[device] = default_config(device)
+    return found
+
+
+def _partials_direct(direct, grid, device, ptrs, consts, n_chunks, rows):
+    """The partials kernel through its C launcher (see _CompiledLaunch.direct): one allocation holds the
+    [3, n_chunks, rows] output and the programs' descriptor scratch behind it (the scratch lives as long
+    as the output, in the launch's stream order), pointers passed as ints. Views are made after the
+    launch, so the GPU is not kept waiting for them."""
+    launch, function, coop, pdl, scratch_each, align, meta = direct
+    out_bytes = 12 * n_chunks * rows
+    offset = -(-out_bytes // align) * align
+    buf = torch.empty(offset + grid[0] * grid[1] * scratch_each, dtype=torch.uint8, device=device)
+    base = buf.data_ptr()
+    stream = torch._C._cuda_getCurrentRawStream(device.index)
+    launch(
+        grid[0], grid[1], 1, stream, function, coop, pdl, base + offset if scratch_each else None, None, meta, None, None, None, *ptrs, base, *consts
+    )
+    out = buf[:out_bytes].view(torch.float32).view(3, n_chunks, rows)
+    return out[0], out[1], out[2]
 
 
 def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, config: KernelConfig | None = None):
     """Partials (m, s, z_t), each [len(local_bounds)-1, T] fp32, computed on the GPU."""
     rows, width = hidden.shape
-    config = config or default_config(hidden.device)
+    device = hidden.device
+    config = config or _device_config(device)
     if width % config.block_k:
         raise ValueError(f"fused kernel needs H divisible by block_k={config.block_k}; got H={width}")
     hidden = hidden.contiguous()
@@ -351,28 +420,36 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
     if hidden.dtype != weight_shard.dtype:
         raise ValueError(f"hidden and weight dtypes differ: {hidden.dtype} vs {weight_shard.dtype}")
     n_chunks = len(local_bounds) - 1
-    bounds = _bounds_tensor(tuple(local_bounds), hidden.device)
-    out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=hidden.device)
+    bounds = _bounds_tensor(local_bounds if type(local_bounds) is tuple else tuple(local_bounds), device)
     grid = (triton.cdiv(rows, config.block_t), n_chunks)
     if config.variant in DEVICE_TMA_LOOPS:
-        if width % 8 or hidden.data_ptr() % 16 or weight_shard.data_ptr() % 16:
+        h_ptr, w_ptr = hidden.data_ptr(), weight_shard.data_ptr()
+        if width % 8 or h_ptr % 16 or w_ptr % 16:
             raise ValueError("device TMA descriptors need 16-byte aligned operands and rows (H divisible by 8)")
-        ensure_allocator()
         tgt = targets.contiguous()
-        tensors = (hidden, weight_shard, tgt, bounds, out)
-        args = (*tensors, rows, weight_shard.shape[0], width, 1.0 / temperature, config.block_t, config.block_v, config.block_k, config.exp2)
+        vocab = weight_shard.shape[0]
         key = (
-            hidden.device.index,
-            tuple(t.dtype for t in tensors),
-            tuple(t.data_ptr() % 16 == 0 for t in tensors),
+            device.index,
+            hidden.dtype,
+            tgt.dtype,
+            tgt.data_ptr() % 16 == 0,
             _int_class(rows, False),
-            _int_class(weight_shard.shape[0], False),
+            _int_class(vocab, False),
             _int_class(width, True),
             config,
         )
+        consts = (rows, vocab, width, 1.0 / temperature, config.block_t, config.block_v, config.block_k, config.exp2)
+        direct = _launch_partials_dtma.direct(key) if DIRECT_LAUNCH else None
+        if direct is not None:
+            return _partials_direct(direct, grid, device, (h_ptr, w_ptr, tgt.data_ptr(), bounds.data_ptr()), consts, n_chunks, rows)
+        ensure_allocator()
+        out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=device)
         opts = {"maxnreg": config.maxnreg} if config.maxnreg else {}
-        _launch_partials_dtma(key, grid, args, num_warps=config.num_warps, num_stages=config.num_stages, **opts)
+        _launch_partials_dtma(
+            key, grid, (hidden, weight_shard, tgt, bounds, out, *consts), num_warps=config.num_warps, num_stages=config.num_stages, **opts
+        )
         return out[0], out[1], out[2]
+    out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=device)
     if config.variant.startswith("tma"):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -420,19 +497,42 @@ def triton_partials(hidden, weight_shard, targets, local_bounds, temperature, co
 
 @triton.jit(do_not_specialize=["T", "vocab"])
 def _merge_kernel(
-    m_ptr, s_ptr, z_ptr, logp_ptr, lse_ptr, tgt_ptr, bad_ptr, T, vocab, N_CHUNKS: tl.constexpr, BLOCK: tl.constexpr, CHECK: tl.constexpr
+    m_ptr,
+    s_ptr,
+    z_ptr,
+    logp_ptr,
+    lse_ptr,
+    tgt_ptr,
+    bad_ptr,
+    T,
+    vocab,
+    N_CHUNKS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CHECK: tl.constexpr,
+    GROUP: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = rows < T
-    # Both loops unrolled (static_range): the 3 x N_CHUNKS loads are independent and issue together, where
-    # a rolled loop waited on each chunk's load in turn (~58 us per call at every T: a few programs, each
-    # 240 dependent round trips to memory). The same arithmetic in the same order, so the same bits.
+    # Chunks 1.. N_CHUNKS-1 in order, GROUP at a time unrolled (static_range) inside a rolled loop, the rest
+    # unrolled after it: a group's 3 x GROUP loads are independent and issue together, where a rolled loop
+    # waited on each chunk's load in turn (~58 us per call: 240 dependent round trips to memory), and fully
+    # unrolled (GROUP >= N_CHUNKS) the form without the range check spilled 122 registers (19 us against 7).
+    # The same arithmetic in the same order for any GROUP, so the same bits.
+    n_main: tl.constexpr = (N_CHUNKS - 1) // GROUP * GROUP
     big = tl.load(m_ptr + rows, mask=ok, other=0.0)
-    for c in tl.static_range(1, N_CHUNKS):
+    for c0 in range(1, 1 + n_main, GROUP):
+        for i in tl.static_range(GROUP):
+            big = tl.maximum(big, tl.load(m_ptr + (c0 + i) * T + rows, mask=ok, other=0.0))
+    for c in tl.static_range(1 + n_main, N_CHUNKS):
         big = tl.maximum(big, tl.load(m_ptr + c * T + rows, mask=ok, other=0.0))
     total = tl.load(s_ptr + rows, mask=ok, other=1.0) * tl.exp(tl.load(m_ptr + rows, mask=ok, other=0.0) - big)
     target = tl.load(z_ptr + rows, mask=ok, other=0.0)
-    for c in tl.static_range(1, N_CHUNKS):
+    for c0 in range(1, 1 + n_main, GROUP):
+        for i in tl.static_range(GROUP):
+            m_c = tl.load(m_ptr + (c0 + i) * T + rows, mask=ok, other=0.0)
+            total = total + tl.load(s_ptr + (c0 + i) * T + rows, mask=ok, other=1.0) * tl.exp(m_c - big)
+            target = target + tl.load(z_ptr + (c0 + i) * T + rows, mask=ok, other=0.0)
+    for c in tl.static_range(1 + n_main, N_CHUNKS):
         m_c = tl.load(m_ptr + c * T + rows, mask=ok, other=0.0)
         total = total + tl.load(s_ptr + c * T + rows, mask=ok, other=1.0) * tl.exp(m_c - big)
         target = target + tl.load(z_ptr + c * T + rows, mask=ok, other=0.0)
@@ -452,6 +552,13 @@ def _merge_kernel(
 
 
 _MERGE_BLOCK = 128
+# Chunks per unrolled group in the merge, with and without the range check (any value gives the same bits;
+# >= N_CHUNKS unrolls everything, round 4's form, kept). Measured on the H200 (docs/operators.md, round 5):
+# with the check, fully unrolled 7 us and no spills; without it, fully unrolled spills 122 registers (12 us),
+# groups of 8 spill nothing (40 registers) but wait on 15 rolled round trips (21 us in either form).
+MERGE_GROUP = 120
+MERGE_GROUP_UNCHECKED = 120
+_launch_merge = _CompiledLaunch(_merge_kernel)
 
 
 def triton_merge(m, s, z_t, targets=None, vocab: int = 0, flag=None):
@@ -464,13 +571,48 @@ def triton_merge(m, s, z_t, targets=None, vocab: int = 0, flag=None):
     """
     n_chunks, rows = m.shape
     m, s, z_t = m.contiguous(), s.contiguous(), z_t.contiguous()
-    logp = torch.empty(rows, dtype=torch.float32, device=m.device)
-    lse = torch.empty(rows, dtype=torch.float32, device=m.device)
+    device = m.device
     check = targets is not None
-    tgt = targets.contiguous() if check else logp
-    _merge_kernel[(triton.cdiv(rows, _MERGE_BLOCK),)](
-        m, s, z_t, logp, lse, tgt, flag if check else logp, rows, vocab, N_CHUNKS=n_chunks, BLOCK=_MERGE_BLOCK, CHECK=check, num_warps=4
-    )
+    tgt = targets.contiguous() if check else None
+    grid = (triton.cdiv(rows, _MERGE_BLOCK), 1)
+    consts = (rows, vocab, n_chunks, _MERGE_BLOCK, check, MERGE_GROUP if check else MERGE_GROUP_UNCHECKED)
+    # partials are fp32 [N, T] views, 16-byte aligned whenever T % 4 == 0: the key says which
+    ptrs = (m.data_ptr(), s.data_ptr(), z_t.data_ptr())
+    # lse is out[1], 16-byte aligned iff T % 4 == 0; the flag's alignment too when checking
+    aligned = (*(p % 16 == 0 for p in ptrs), rows % 4 == 0)
+    checked = check and (tgt.dtype, tgt.data_ptr() % 16 == 0, flag.data_ptr() % 16 == 0)
+    key = (device.index, m.dtype, aligned, checked, _int_class(rows, False), _int_class(vocab, False), consts[2:])
+    direct = _launch_merge.direct(key) if DIRECT_LAUNCH else None
+    out = torch.empty(2, rows, dtype=torch.float32, device=device)
+    if direct is not None:
+        launch, function, coop, pdl, _, _, meta = direct
+        base = out.data_ptr()
+        stream = torch._C._cuda_getCurrentRawStream(device.index)
+        launch(
+            grid[0],
+            1,
+            1,
+            stream,
+            function,
+            coop,
+            pdl,
+            None,
+            None,
+            meta,
+            None,
+            None,
+            None,
+            *ptrs,
+            base,
+            base + 4 * rows,
+            tgt.data_ptr() if check else base,
+            flag if check else base,
+            *consts,
+        )
+        return out[0], out[1]
+    logp, lse = out[0], out[1]
+    args = (m, s, z_t, logp, lse, tgt if check else logp, flag if check else logp, *consts)
+    _launch_merge(key, grid, args, num_warps=4)
     return logp, lse
 
 

@@ -54,7 +54,7 @@ def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=Non
     gathered = []
     for rank in range(tp_size):
         start, local = shard_chunk_bounds(vocab, tp_size, rank)
-        shard = weight[start : start + vocab // tp_size]
+        shard = weight if tp_size == 1 else weight[start : start + vocab // tp_size]  # a view costs host time before the launch
         gathered.append(partials_fn(hidden, shard, targets - start if start else targets, local, temperature))
     # all-gather of partials: concatenate every rank's chunks in rank (= chunk) order
     m, s, z_t = (torch.cat([g[i] for g in gathered], dim=0) if tp_size > 1 else gathered[0][i] for i in range(3))
@@ -125,6 +125,7 @@ class FusedLinearLogprob(torch.autograd.Function):
 
 
 _RANGE_FLAGS: dict = {}
+_FLAG_VIEWS: dict = {}
 
 
 def _range_flag(device: torch.device) -> torch.Tensor:
@@ -137,7 +138,12 @@ def _range_flag(device: torch.device) -> torch.Tensor:
 
 
 def _raise_if_flagged(flag: torch.Tensor) -> None:
-    count, vocab = (int(x) for x in flag.tolist())  # pinned host memory: a read, not a device sync
+    view = _FLAG_VIEWS.get(id(flag))
+    if view is None or view[0] is not flag:  # a numpy view of the pinned memory: reading it is not a torch op
+        view = _FLAG_VIEWS[id(flag)] = (flag, flag.numpy())
+    if not view[1][0]:  # the common case, before every GPU call
+        return
+    count, vocab = (int(x) for x in view[1])  # pinned host memory: a read, not a device sync
     if count:
         flag.zero_()
         raise OperandError(
@@ -150,7 +156,7 @@ _PATHS: dict = {}
 
 
 def _cached_path_name(device: torch.device, dtype: torch.dtype) -> str:
-    key = (str(device), dtype)
+    key = (device, dtype)
     if key not in _PATHS:
         _PATHS[key] = _path_name(device, dtype)
     return _PATHS[key]
@@ -216,7 +222,8 @@ class FusedLinearLogprobOperator(Operator):
         flag = _range_flag(hidden.device)
         _raise_if_flagged(flag)  # an earlier call's targets
         _check_operands(hidden, weight, targets, temperature, tp_size, check_targets=False)
-        return self._run(hidden, weight, targets.long(), float(temperature), int(tp_size), flag)
+        targets = targets if targets.dtype == torch.int64 else targets.long()
+        return self._run(hidden, weight, targets, float(temperature), int(tp_size), flag)
 
     def check_targets(self, wait: bool = True) -> None:
         """Raise OperandError if an earlier GPU call had targets outside [0, V). ``wait``: first wait for

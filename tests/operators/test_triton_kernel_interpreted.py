@@ -53,6 +53,10 @@ SCRIPT = textwrap.dedent("""
     assert flag.tolist() == [2, V] and bool(logp[[3, 20]].isnan().all()) and bool(lse[[3, 20]].isnan().all())
     keep = [i for i in range(T) if i not in (3, 20)]
     assert torch.equal(logp[keep], plain[keep])
+    # the merge's chunks in unrolled groups inside a rolled loop: the same additions in the same order, the same bits
+    import harness.operators.fused_triton as ft
+    ft.MERGE_GROUP_UNCHECKED = 8
+    assert torch.equal(triton_merge(*parts["dtma_flatten_exp2"])[0], plain)
     flag.zero_(); triton_merge(*parts["dtma_flatten_exp2"], t, V, flag)
     assert flag.tolist() == [0, 0]
     print("ok")
