@@ -64,6 +64,12 @@ def _cpu_fixes():
     vllm_cpu_fixes.install_moe_repack_on_update()
 
 
+def _idle_wait():
+    from harness.embedded import vllm_cpu_fixes
+
+    vllm_cpu_fixes.install_idle_wait()
+
+
 # The flags by name (fp8.ENV_FLAG, vllm_cpu_fixes.ENV_FLAG): importing those modules here would
 # import torch at interpreter start, which is what this file avoids.
 if os.environ.get("EMBEDDED_FP8_ACTIVATIONS") == "1":
@@ -74,5 +80,6 @@ if os.environ.get("EMBEDDED_TRUE_ON_POLICY") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.ir.ops.layernorm", _true_on_policy))
 if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", _cpu_fixes))
+    sys.meta_path.insert(0, _AfterImport("vllm.distributed.device_communicators.shm_broadcast", _idle_wait))
 if os.environ.get("EMBEDDED_LOGPROB_OPERATOR", "native") != "native":
     sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _logprob_operator))
