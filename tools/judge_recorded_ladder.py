@@ -18,7 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fixtures.runs import find_recorded_run  # noqa: E402
 from harness.attribution.boundaries import boundary_status  # noqa: E402
-from harness.attribution.probes import contract_check  # noqa: E402
+from harness.attribution.probes import (
+    contract_check,  # noqa: E402
+    framework_messages,  # noqa: E402
+)
 from harness.attribution.probes import framework_checks as probes  # noqa: E402
 from harness.judge.ladder import expectation_findings, family_levels, judge_rung  # noqa: E402
 from harness.records.rundir import RunDir  # noqa: E402
@@ -50,11 +53,18 @@ def main() -> int:
             loaded[spec.run_id] = RunDir(path).load()
         return loaded[spec.run_id]
 
+    messages: dict[str, tuple[list[str], list[str]]] = {}  # run id -> (failed, not checked): parents serve several rungs
+
+    def framework_probe_messages(run):
+        if run.id not in messages:
+            messages[run.id] = framework_messages(probes(run))
+        return messages[run.id]
+
     def framework_checks(run):
-        return [f"probe {p.number} ({p.name}): {p.verdict}" for p in probes(run) if p.status == "fail"]
+        return framework_probe_messages(run)[0]
 
     def framework_not_checked(run):
-        return [f"probe {p.number} ({p.name}): {p.verdict}" for p in probes(run) if p.status not in ("pass", "fail")]
+        return framework_probe_messages(run)[1]
 
     levels = family_levels(knobs, args.stage, args.backend, fetch)
     failed = False

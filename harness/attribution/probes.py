@@ -247,6 +247,16 @@ def framework_checks(run: Run) -> list[ProbeVerdict]:
     return framework_probes(dumps, load_bundles(dumps)[0])
 
 
+def framework_messages(verdicts: list[ProbeVerdict]) -> tuple[list[str], list[str]]:
+    """(failed, not checked): one line per framework probe of `framework_checks(run)` in each state;
+    the ladder judge's framework_checks and framework_not_checked evidence."""
+
+    def lines(keep) -> list[str]:
+        return [f"probe {p.number} ({p.name}): {p.verdict}" for p in verdicts if keep(p.status)]
+
+    return lines(lambda status: status == "fail"), lines(lambda status: status not in ("pass", "fail"))
+
+
 def contract_check(run: Run, knobs: Knobs) -> ProbeVerdict:
     """Probe 6 alone on a run's dumps and probe bundles, for the ladder's sampling rungs on backends
     with no replay run (VIME, ingested records): pass, fail, or not checked (never a pass by default)."""
