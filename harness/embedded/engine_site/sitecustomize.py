@@ -70,6 +70,12 @@ def _idle_wait():
     vllm_cpu_fixes.install_idle_wait()
 
 
+def _eager_rank_count():
+    from harness.embedded import vllm_cpu_fixes
+
+    vllm_cpu_fixes.install_eager_rank_count()
+
+
 # The flags by name (fp8.ENV_FLAG, vllm_cpu_fixes.ENV_FLAG): importing those modules here would
 # import torch at interpreter start, which is what this file avoids.
 if os.environ.get("EMBEDDED_FP8_ACTIVATIONS") == "1":
@@ -81,5 +87,6 @@ if os.environ.get("EMBEDDED_TRUE_ON_POLICY") == "1":
 if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", _cpu_fixes))
     sys.meta_path.insert(0, _AfterImport("vllm.distributed.device_communicators.shm_broadcast", _idle_wait))
+    sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _eager_rank_count))
 if os.environ.get("EMBEDDED_LOGPROB_OPERATOR", "native") != "native":
     sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _logprob_operator))
