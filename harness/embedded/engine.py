@@ -8,6 +8,7 @@ completion it returns.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -108,6 +109,12 @@ class InProcessEngine:
 
         self.multiprocess = multiprocess
         self.weights_dir = Path(tempfile.mkdtemp(prefix="embedded-weights-"))
+        # vLLM's loader runs two full garbage collections and its engine core three more (before it
+        # freezes the heap itself). In a trainer, with torch, Megatron and vLLM imported and the
+        # policy built, they walked ~0.7 M objects: 1.8 s of a 4.5 s engine start (cProfile). Frozen
+        # now, what exists is left out of those passes (still freed by reference counting); only
+        # cycles among it are never collected, and it is what the trainer keeps to its end.
+        gc.freeze()
         try:
             self.llm = LLM(
                 model=str(cfg.model),
