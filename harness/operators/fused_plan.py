@@ -19,6 +19,15 @@ group partials are added left to right (:func:`sum_group_partials`). A TP rank c
 partials; after an all-gather every rank adds the same 8 tensors in the same order. grad_weight's
 rows belong to one vocab id each, so a shard's rows are computed exactly as the unsplit operator
 computes them.
+
+Two backward plans execute this order (``BACKWARD_PLANS``); both give the same bits. ``fast`` (the
+default) runs each vocab slice once over all T rows: grad_logits, then both products from it; the
+group partial is a [T, H] fp32 tensor beside the [T, H] total. ``lean`` bounds the memory: grad_hidden
+in chunks of ``LEAN_ROW_CHUNK`` rows from row 0 (fixed, never chosen from T), each chunk running every
+group in order with a [chunk, H] partial beside a [chunk, H] sum, which is the same per-row sequence of
+additions; grad_weight, whose sum over T spans the chunks, in a second pass that recomputes
+grad_logits over all T rows per slice and reduces them as the fast plan does (one more GEMM-sized
+product instead of an fp32 [V, H] accumulator; docs/operators.md). One pass when T fits one chunk.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ import torch
 N_CHUNKS = 120
 N_GROUPS = 8
 MAX_TP = 8
+LEAN_ROW_CHUNK = 2048  # the lean backward's rows per grad_hidden chunk: a multiple of every row block (64 CPU, 128 GPU)
+BACKWARD_PLANS = ("fast", "lean")
 MERGE_ROW_ALIGN = 64  # CPU: pad rows so every elementwise op runs its vector loop, never the scalar tail
 
 

@@ -93,6 +93,43 @@ def _fold_tiles(h, tgt, tile_w, col, valid, inv_temp, m, s, z_t):
 BACKWARD_SLICE = 512  # vocab columns per backward step (CPU): fixed, so the bits never depend on T
 
 
+def _padded_operands(hidden, targets, lse, temperature, grad_out):
+    """hidden (fp32), targets, lse and grad_out / T padded to whole BLOCK_T row blocks (pads: zeros, target -1)."""
+    rows, width = hidden.shape
+    dev = hidden.device
+    padded = -(-rows // BLOCK_T) * BLOCK_T
+    h = torch.zeros(padded, width, dtype=torch.float32, device=dev)
+    h[:rows] = hidden.float()
+    tgt = torch.full((padded,), -1, dtype=torch.long, device=dev)
+    tgt[:rows] = targets
+    lse_p = torch.zeros(padded, dtype=torch.float32, device=dev)
+    lse_p[:rows] = lse
+    inv_temp = torch.tensor(1.0 / temperature, dtype=torch.float32)
+    scale = torch.zeros(padded, dtype=torch.float32, device=dev)
+    scale[:rows] = grad_out.float() * inv_temp  # d logp / d logit = (onehot - softmax) / T
+    return h, tgt, lse_p, scale, inv_temp
+
+
+def _slices(weight_shard, local_group_bounds):
+    """(first column, columns, the slice's fp32 weight rows padded to the slice width) per backward slice, group by group."""
+    slice_w = tile_width(local_group_bounds, BACKWARD_SLICE)
+    for g0, g1 in zip(local_group_bounds[:-1], local_group_bounds[1:]):
+        for v0 in range(g0, g1, slice_w):
+            n = min(slice_w, g1 - v0)
+            yield g0, v0, n, torch.nn.functional.pad(weight_shard[v0 : v0 + n].float(), (0, 0, 0, slice_w - n))
+
+
+def _grad_logits(h_rb, tgt_rb, lse_rb, scale_rb, w_s, v0, n, inv_temp):
+    """One row block's fp32 grad_logits over one slice: (onehot - softmax) * grad_out / T, zeros past the slice."""
+    cols = torch.arange(w_s.shape[0], device=h_rb.device)
+    z = (h_rb @ w_s.T) * inv_temp
+    grad_z = torch.exp(z - lse_rb[:, None]) * -scale_rb[:, None]
+    hit = (cols[None, :] + v0 == tgt_rb[:, None]) & (cols[None, :] < n)
+    grad_z = torch.where(hit, grad_z + scale_rb[:, None], grad_z)
+    grad_z[:, n:] = 0.0  # columns past the group's end
+    return grad_z
+
+
 def torch_backward_groups(hidden, weight_shard, targets, lse, temperature, grad_out, local_group_bounds, grad_w):
     """Yield each local group's grad_hidden partial ([T, H] fp32), writing grad_weight rows as it goes.
 
@@ -106,33 +143,63 @@ def torch_backward_groups(hidden, weight_shard, targets, lse, temperature, grad_
     ``grad_w`` [shard V, H] receives the weight gradient in its own dtype.
     """
     rows, width = hidden.shape
-    dev = hidden.device
-    padded = -(-rows // BLOCK_T) * BLOCK_T
-    h = torch.zeros(padded, width, dtype=torch.float32, device=dev)
-    h[:rows] = hidden.float()
-    tgt = torch.full((padded,), -1, dtype=torch.long, device=dev)
-    tgt[:rows] = targets
-    lse_p = torch.zeros(padded, dtype=torch.float32, device=dev)
-    lse_p[:rows] = lse
-    inv_temp = torch.tensor(1.0 / temperature, dtype=torch.float32)
-    scale = torch.zeros(padded, dtype=torch.float32, device=dev)
-    scale[:rows] = grad_out.float() * inv_temp  # d logp / d logit = (onehot - softmax) / T
-    slice_w = tile_width(local_group_bounds, BACKWARD_SLICE)
-    cols = torch.arange(slice_w, device=dev)
-    for g0, g1 in zip(local_group_bounds[:-1], local_group_bounds[1:]):
-        partial = torch.zeros(padded, width, dtype=torch.float32, device=dev)
-        for v0 in range(g0, g1, slice_w):
-            n = min(slice_w, g1 - v0)
-            w_s = torch.nn.functional.pad(weight_shard[v0 : v0 + n].float(), (0, 0, 0, slice_w - n))
-            gw = torch.zeros(slice_w, width, dtype=torch.float32, device=dev)
-            for r0 in range(0, padded, BLOCK_T):
-                rb = slice(r0, r0 + BLOCK_T)
-                z = (h[rb] @ w_s.T) * inv_temp
-                grad_z = torch.exp(z - lse_p[rb, None]) * -scale[rb, None]
-                hit = (cols[None, :] + v0 == tgt[rb, None]) & (cols[None, :] < n)
-                grad_z = torch.where(hit, grad_z + scale[rb, None], grad_z)
-                grad_z[:, n:] = 0.0  # columns past the group's end
-                partial[rb] += grad_z @ w_s
-                gw += grad_z.T @ h[rb]
-            grad_w[v0 : v0 + n] = gw[:n].to(grad_w.dtype)
+    h, tgt, lse_p, scale, inv_temp = _padded_operands(hidden, targets, lse, temperature, grad_out)
+    partial = None
+    for g0, v0, n, w_s in _slices(weight_shard, local_group_bounds):
+        if v0 == g0:
+            if partial is not None:
+                yield partial[:rows]
+            partial = torch.zeros(h.shape[0], width, dtype=torch.float32, device=h.device)
+        gw = torch.zeros(w_s.shape[0], width, dtype=torch.float32, device=h.device)
+        for r0 in range(0, h.shape[0], BLOCK_T):
+            rb = slice(r0, r0 + BLOCK_T)
+            grad_z = _grad_logits(h[rb], tgt[rb], lse_p[rb], scale[rb], w_s, v0, n, inv_temp)
+            partial[rb] += grad_z @ w_s
+            gw += grad_z.T @ h[rb]
+        grad_w[v0 : v0 + n] = gw[:n].to(grad_w.dtype)
+    if partial is not None:
         yield partial[:rows]
+
+
+def torch_backward_lean(hidden, shards, lse, temperature, grad_out, grad_h, row_chunk: int) -> None:
+    """The lean plan (fused_plan.py) on the torch path, the twin of fused_triton.triton_backward_lean.
+
+    ``shards``: (weight_shard, shard-local targets, local group bounds, grad_w rows) per TP rank in rank
+    order. grad_hidden per chunk of ``row_chunk`` rows (a multiple of BLOCK_T) from row 0: every rank's
+    groups in order, each group's partial from zero, added to the chunk's running sum; per row the
+    additions of torch_backward_groups + fused_plan.sum_group_partials. grad_weight in a pass of its own
+    over every row block in order, as torch_backward_groups reduces it (grad_logits computed again).
+    """
+    if row_chunk <= 0 or row_chunk % BLOCK_T:
+        raise ValueError(f"lean backward: row_chunk={row_chunk} must be a positive multiple of BLOCK_T={BLOCK_T}")
+    rows, width = hidden.shape
+    h, tgt, lse_p, scale, inv_temp = _padded_operands(hidden, shards[0][1], lse, temperature, grad_out)
+    padded = h.shape[0]
+    targets = []
+    for _, t, _, _ in shards:
+        tp = torch.full((padded,), -1, dtype=torch.long, device=h.device)
+        tp[:rows] = t
+        targets.append(tp)
+    for r0 in range(0, padded, row_chunk):
+        r1 = min(padded, r0 + row_chunk)
+        total = None
+        for (weight_shard, _, bounds, _), tgt in zip(shards, targets):
+            partial = None
+            for g0, v0, n, w_s in _slices(weight_shard, bounds):
+                if v0 == g0:
+                    if partial is not None:
+                        total = partial if total is None else total.add_(partial)
+                    partial = torch.zeros(r1 - r0, width, dtype=torch.float32, device=h.device)
+                for b0 in range(r0, r1, BLOCK_T):
+                    rb = slice(b0, b0 + BLOCK_T)
+                    partial[b0 - r0 : b0 - r0 + BLOCK_T] += _grad_logits(h[rb], tgt[rb], lse_p[rb], scale[rb], w_s, v0, n, inv_temp) @ w_s
+            total = partial if total is None else total.add_(partial)
+        n_rows = max(0, min(rows, r1) - r0)
+        grad_h[r0 : r0 + n_rows] = total[:n_rows].to(grad_h.dtype)
+    for (weight_shard, _, bounds, grad_w), tgt in zip(shards, targets):
+        for _, v0, n, w_s in _slices(weight_shard, bounds):
+            gw = torch.zeros(w_s.shape[0], width, dtype=torch.float32, device=h.device)
+            for b0 in range(0, padded, BLOCK_T):
+                rb = slice(b0, b0 + BLOCK_T)
+                gw += _grad_logits(h[rb], tgt[rb], lse_p[rb], scale[rb], w_s, v0, n, inv_temp).T @ h[rb]
+            grad_w[v0 : v0 + n] = gw[:n].to(grad_w.dtype)

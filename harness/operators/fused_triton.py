@@ -14,7 +14,7 @@ does, so the software pipeline does not drain at every tile).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import triton
@@ -652,6 +652,15 @@ class BackwardConfig:
     # bits from exp(acc/T - lse), the same invariance), the target compared with a per-row column offset
     logits_exp2: bool = False
     logits_maxnreg: int = 0  # a register cap for grad_logits (0: none): two programs per multiprocessor need <= 128 at 8 warps
+    # The lean plan (fused_plan.LEAN_ROW_CHUNK), buffer budgets; no bit depends on them. Its grad_hidden pass: the
+    # [chunk, slice] grad_logits buffer and the weight slice's fp16 copy at most 13 MiB each, beside the chunk's fp32 sum
+    # and partial (16 MiB each at 2048 rows): 3328 columns (groups of 18992 in 6 equal slices), 13 MiB each, which the
+    # caching allocator holds as 14 (a 16 MiB block holding 15 MiB is not split: the H200 record measured 2.6 MiB over
+    # 62 MiB with 3840 columns). When T fits one chunk, hidden's fp16 copy (T x H) joins them and the two share what it
+    # leaves. Its grad_weight pass: a [T, slice] buffer of 28 MiB, 1792 columns at T=8192 (14 x 8 programs for 132
+    # SMs), beside hidden's fp16 copy (32 MiB).
+    lean_hidden_g_bytes: int = 13 * 2**20
+    lean_weight_g_bytes: int = 28 * 2**20
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -790,6 +799,120 @@ def _slice_width(cfg: BackwardConfig, rows: int, widest: int, itemsize: int) -> 
     return cols
 
 
+class _SliceKernels:
+    """The backward's operands, buffers and descriptors for one block of rows and one weight shard, and
+    the three launches per vocab slice. The fast plan uses one over all T rows; the lean plan one per
+    row chunk (grad_hidden) and one over all T rows (grad_weight). A kernel's tile over a given
+    (row, vocab column) computes the same bits whichever rows the block starts at (row blocks of
+    block_t from the block's first row; row chunks are multiples of block_t)."""
+
+    def __init__(self, cfg, hidden, weight_shard, targets, lse, scale, temperature, slice_cols, hc=None, weight_grad=True, hidden_grad=True):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        self.cfg, self.rows, self.width = cfg, hidden.shape[0], hidden.shape[1]
+        self.hidden, self.weight, self.tgt, self.lse, self.scale = hidden, weight_shard, targets, lse, scale
+        self.inv_temp = 1.0 / temperature
+        g_dtype = _G_DTYPES[cfg.g_dtype]
+        dev = hidden.device
+        self.g_buf = torch.empty(self.rows, slice_cols, dtype=g_dtype, device=dev)
+        bt, bv, bk = cfg.block_t, cfg.block_v, cfg.block_k
+        self.h_desc = TensorDescriptor.from_tensor(hidden, [bt, bk])
+        lv, hh = cfg.logits_block_v, cfg.hidden_block_h
+        self.w_desc = TensorDescriptor.from_tensor(weight_shard, [lv, bk])
+        self.weight_grad, self.hidden_grad = weight_grad, hidden_grad
+        if weight_grad:  # grad_weight: K(rows) x vocab tile of grad_logits, times the 16-bit hidden
+            hc = hc if hc is not None else (hidden if hidden.dtype == g_dtype else hidden.to(g_dtype))
+            self.g_load_w = TensorDescriptor.from_tensor(self.g_buf, [bk, bt])
+            self.hc_desc = TensorDescriptor.from_tensor(hc, [bk, bv])
+        self.copy = hidden_grad and g_dtype != weight_shard.dtype
+        if hidden_grad:
+            self.g_load_t = TensorDescriptor.from_tensor(self.g_buf, [bt, bk])  # grad_hidden: rows x K
+            if not self.copy:
+                self.wc_buf, self.wc_desc = weight_shard, TensorDescriptor.from_tensor(weight_shard, [bk, hh])
+            else:  # one slice of the weight in the buffer's dtype; rows past a short slice are zeros (or meet zero grad_logits)
+                self.wc_buf = torch.zeros(slice_cols, self.width, dtype=g_dtype, device=dev)
+                self.wc_desc = TensorDescriptor.from_tensor(self.wc_buf, [bk, hh])
+        else:
+            self.wc_buf = self.g_buf  # unused: no copy is made
+        self.in_logits = self.copy and cfg.copy_in_logits
+        self.n_row_blocks = triton.cdiv(self.rows, bt)
+
+    def slice(self, s0, n, grad_w_rows, partial, accumulate):
+        """grad_logits of vocab columns [s0, s0 + n) for this block's rows; then the slice's grad_weight rows
+        (``grad_w_rows``, when this block computes them) and ``partial`` (+)= grad_logits @ weight slice."""
+        cfg, rows, width = self.cfg, self.rows, self.width
+        bt, bv, bk = cfg.block_t, cfg.block_v, cfg.block_k
+        lv, hh = cfg.logits_block_v, cfg.hidden_block_h
+        _grad_logits_kernel[(self.n_row_blocks + self.in_logits, triton.cdiv(n, lv))](
+            self.h_desc,
+            self.w_desc,
+            self.g_buf,
+            self.weight,
+            self.wc_buf,
+            self.tgt,
+            self.lse,
+            self.scale,
+            rows,
+            width,
+            s0,
+            n,
+            self.g_buf.stride(0),
+            self.weight.stride(0),
+            self.inv_temp,
+            self.n_row_blocks,
+            COPY_W=self.in_logits,
+            BLOCK_T=bt,
+            BLOCK_V=lv,
+            BLOCK_K=bk,
+            BLOCK_C=64,
+            EXP2=cfg.logits_exp2,
+            num_warps=cfg.logits_warps,
+            num_stages=cfg.logits_stages,
+            **({"maxnreg": cfg.logits_maxnreg} if cfg.logits_maxnreg else {}),
+        )
+        if grad_w_rows is not None:
+            _grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](
+                self.g_load_w,
+                self.hc_desc,
+                grad_w_rows,
+                rows,
+                width,
+                n,
+                grad_w_rows.stride(0),
+                BLOCK_V=bt,
+                BLOCK_H=bv,
+                BLOCK_K=bk,
+                num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
+            )
+        if partial is None:
+            return
+        if self.copy and not self.in_logits:
+            self.wc_buf[:n].copy_(self.weight[s0 : s0 + n])
+        _grad_hidden_kernel[(self.n_row_blocks, width // hh)](
+            self.g_load_t,
+            self.wc_desc,
+            partial,
+            rows,
+            width,
+            0 if self.copy else s0,
+            n,
+            ACCUMULATE=accumulate,
+            BLOCK_T=bt,
+            BLOCK_H=hh,
+            BLOCK_K=bk,
+            num_warps=cfg.hidden_warps,
+            num_stages=cfg.hidden_stages,
+        )
+
+
+def _check_backward_config(cfg: BackwardConfig, width: int) -> None:
+    if width % cfg.block_k or width % cfg.block_v or width % cfg.hidden_block_h:
+        raise ValueError(f"fused backward needs H divisible by {max(cfg.block_v, cfg.hidden_block_h)}; got H={width}")
+    if cfg.block_v % cfg.logits_block_v or (cfg.slice_cols and cfg.slice_cols % cfg.block_v):
+        raise ValueError(f"backward config: slices are multiples of block_v={cfg.block_v}, which logits_block_v must divide")
+
+
 def triton_backward_groups(
     hidden,
     weight_shard,
@@ -812,41 +935,16 @@ def triton_backward_groups(
     grad_logits buffer, the group partial, and (fp16 buffers) an fp16 copy of hidden and of the
     current weight slice.
     """
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     cfg = config or BACKWARD_CONFIG
     rows, width = hidden.shape
-    if width % cfg.block_k or width % cfg.block_v or width % cfg.hidden_block_h:
-        raise ValueError(f"fused backward needs H divisible by {max(cfg.block_v, cfg.hidden_block_h)}; got H={width}")
-    if cfg.block_v % cfg.logits_block_v or (cfg.slice_cols and cfg.slice_cols % cfg.block_v):
-        raise ValueError(f"backward config: slices are multiples of block_v={cfg.block_v}, which logits_block_v must divide")
+    _check_backward_config(cfg, width)
     hidden = hidden.contiguous()
     weight_shard = weight_shard.contiguous()
-    g_dtype = _G_DTYPES[cfg.g_dtype]
     dev = hidden.device
     spans = list(zip(local_group_bounds[:-1], local_group_bounds[1:]))
-    slice_cols = _slice_width(cfg, rows, max(b - a for a, b in spans), g_dtype.itemsize)
-    g_buf = torch.empty(rows, slice_cols, dtype=g_dtype, device=dev)
-    hc = hidden if hidden.dtype == g_dtype else hidden.to(g_dtype)  # operands of the two products
+    slice_cols = _slice_width(cfg, rows, max(b - a for a, b in spans), _G_DTYPES[cfg.g_dtype].itemsize)
     scale = (grad_out.float() * (1.0 / temperature)).contiguous()
-    tgt = targets.contiguous()
-    lse = lse.contiguous()
-    bt, bv, bk = cfg.block_t, cfg.block_v, cfg.block_k
-    h_desc = TensorDescriptor.from_tensor(hidden, [bt, bk])
-    lv, hh = cfg.logits_block_v, cfg.hidden_block_h
-    w_desc = TensorDescriptor.from_tensor(weight_shard, [lv, bk])
-    g_load_t = TensorDescriptor.from_tensor(g_buf, [bt, bk])  # grad_hidden: rows x K
-    g_load_w = TensorDescriptor.from_tensor(g_buf, [bk, bt])  # grad_weight: K(rows) x vocab tile
-    hc_desc = TensorDescriptor.from_tensor(hc, [bk, bv])
-    copy = g_dtype != weight_shard.dtype
-    if not copy:
-        wc_buf, wc_desc = weight_shard, TensorDescriptor.from_tensor(weight_shard, [bk, hh])
-    else:  # one slice of the weight in the buffer's dtype; rows past a short slice are zeros (or meet zero grad_logits)
-        wc_buf = torch.zeros(slice_cols, width, dtype=g_dtype, device=dev)
-        wc_desc = TensorDescriptor.from_tensor(wc_buf, [bk, hh])
-    in_logits = copy and cfg.copy_in_logits
-    n_row_blocks = triton.cdiv(rows, bt)
-    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    k = _SliceKernels(cfg, hidden, weight_shard, targets.contiguous(), lse.contiguous(), scale, temperature, slice_cols)
     reused = None if into is None else torch.empty(rows, width, dtype=torch.float32, device=dev)
     for gi, (g0, g1) in enumerate(spans):
         direct = into is not None and start_sum and gi == 0  # total = partial_0: accumulate in place
@@ -856,57 +954,75 @@ def triton_backward_groups(
             partial = reused if reused is not None else torch.empty(rows, width, dtype=torch.float32, device=dev)
         for s0 in range(g0, g1, slice_cols):
             n = min(slice_cols, g1 - s0)
-            _grad_logits_kernel[(n_row_blocks + in_logits, triton.cdiv(n, lv))](
-                h_desc,
-                w_desc,
-                g_buf,
-                weight_shard,
-                wc_buf,
-                tgt,
-                lse,
-                scale,
-                rows,
-                width,
-                s0,
-                n,
-                g_buf.stride(0),
-                weight_shard.stride(0),
-                1.0 / temperature,
-                n_row_blocks,
-                COPY_W=in_logits,
-                BLOCK_T=bt,
-                BLOCK_V=lv,
-                BLOCK_K=bk,
-                BLOCK_C=64,
-                EXP2=cfg.logits_exp2,
-                num_warps=cfg.logits_warps,
-                num_stages=cfg.logits_stages,
-                **({"maxnreg": cfg.logits_maxnreg} if cfg.logits_maxnreg else {}),
-            )
-            gw = grad_w[s0 : s0 + n]
-            _grad_weight_kernel[(triton.cdiv(n, bt), width // bv)](
-                g_load_w, hc_desc, gw, rows, width, n, gw.stride(0), BLOCK_V=bt, BLOCK_H=bv, BLOCK_K=bk, **opts
-            )
-            if copy and not in_logits:
-                wc_buf[:n].copy_(weight_shard[s0 : s0 + n])
-            _grad_hidden_kernel[(n_row_blocks, width // hh)](
-                g_load_t,
-                wc_desc,
-                partial,
-                rows,
-                width,
-                0 if copy else s0,
-                n,
-                ACCUMULATE=s0 != g0,
-                BLOCK_T=bt,
-                BLOCK_H=hh,
-                BLOCK_K=bk,
-                num_warps=cfg.hidden_warps,
-                num_stages=cfg.hidden_stages,
-            )
+            k.slice(s0, n, grad_w[s0 : s0 + n], partial, accumulate=s0 != g0)
         if into is None:
             yield partial
             continue
         if not direct:
             into += partial  # fused_plan.sum_group_partials' left-to-right adds
         yield None
+
+
+def triton_backward_lean(hidden, shards, lse, temperature, grad_out, grad_h, row_chunk: int, config: BackwardConfig | None = None) -> None:
+    """The lean plan (fused_plan.py): grad_hidden in fixed row chunks, grad_weight in a pass of its own.
+
+    ``shards``: (weight_shard, shard-local targets, local group bounds, grad_w rows) per TP rank, in rank
+    order (one for TP=1). ``grad_h`` [T, H] (any float dtype) receives grad_hidden. Pass 1, per chunk of
+    ``row_chunk`` rows from row 0: every rank's groups in order, each group's partial accumulated slice by
+    slice and added to the chunk's running sum (the first group accumulated in it directly): per row, the
+    additions of the fast plan, so the same bits. Pass 2, per vocab slice: grad_logits over all T rows and
+    grad_weight = grad_logits^T @ hidden, the fast plan's kernel and reduction order (when T fits one
+    chunk, pass 1 does this as the fast plan does, since its grad_logits cover every row). Extra memory at
+    T=8192, H=2048: pass 1 the chunk's sum and partial (2 x 16 MiB), a [chunk, slice] fp16 buffer of at most
+    cfg.lean_hidden_g_bytes and the weight slice's fp16 copy (15 MiB each at 3840 columns); pass 2 hidden's fp16
+    copy (32 MiB) and a [T, slice] fp16 buffer of at most cfg.lean_weight_g_bytes.
+    """
+    cfg = config or BACKWARD_CONFIG
+    rows, width = hidden.shape
+    _check_backward_config(cfg, width)
+    if row_chunk <= 0 or row_chunk % cfg.block_t:
+        raise ValueError(f"lean backward: row_chunk={row_chunk} must be a positive multiple of block_t={cfg.block_t}")
+    hidden = hidden.contiguous()
+    dev = hidden.device
+    itemsize = _G_DTYPES[cfg.g_dtype].itemsize
+    shards = [(w.contiguous(), t.contiguous(), bounds, gw) for w, t, bounds, gw in shards]
+    widest = max(b - a for _, _, bounds, _ in shards for a, b in zip(bounds[:-1], bounds[1:]))
+    chunk_rows = min(rows, row_chunk)
+    one_chunk = rows <= row_chunk
+    # each of the two 16-bit buffers within the budget (the weight slice's copy is [slice, H]); with one chunk,
+    # less hidden's fp16 copy's half
+    budget = cfg.lean_hidden_g_bytes - (rows * width * itemsize // 2 if one_chunk else 0)
+    slice_cols = _slice_width(replace(cfg, g_buffer_bytes=max(budget, 0)), max(chunk_rows, width), widest, itemsize)
+    scale = (grad_out.float() * (1.0 / temperature)).contiguous()
+    lse = lse.contiguous()
+    total = torch.empty(chunk_rows, width, dtype=torch.float32, device=dev)
+    partial = torch.empty(chunk_rows, width, dtype=torch.float32, device=dev)
+    for r0 in range(0, rows, row_chunk):
+        r1 = min(rows, r0 + row_chunk)
+        tot, part = total[: r1 - r0], partial[: r1 - r0]
+        first = True
+        for weight_shard, tgt, bounds, grad_w in shards:
+            k = _SliceKernels(cfg, hidden[r0:r1], weight_shard, tgt[r0:r1], lse[r0:r1], scale[r0:r1], temperature, slice_cols, weight_grad=one_chunk)
+            for g0, g1 in zip(bounds[:-1], bounds[1:]):
+                acc = tot if first else part
+                for s0 in range(g0, g1, slice_cols):
+                    n = min(slice_cols, g1 - s0)
+                    k.slice(s0, n, grad_w[s0 : s0 + n] if one_chunk else None, acc, accumulate=s0 != g0)
+                if not first:
+                    tot += part  # fused_plan.sum_group_partials' left-to-right adds, row by row
+                first = False
+            del k
+        grad_h[r0:r1].copy_(tot)
+    del total, partial, tot, part, acc  # every view too: pass 2's buffers take their memory
+    if one_chunk:
+        return
+    g_dtype = _G_DTYPES[cfg.g_dtype]
+    hc = hidden if hidden.dtype == g_dtype else hidden.to(g_dtype)
+    w_cols = _slice_width(replace(cfg, g_buffer_bytes=cfg.lean_weight_g_bytes), rows, widest, itemsize)
+    for weight_shard, tgt, bounds, grad_w in shards:
+        k = _SliceKernels(cfg, hidden, weight_shard, tgt, lse, scale, temperature, w_cols, hc=hc, hidden_grad=False)
+        for g0, g1 in zip(bounds[:-1], bounds[1:]):
+            for s0 in range(g0, g1, w_cols):
+                n = min(w_cols, g1 - s0)
+                k.slice(s0, n, grad_w[s0 : s0 + n], None, accumulate=False)
+        del k  # one [T, slice] buffer at a time, also under an emulated TP split

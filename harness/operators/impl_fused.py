@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import torch
 
+from harness.operators import fused_plan
 from harness.operators.contract import Contract, OperandError, Operator, _check_operands
-from harness.operators.fused_plan import N_CHUNKS, merge_partials, shard_chunk_bounds, shard_group_bounds
-from harness.operators.fused_torch import torch_backward_groups, torch_partials
+from harness.operators.fused_plan import BACKWARD_PLANS, LEAN_ROW_CHUNK, N_CHUNKS, merge_partials, shard_chunk_bounds, shard_group_bounds
+from harness.operators.fused_torch import torch_backward_groups, torch_backward_lean, torch_partials
 from harness.operators.registry import register
 
 
@@ -72,14 +73,31 @@ def shard_backward(hidden, weight_shard, targets_local, lse, temperature, grad_o
     return fn(hidden, weight_shard, targets_local, lse, temperature, grad_out, local_groups, grad_w)
 
 
-def fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size=1, grad_dtype=None):
-    """(grad_hidden fp32 [T, H], grad_weight [V, H] in grad_dtype, default the weight's dtype).
+def fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size=1, grad_dtype=None, plan="fast", row_chunk=None):
+    """(grad_hidden [T, H], grad_weight [V, H] in grad_dtype, default the weight's dtype).
 
     ``tp_size`` > 1 emulates the vocab-parallel backward in rank order: each shard's group partials,
-    gathered, added in group order (the same additions as tp_size = 1).
+    gathered, added in group order (the same additions as tp_size = 1). ``plan`` (fused_plan.BACKWARD_PLANS):
+    ``fast`` returns grad_hidden in fp32; ``lean`` (grad_hidden in chunks of ``row_chunk`` rows, default
+    fused_plan.LEAN_ROW_CHUNK) writes it straight into grad_dtype, or the hidden's dtype when none is given.
     """
     vocab = weight.shape[0]
     grad_w = torch.empty(weight.shape, dtype=grad_dtype or weight.dtype, device=weight.device)
+    if plan == "lean":
+        grad_h = torch.empty(hidden.shape, dtype=grad_dtype or hidden.dtype, device=hidden.device)
+        shards = []
+        for rank in range(tp_size):
+            start, local = shard_group_bounds(vocab, tp_size, rank)
+            end = start + vocab // tp_size
+            shards.append((weight[start:end], targets - start, local, grad_w[start:end]))
+        if _on_triton(hidden.device, hidden.dtype):
+            from harness.operators.fused_triton import triton_backward_lean as lean
+        else:
+            lean = torch_backward_lean
+        lean(hidden, shards, lse, temperature, grad_out, grad_h, row_chunk or fused_plan.LEAN_ROW_CHUNK)  # read per call: experiments set it
+        return grad_h, grad_w
+    if plan != "fast":
+        raise ValueError(f"backward plan {plan!r}: expected one of {BACKWARD_PLANS}")
     if _on_triton(hidden.device, hidden.dtype):
         # the kernels fold each group into grad_hidden in group (= rank) order: no [T, H] partial per group
         from harness.operators.fused_triton import triton_backward_groups
@@ -110,18 +128,18 @@ def fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size=
 
 class FusedLinearLogprob(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, tp_size, range_flag=None):
+    def forward(ctx, hidden, weight, targets, temperature, tp_size, range_flag=None, plan="fast"):
         logp, lse = fused_forward(hidden, weight, targets, temperature, tp_size, range_flag=range_flag)
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature, ctx.tp_size = temperature, tp_size
+        ctx.temperature, ctx.tp_size, ctx.plan = temperature, tp_size, plan
         return logp
 
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, targets, lse = ctx.saved_tensors
-        grad_h, grad_w = fused_backward(hidden, weight, targets, lse, ctx.temperature, grad_out.contiguous(), ctx.tp_size)
+        grad_h, grad_w = fused_backward(hidden, weight, targets, lse, ctx.temperature, grad_out.contiguous(), ctx.tp_size, plan=ctx.plan)
         grad_h = grad_h.to(hidden.dtype)
-        return (grad_h if ctx.needs_input_grad[0] else None), (grad_w if ctx.needs_input_grad[1] else None), None, None, None, None
+        return (grad_h if ctx.needs_input_grad[0] else None), (grad_w if ctx.needs_input_grad[1] else None), None, None, None, None, None
 
 
 _RANGE_FLAGS: dict = {}
@@ -210,6 +228,8 @@ class FusedLinearLogprobOperator(Operator):
     )
 
     last_path = ""
+    backward_plan = "fast"  # fused_plan.BACKWARD_PLANS; the same bits either way
+    path_suffix = ""
     targets_checked_after_launch = True  # the kernels compare target ids with column ids, never gather by them
 
     def selected_logprobs(self, hidden, weight, targets, temperature: float = 1.0, tp_size: int = 1):
@@ -236,13 +256,31 @@ class FusedLinearLogprobOperator(Operator):
     def fp32_gradients(self, hidden, weight, targets, temperature, grad_out):
         """(grad_hidden, grad_weight) in fp32, before autograd rounds them to the operands' dtype."""
         lse = fused_forward(hidden, weight, targets, temperature, 1)[1]
-        return fused_backward(hidden, weight, targets, lse, temperature, grad_out, 1, torch.float32)
+        return fused_backward(hidden, weight, targets, lse, temperature, grad_out, 1, torch.float32, plan=self.backward_plan)
 
     def _selected_logprobs(self, hidden, weight, targets, temperature, tp_size):
         return self._run(hidden, weight, targets, temperature, tp_size, None)
 
     def _run(self, hidden, weight, targets, temperature, tp_size, range_flag):
-        self.last_path = _cached_path_name(hidden.device, hidden.dtype)
+        self.last_path = _cached_path_name(hidden.device, hidden.dtype) + self.path_suffix
         if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-            return FusedLinearLogprob.apply(hidden, weight, targets, temperature, tp_size, range_flag)
+            return FusedLinearLogprob.apply(hidden, weight, targets, temperature, tp_size, range_flag, self.backward_plan)
         return fused_forward(hidden, weight, targets, temperature, tp_size, range_flag=range_flag)[0]
+
+
+@register("fused-linear-logprob-lean")
+class FusedLinearLogprobLeanOperator(FusedLinearLogprobOperator):
+    """The fused operator with the lean backward plan (fused_plan.py): the same forward, the same gradient bits,
+    grad_hidden in fixed chunks of LEAN_ROW_CHUNK rows and grad_weight in a pass of its own (less memory, one
+    more logits product)."""
+
+    contract = FusedLinearLogprobOperator.contract.model_copy(
+        update={
+            "summary": FusedLinearLogprobOperator.contract.summary + " (lean backward plan: bounded memory, same bits)",
+            "reduction_order": FusedLinearLogprobOperator.contract.reduction_order
+            + f"; lean plan: grad_hidden in chunks of {LEAN_ROW_CHUNK} rows from row 0 (the same per-row additions), "
+            "grad_weight in a second pass over all T (the same row-block order)",
+        }
+    )
+    backward_plan = "lean"
+    path_suffix = f"; lean backward plan, row chunks of {LEAN_ROW_CHUNK}"

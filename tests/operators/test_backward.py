@@ -7,7 +7,7 @@ import torch
 
 from harness.operators import measure, registry
 from harness.operators.bundles import Bundle
-from tests.operators.conftest import threshold
+from tests.operators.conftest import DEVICES, threshold
 
 pytestmark = pytest.mark.operator
 
@@ -42,3 +42,32 @@ def test_fused_gradients_are_batch_and_tp_invariant_bitwise(small_bundle):
     assert res["grad_batch_invariant"], res
     assert res["grad_deterministic"], res
     assert res["grad_tp_invariant"], res
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lean_backward_plan_gives_the_fast_plans_bits(device):
+    """The lean plan (grad_hidden in row chunks, grad_weight in its own pass) is the same arithmetic in another order:
+    bitwise the fast plan's gradients, with two chunks (128 rows at T=200, the second one short) and under a TP=2 split."""
+    from harness.operators.bundles import BundleShape, synthetic_bundle
+    from harness.operators.impl_fused import fused_backward, fused_forward
+
+    b = synthetic_bundle(BundleShape(tokens=200, hidden=256, vocab=1000, seed=3)).to(device)
+    g = torch.randn(200, generator=torch.Generator().manual_seed(1)).to(device)
+    lse = fused_forward(b.hidden, b.weight, b.targets, 0.9, 1)[1]
+    fast_h, fast_w = fused_backward(b.hidden, b.weight, b.targets, lse, 0.9, g, 1, torch.float32)
+    for tp in (1, 2):
+        lean_h, lean_w = fused_backward(b.hidden, b.weight, b.targets, lse, 0.9, g, tp, torch.float32, plan="lean", row_chunk=128)
+        assert torch.equal(lean_h, fast_h) and torch.equal(lean_w, fast_w), tp
+
+
+def test_lean_operator_through_autograd(small_bundle):
+    """The registered lean operator: through autograd, the fast operator's gradients."""
+    b = small_bundle
+    g = torch.randn(64, generator=torch.Generator().manual_seed(2)).to(b.hidden.device)
+    grads = {}
+    for name in ("fused-linear-logprob", "fused-linear-logprob-lean"):
+        h, w = b.hidden[:64].clone().requires_grad_(), b.weight.clone().requires_grad_()
+        (registry.get(name).selected_logprobs(h, w, b.targets[:64]) * g).sum().backward()
+        grads[name] = (h.grad, w.grad)
+    (fh, fw), (lh, lw) = grads.values()
+    assert torch.equal(fh, lh) and torch.equal(fw, lw)

@@ -111,6 +111,16 @@ BACKWARD_SCRIPT = textwrap.dedent("""
             for _ in triton_backward_groups(h, w[s0:s0 + V // 2], t - s0, lse, 0.7, g, loc, torch.empty(V // 2, H), c, into=into, start_sum=r == 0):
                 pass
         assert torch.equal(into, want_h), c
+    # the lean plan: grad_hidden in chunks of 16 rows (2 at T=21), grad_weight in a pass of its own; the fast plan's
+    # bits, under a TP=2 split (TP=1 is the one-shard case of the same loop; 4 s of interpreter time each)
+    from harness.operators.fused_triton import triton_backward_lean
+    for tp in (2,):
+        lean_h, lean_w, shards = torch.empty(T, H), torch.empty(V, H), []
+        for r in range(tp):
+            s0, loc = shard_group_bounds(V, tp, r)
+            shards.append((w[s0:s0 + V // tp], t - s0, loc, lean_w[s0:s0 + V // tp]))
+        triton_backward_lean(h, shards, lse, 0.7, g, lean_h, 16, cfg)
+        assert torch.equal(lean_h, want_h) and torch.equal(lean_w, got_w), tp
     print("ok")
 """)
 
