@@ -10,7 +10,8 @@
    --repeat-tokens, --repeats times each, interleaved; and fwd+bwd of both plans at T=8192, alternately.
    Each repeat and the median go into the record (``forward_repeats``, ``fwd_bwd_repeats``), with the GPU's
    clocks before and after (nvidia-smi).
-4. --lean-variants: the lean plan at T=8192 with one setting changed (``lean_variants``): time, memory, bits.
+4. GPU time per kernel of one fwd+bwd of each plan at T=8192 (torch.profiler, ``profile_8192``).
+5. --lean-variants: the lean plan at T=8192 with one setting changed (``lean_variants``): time, memory, bits.
 """
 
 from __future__ import annotations
@@ -133,6 +134,50 @@ def lean_variants(specs: str, tokens: int = 8192) -> list[dict]:
     return rows
 
 
+def profile_plans(tokens: int = 8192, calls: int = 3) -> dict:
+    """GPU time per kernel (ms per fwd+bwd call, torch.profiler) of the fast and the lean plan at ``tokens``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness.operators import measure, registry
+    from harness.operators.bundles import BundleShape, synthetic_bundle
+
+    b = synthetic_bundle(BundleShape(tokens, H, V, seed=0)).to("cuda")
+    g = measure._grad_out(tokens, b.hidden.device)
+    out = {}
+    for name in (FAST, LEAN):
+        h = b.hidden.detach().clone().requires_grad_()
+        w = b.weight.detach().clone().requires_grad_()
+
+        def step():
+            h.grad = w.grad = None
+            with torch.enable_grad():
+                registry.get(name).selected_logprobs(h, w, b.targets).backward(g)
+
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                step()
+            torch.cuda.synchronize()
+        per = {}
+        for evt in prof.key_averages():
+            ms = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+            if ms:
+                per[evt.key[:80]] = {"ms_per_call": ms / 1000 / calls, "launches_per_call": evt.count / calls}
+        out[name] = {
+            "kernels": dict(sorted(per.items(), key=lambda kv: -kv[1]["ms_per_call"])),
+            "total_ms_per_call": sum(v["ms_per_call"] for v in per.values()),
+        }
+        h.grad = w.grad = None
+        print(
+            f"profile {name}: total {out[name]['total_ms_per_call']:.2f} ms;",
+            {k[:40]: round(v["ms_per_call"], 2) for k, v in list(out[name]["kernels"].items())[:6]},
+            flush=True,
+        )
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -181,6 +226,11 @@ def main(argv=None) -> int:
     )
     bench.write_record(record, out)
     record["fwd_bwd_repeats"] = {"8192": fwd_bwd_repeats(8192, 3)}
+    try:
+        record["profile_8192"] = profile_plans()
+    except Exception as exc:  # the profiler is a lead, not the record
+        record["profile_8192"] = {"error": f"{type(exc).__name__}: {exc}"}
+    bench.write_record(record, out)
     if args.lean_variants:
         record["lean_variants"] = lean_variants(args.lean_variants)
     record["gpu_state_end"] = gpu_state()

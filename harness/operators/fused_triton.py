@@ -652,14 +652,14 @@ class BackwardConfig:
     # bits from exp(acc/T - lse), the same invariance), the target compared with a per-row column offset
     logits_exp2: bool = False
     logits_maxnreg: int = 0  # a register cap for grad_logits (0: none): two programs per multiprocessor need <= 128 at 8 warps
-    # The lean plan (fused_plan.LEAN_ROW_CHUNK), buffer budgets; no bit depends on them. Its grad_hidden pass: the
-    # [chunk, slice] grad_logits buffer and the weight slice's fp16 copy at most 13 MiB each, beside the chunk's fp32 sum
-    # and partial (16 MiB each at 2048 rows): 3328 columns (groups of 18992 in 6 equal slices), 13 MiB each, which the
-    # caching allocator holds as 14 (a 16 MiB block holding 15 MiB is not split: the H200 record measured 2.6 MiB over
-    # 62 MiB with 3840 columns). When T fits one chunk, hidden's fp16 copy (T x H) joins them and the two share what it
-    # leaves. Its grad_weight pass: a [T, slice] buffer of 28 MiB, 1792 columns at T=8192 (14 x 8 programs for 132
-    # SMs), beside hidden's fp16 copy (32 MiB).
-    lean_hidden_g_bytes: int = 13 * 2**20
+    # The lean plan (fused_plan.LEAN_ROW_CHUNK), buffer budgets; no bit depends on them. Its grad_hidden pass holds the
+    # chunk's fp32 sum and partial (16 MiB each at 2048 rows; with one chunk also hidden's fp16 copy, T x H) and shares
+    # what lean_bytes leaves between the [chunk, slice] grad_logits buffer and the weight slice's fp16 copy [slice, H]:
+    # at T=8192 13 MiB each, 3328 columns (groups of 18992 in 6 equal slices), which the caching allocator holds as 14
+    # (a 16 MiB block holding 15 MiB is not split: 3840 columns measured 64.66 MiB on the H200). Its grad_weight pass:
+    # a [T, slice] buffer of lean_weight_g_bytes, 1792 columns at T=8192 (14 x 8 programs for 132 SMs), beside hidden's
+    # fp16 copy (32 MiB).
+    lean_bytes: int = 58 * 2**20
     lean_weight_g_bytes: int = 28 * 2**20
 
     def as_dict(self) -> dict:
@@ -973,9 +973,9 @@ def triton_backward_lean(hidden, shards, lse, temperature, grad_out, grad_h, row
     additions of the fast plan, so the same bits. Pass 2, per vocab slice: grad_logits over all T rows and
     grad_weight = grad_logits^T @ hidden, the fast plan's kernel and reduction order (when T fits one
     chunk, pass 1 does this as the fast plan does, since its grad_logits cover every row). Extra memory at
-    T=8192, H=2048: pass 1 the chunk's sum and partial (2 x 16 MiB), a [chunk, slice] fp16 buffer of at most
-    cfg.lean_hidden_g_bytes and the weight slice's fp16 copy (15 MiB each at 3840 columns); pass 2 hidden's fp16
-    copy (32 MiB) and a [T, slice] fp16 buffer of at most cfg.lean_weight_g_bytes.
+    T=8192, H=2048: pass 1 the chunk's sum and partial (2 x 16 MiB), a [chunk, slice] fp16 buffer and the weight
+    slice's fp16 copy (13 MiB each at 3328 columns; see BackwardConfig.lean_bytes); pass 2 hidden's fp16 copy (32
+    MiB) and a [T, slice] fp16 buffer of at most cfg.lean_weight_g_bytes.
     """
     cfg = config or BACKWARD_CONFIG
     rows, width = hidden.shape
@@ -989,10 +989,11 @@ def triton_backward_lean(hidden, shards, lse, temperature, grad_out, grad_h, row
     widest = max(b - a for _, _, bounds, _ in shards for a, b in zip(bounds[:-1], bounds[1:]))
     chunk_rows = min(rows, row_chunk)
     one_chunk = rows <= row_chunk
-    # each of the two 16-bit buffers within the budget (the weight slice's copy is [slice, H]); with one chunk,
-    # less hidden's fp16 copy's half
-    budget = cfg.lean_hidden_g_bytes - (rows * width * itemsize // 2 if one_chunk else 0)
-    slice_cols = _slice_width(replace(cfg, g_buffer_bytes=max(budget, 0)), max(chunk_rows, width), widest, itemsize)
+    # the two 16-bit buffers share what the fp32 sum and partial (and, with one chunk, hidden's fp16 copy) leave;
+    # the wider of the two ([chunk, slice] or [slice, H]) sets the slice's width
+    fixed = 2 * chunk_rows * width * 4 + (rows * width * itemsize if one_chunk else 0)
+    share = max(cfg.lean_bytes - fixed, 0) // 2
+    slice_cols = _slice_width(replace(cfg, g_buffer_bytes=share), max(chunk_rows, width), widest, itemsize)
     scale = (grad_out.float() * (1.0 / temperature)).contiguous()
     lse = lse.contiguous()
     total = torch.empty(chunk_rows, width, dtype=torch.float32, device=dev)
