@@ -187,7 +187,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument(
-        "--lean-variants", default="hidden_block_h=128;row_chunk=4096", help="';'-separated, each key=value (row_chunk or a BackwardConfig field)"
+        "--lean-variants",
+        default="lean_bytes=65011712;lean_bytes=50331648;lean_bytes=41943040",
+        help="';'-separated, each key=value (row_chunk or a BackwardConfig field)",
     )
     args = p.parse_args(argv)
 
