@@ -63,7 +63,24 @@ def lean_equals_fast(tokens: int) -> dict:
     return out
 
 
-def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int) -> dict:
+def _busy_start_ms(fn, sleep_cycles: int = 3_000_000) -> float:
+    """GPU milliseconds of fn with the host ahead of the GPU: a sleep kernel (~1.5 ms) queued before the start event,
+    so fn's launches are queued before the GPU reaches them and the span excludes the host's time to issue them."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(sleep_cycles)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int, busy: bool = False) -> dict:
+    """The forward against the GEMM, timed alternately call by call, ``repeats`` times per T (T interleaved). As the sweep
+    times it (each call starts on an idle GPU, so its span includes the host's time to issue it), or with ``busy``
+    (:func:`_busy_start_ms`: the kernels' span alone)."""
     import torch
 
     from harness.operators import measure, registry
@@ -75,10 +92,15 @@ def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int) -> 
     with torch.no_grad():
         for _ in range(repeats):
             for t, b in bundles.items():
-                ms, gemm = measure.time_ms_paired(
-                    lambda b=b: op.selected_logprobs(b.hidden, b.weight, b.targets), lambda b=b: b.hidden @ b.weight.T, b.hidden.device, warmup, reps
-                )
-                runs[str(t)].append({"ms_median": ms, "gemm_ms_median": gemm, "x_gemm": ms / gemm})
+                call, gemm = (lambda b=b: op.selected_logprobs(b.hidden, b.weight, b.targets)), (lambda b=b: b.hidden @ b.weight.T)
+                if busy:
+                    for _ in range(warmup):
+                        call(), gemm()
+                    pairs = [(_busy_start_ms(call), _busy_start_ms(gemm)) for _ in range(reps)]
+                    ms, ref = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+                else:
+                    ms, ref = measure.time_ms_paired(call, gemm, b.hidden.device, warmup, reps)
+                runs[str(t)].append({"ms_median": ms, "gemm_ms_median": ref, "x_gemm": ms / ref})
     return {t: {"repeats": r, "x_gemm_median": statistics.median(x["x_gemm"] for x in r)} for t, r in runs.items()}
 
 
@@ -186,6 +208,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat-tokens", default="1024,4096")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--skip-sweep", action="store_true")
+    p.add_argument("--forward-only", action="store_true", help="only the forward repeats, idle-start and busy-start")
     p.add_argument(
         "--lean-variants",
         default="lean_bytes=65011712;lean_bytes=50331648;lean_bytes=41943040",
@@ -202,6 +225,18 @@ def main(argv=None) -> int:
         print("bench_issue16_round6: needs a CUDA device", file=sys.stderr)
         return 2
     out = Path(args.out)
+    if args.forward_only:
+        tokens = [int(x) for x in args.repeat_tokens.split(",")]
+        rec = {"gpu_state_start": gpu_state(), **bench.environment(torch.device("cuda"))}
+        for label, busy in (("idle_start", False), ("busy_start", True), ("idle_start_again", False), ("busy_start_again", True)):
+            rec[f"forward_repeats_{label}"] = forward_repeats(tokens, args.repeats, 3, 10, busy)
+            print(
+                label, json.dumps({t: [round(x["x_gemm"], 3) for x in r["repeats"]] for t, r in rec[f"forward_repeats_{label}"].items()}), flush=True
+            )
+            bench.write_record(rec, out)
+        rec["gpu_state_end"] = gpu_state()
+        bench.write_record(rec, out)
+        return 0
     state = {"gpu_state_start": gpu_state()}
     state["lean_equals_fast"] = {str(t): lean_equals_fast(t) for t in (8192, 5000)}
     print("lean vs fast bits:", json.dumps(state["lean_equals_fast"]), flush=True)
