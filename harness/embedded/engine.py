@@ -93,9 +93,7 @@ class InProcessEngine:
             os.environ[fp8.ENV_FLAG] = "1"
             fp8.install_activation_emulation()
         os.environ[vllm_cpu_fixes.ENV_FLAG] = "1"
-        vllm_cpu_fixes.install_moe_repack_on_update()
-        vllm_cpu_fixes.install_idle_wait()  # the engine core and worker a TP=2 trainer forks inherit it
-        vllm_cpu_fixes.install_eager_rank_count()
+        vllm_cpu_fixes.install_all()  # the engine core and worker a TP=2 trainer forks inherit them
         if cfg.logprob_operator != logprob_operator.NATIVE:
             os.environ[logprob_operator.ENV_FLAG] = cfg.logprob_operator
             logprob_operator.install_in_vllm(cfg.logprob_operator)

@@ -87,8 +87,13 @@ def install_eager_rank_count() -> None:
     sampler.batched_count_greater_than = count_at_least  # the sampler's own name for it: the one it calls
 
 
+def install_all() -> None:
+    """Every fix above, in this process (calling it again changes nothing)."""
+    install_moe_repack_on_update()
+    install_idle_wait()
+    install_eager_rank_count()
+
+
 def install_from_env() -> None:
     if os.environ.get(ENV_FLAG) == "1":
-        install_moe_repack_on_update()
-        install_idle_wait()
-        install_eager_rank_count()
+        install_all()

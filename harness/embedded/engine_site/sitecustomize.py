@@ -58,22 +58,15 @@ def _logprob_operator():
     logprob_operator.install_from_env()
 
 
-def _cpu_fixes():
-    from harness.embedded import vllm_cpu_fixes
+def _cpu_fix(name):
+    """The installer of one fix of harness.embedded.vllm_cpu_fixes, run once its vLLM module is imported."""
 
-    vllm_cpu_fixes.install_moe_repack_on_update()
+    def install():
+        from harness.embedded import vllm_cpu_fixes
 
+        getattr(vllm_cpu_fixes, name)()
 
-def _idle_wait():
-    from harness.embedded import vllm_cpu_fixes
-
-    vllm_cpu_fixes.install_idle_wait()
-
-
-def _eager_rank_count():
-    from harness.embedded import vllm_cpu_fixes
-
-    vllm_cpu_fixes.install_eager_rank_count()
+    return install
 
 
 # The flags by name (fp8.ENV_FLAG, vllm_cpu_fixes.ENV_FLAG): importing those modules here would
@@ -85,8 +78,10 @@ if os.environ.get("EMBEDDED_FP8_ACTIVATIONS") == "1":
 if os.environ.get("EMBEDDED_TRUE_ON_POLICY") == "1":
     sys.meta_path.insert(0, _AfterImport("vllm.ir.ops.layernorm", _true_on_policy))
 if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
-    sys.meta_path.insert(0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", _cpu_fixes))
-    sys.meta_path.insert(0, _AfterImport("vllm.distributed.device_communicators.shm_broadcast", _idle_wait))
-    sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _eager_rank_count))
+    sys.meta_path.insert(
+        0, _AfterImport("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", _cpu_fix("install_moe_repack_on_update"))
+    )
+    sys.meta_path.insert(0, _AfterImport("vllm.distributed.device_communicators.shm_broadcast", _cpu_fix("install_idle_wait")))
+    sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _cpu_fix("install_eager_rank_count")))
 if os.environ.get("EMBEDDED_LOGPROB_OPERATOR", "native") != "native":
     sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _logprob_operator))
