@@ -18,11 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fixtures.runs import find_recorded_run  # noqa: E402
 from harness.attribution.boundaries import boundary_status  # noqa: E402
-from harness.attribution.probes import (
-    contract_check,  # noqa: E402
-    framework_messages,  # noqa: E402
-)
-from harness.attribution.probes import framework_checks as probes  # noqa: E402
+from harness.attribution.probes import cached_framework_messages, contract_check  # noqa: E402
 from harness.judge.ladder import expectation_findings, family_levels, judge_rung  # noqa: E402
 from harness.records.rundir import RunDir  # noqa: E402
 from harness.spec import load_knobs, resolve  # noqa: E402
@@ -53,12 +49,7 @@ def main() -> int:
             loaded[spec.run_id] = RunDir(path).load()
         return loaded[spec.run_id]
 
-    messages: dict[str, tuple[list[str], list[str]]] = {}  # run id -> (failed, not checked): parents serve several rungs
-
-    def framework_probe_messages(run):
-        if run.id not in messages:
-            messages[run.id] = framework_messages(probes(run))
-        return messages[run.id]
+    framework_probe_messages = cached_framework_messages()  # parents serve several rungs
 
     def framework_checks(run):
         return framework_probe_messages(run)[0]

@@ -25,6 +25,7 @@ blocks no class). Otherwise the class is `undecided` and the report names what i
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -255,6 +256,19 @@ def framework_messages(verdicts: list[ProbeVerdict]) -> tuple[list[str], list[st
         return [f"probe {p.number} ({p.name}): {p.verdict}" for p in verdicts if keep(p.status)]
 
     return lines(lambda status: status == "fail"), lines(lambda status: status not in ("pass", "fail"))
+
+
+def cached_framework_messages() -> Callable[[Run], tuple[list[str], list[str]]]:
+    """run -> `framework_messages(framework_checks(run))`, computed once per run id: a parent rung's
+    runs are judged by each of its children (the ladder session's fixtures, the recorded-ladder tool)."""
+    seen: dict[str, tuple[list[str], list[str]]] = {}
+
+    def messages(run: Run) -> tuple[list[str], list[str]]:
+        if run.id not in seen:
+            seen[run.id] = framework_messages(framework_checks(run))
+        return seen[run.id]
+
+    return messages
 
 
 def contract_check(run: Run, knobs: Knobs) -> ProbeVerdict:
