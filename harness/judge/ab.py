@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks, read_decisions
@@ -278,28 +279,57 @@ def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
 
 
 def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
-    """pairs: mode -> (baseline, candidate). Relative reductions agree across modes."""
+    """pairs: mode -> (baseline, candidate). The candidate's effect on abs-diff gets the ladder's
+    three outcomes in each mode (harness.judge.outcome: up, down, flat or inconclusive against the
+    minimum effect of interest E of the baseline's mean, Holm across the two modes), and the modes
+    are compared by outcome, not by whether an interval happens to include zero:
+      consistent    both flat, or both up (or both down) with relative changes within
+                    thresholds.ab_mode_consistency_max_rel_gap of each other;
+      inconsistent  one mode decides a direction the other contradicts (up against flat or down);
+      inconclusive  otherwise: a mode cannot tell an effect from none, so nothing is shown either way
+                    (reported with the smallest effect each mode could have detected; not a pass).
+    A candidate with no effect of interest is flat in both modes, whatever noise moves a mean by
+    a few percent: the two modes sample trajectories of their own, so their small deltas differ
+    (an interval excluding zero at +11% in one mode and -4% in the other failed the earlier rule
+    in CI, for a candidate that changes nothing measurable)."""
     question = "Does it behave consistently between colocate and non-colocate modes?"
-    effects = {}
+    diffs, effects = {}, {}
     for mode, (baseline, candidate) in pairs.items():
-        diff, a, b = _compare(baseline, candidate, ABS_DIFF, knobs)
+        diff, a, b, why = _judged(baseline, candidate, ABS_DIFF, knobs)
         if diff is None:
-            return Answer(question, False, f"{mode}: too few steps to compare")
-        effects[mode] = {"relative_change": (b - a) / a, "ci": [diff.low, diff.high], "excludes_zero": diff.excludes_zero}
+            return Answer(question, False, f"{mode}: {why}", {"outcome": "not judged"})
+        diffs[mode] = diff
+        effect = outcomes.effect_of_interest(a, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
+        effects[mode] = {"baseline_mean": a, "candidate_mean": b, "relative_change": (b - a) / a, "effect_of_interest": effect}
+    alpha = 1.0 - knobs.threshold("bootstrap_confidence")
+    levels = outcomes.holm_levels({mode: outcomes.decision_p_value(diffs[mode], effects[mode]["effect_of_interest"]) for mode in diffs}, alpha)
+    judged = {
+        mode: outcomes.judge_outcome(diffs[mode], effects[mode]["effect_of_interest"], levels[mode].confidence, levels[mode].reached)
+        for mode in diffs
+    }
+    for mode, outcome in judged.items():
+        effects[mode].update(
+            direction=outcome.direction,
+            ci=[outcome.low, outcome.high],
+            confidence=outcome.confidence,
+            detectable=outcome.detectable,
+            family_size=len(judged),
+        )
+    directions = {o.direction for o in judged.values()}
     values = [e["relative_change"] for e in effects.values()]
     gap = abs(values[0] - values[1])
     allowed = knobs.threshold("ab_mode_consistency_max_rel_gap") * max(abs(v) for v in values)
-    same_sign = all(e["excludes_zero"] for e in effects.values()) and len({np.sign(v) for v in values}) == 1
-    # No measurable change in either mode is consistent behaviour too: a candidate that does nothing
-    # to the drift does nothing in both places vLLM can run.
-    neither = not any(e["excludes_zero"] for e in effects.values())
-    passed = neither or (same_sign and gap <= allowed)
-    message = ", ".join(f"{mode}: {e['relative_change']:+.0%}" for mode, e in effects.items()) + (
-        "; no measurable change in either mode (both intervals include zero): consistent"
-        if neither
-        else f"; gap {gap:.0%} vs allowed {allowed:.0%} (thresholds.ab_mode_consistency_max_rel_gap)"
-    )
-    return Answer(question, passed, message, effects)
+    if directions == {"flat"}:
+        verdict, why = "consistent", "no effect of interest in either mode"
+    elif len(directions) == 1 and directions <= {"up", "down"}:
+        verdict = "consistent" if gap <= allowed else "inconsistent"
+        why = f"{directions.pop()} in both; gap {gap:.0%} vs allowed {allowed:.0%} (thresholds.ab_mode_consistency_max_rel_gap)"
+    elif len(directions - {"inconclusive"}) > 1:  # two different decisions, at least one a direction
+        verdict, why = "inconsistent", "one mode decides a direction the other contradicts"
+    else:
+        verdict, why = "inconclusive", "a mode cannot tell an effect from none: not checked"
+    message = "; ".join(f"{mode}: {effects[mode]['relative_change']:+.0%}, {judged[mode].describe()}" for mode in judged) + f". {verdict}: {why}"
+    return Answer(question, verdict == "consistent", message, {"outcome": verdict, **effects})
 
 
 QUESTIONS: dict[str, Callable[[Run, Run, Knobs], Answer]] = {
