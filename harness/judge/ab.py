@@ -149,16 +149,39 @@ def _judged(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[s
     return diff, a, b, "" if diff is not None else f"{metric}: too few steps to compare"
 
 
+def _effect_of_interest(baseline_mean: float, knobs: Knobs) -> float:
+    """The ladder's minimum effect of interest (rung_min_abs_delta, rung_flat_max_rel_delta) of the
+    pair's baseline mean: the A/B calls a change in abs-diff an effect only where the ladder would."""
+    return outcomes.effect_of_interest(baseline_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
+
+
+DRIFT_VERDICTS = {
+    "down": "reduced beyond the effect of interest",
+    "flat": "no reduction of interest (flat)",
+    "up": "increased beyond the effect of interest",
+    "inconclusive": "not checked: the runs cannot tell a reduction of interest from none",
+}
+
+
 def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
+    """Reduced when the difference's interval lies below -E (harness.judge.outcome, the ladder's
+    rule), not merely below zero: a few percent either way is the runs' own spread. The evidence's
+    `outcome` says which of up, down, flat or inconclusive it was; inconclusive is no answer."""
     question = "Does the candidate reduce train_rollout_logprob_abs_diff?"
     diff, a, b, why = _judged(baseline, candidate, ABS_DIFF, knobs)
     if diff is None:
-        return Answer(question, False, why)
-    passed = diff.excludes_zero and diff.diff < 0
-    message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), difference CI [{diff.low:+.4g}, {diff.high:+.4g}]: " + (
-        "reduced" if passed else "not measurably reduced"
-    )
-    return Answer(question, passed, message, {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high]})
+        return Answer(question, False, why, {"outcome": "not judged"})
+    judged = outcomes.judge_outcome(diff, _effect_of_interest(a, knobs), knobs.threshold("bootstrap_confidence"))
+    message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), {judged.describe()}: {DRIFT_VERDICTS[judged.direction]}"
+    evidence = {
+        "baseline_mean": a,
+        "candidate_mean": b,
+        "ci": [judged.low, judged.high],
+        "outcome": judged.direction,
+        "effect_of_interest": judged.effect,
+        "detectable": judged.detectable,
+    }
+    return Answer(question, judged.direction == "down", message, evidence)
 
 
 def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
@@ -299,8 +322,7 @@ def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
         if diff is None:
             return Answer(question, False, f"{mode}: {why}", {"outcome": "not judged"})
         diffs[mode] = diff
-        effect = outcomes.effect_of_interest(a, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
-        effects[mode] = {"baseline_mean": a, "candidate_mean": b, "relative_change": (b - a) / a, "effect_of_interest": effect}
+        effects[mode] = {"baseline_mean": a, "candidate_mean": b, "relative_change": (b - a) / a, "effect_of_interest": _effect_of_interest(a, knobs)}
     alpha = 1.0 - knobs.threshold("bootstrap_confidence")
     levels = outcomes.holm_levels({mode: outcomes.decision_p_value(diffs[mode], effects[mode]["effect_of_interest"]) for mode in diffs}, alpha)
     judged = {

@@ -68,8 +68,10 @@ def _check_question(question, pair, contract, knobs, experiment_record, backend,
     where = f"candidates.{candidate}.expect" if candidate else "expect"
     if not expected:
         # The gate's answer for this candidate is the finding (knobs/ab.yaml expect says why): the
-        # test holds that the gate still gives it; a pass would contradict what was measured.
+        # test holds that the gate still gives it; a pass would contradict what was measured, and an
+        # inconclusive answer shows nothing either way (not checked, never a confirmed no).
         assert not answer.passed, f"{answer.question} passed, but knobs/ab.yaml {where}.{backend} says it does not: {why}\n  {answer.message}"
+        assert answer.evidence.get("outcome") not in ("inconclusive", "not judged"), f"{answer.question} not checked: {answer.message}"
         print(f"the gate answers no, as knobs/ab.yaml {where}.{backend} expects: {answer.message}")
         return
     if gate is not None and backend not in gate.backends:

@@ -1,6 +1,6 @@
-"""The A/B's colocate / non-colocate question is judged by outcome (harness.judge.ab.mode_consistency):
-each mode's effect is up, down, flat or inconclusive against the minimum effect of interest, and
-the modes are compared by those outcomes, not by whether an interval happens to include zero."""
+"""The A/B's drift questions are judged by outcome (harness.judge.ab.drift_reduced, mode_consistency):
+the candidate's effect on abs-diff is up, down, flat or inconclusive against the ladder's minimum
+effect of interest, not "an effect" whenever an interval happens to exclude zero."""
 
 from __future__ import annotations
 
@@ -89,3 +89,31 @@ def drift_run_with_steps(tmp_path, name, level, steps):
     lines = [vime_line("step", n, {ABS_DIFF: level, "rollout/raw_reward": 0.4}) for n in range(steps)]
     spec = {"run_id": name, "stage": "p3", "rung": name, "mode": "non-colocate", "backend": "embedded", "flags": {"num-rollout": STEPS}}
     return write_run(tmp_path / name, spec, lines)
+
+
+def test_a_reduction_beyond_the_effect_of_interest_is_reduced(tmp_path):
+    base, cand = pairs(tmp_path, -0.65, 0.0)["colocate"]
+    answer = ab.drift_reduced(base, cand, KNOBS)
+    assert answer.passed and answer.evidence["outcome"] == "down", answer.message
+    assert "reduced beyond the effect of interest" in answer.message
+
+
+def test_a_small_significant_reduction_is_no_reduction_of_interest(tmp_path):
+    # -6% with an interval excluding zero: the old rule called it reduced; it is the runs' own spread.
+    base, cand = pairs(tmp_path, -0.06, 0.0, rel_noise=0.01)["colocate"]
+    answer = ab.drift_reduced(base, cand, KNOBS)
+    assert answer.evidence["ci"][1] < 0, "the example must exclude zero to show the difference from the old rule"
+    assert not answer.passed and answer.evidence["outcome"] == "flat", answer.message
+
+
+def test_an_increase_is_not_a_reduction(tmp_path):
+    base, cand = pairs(tmp_path, +0.6, 0.0)["colocate"]
+    answer = ab.drift_reduced(base, cand, KNOBS)
+    assert not answer.passed and answer.evidence["outcome"] == "up", answer.message
+
+
+def test_runs_too_noisy_to_tell_give_no_answer(tmp_path):
+    base, cand = pairs(tmp_path, -0.2, 0.0, rel_noise=0.6)["colocate"]
+    answer = ab.drift_reduced(base, cand, KNOBS)
+    assert not answer.passed and answer.evidence["outcome"] == "inconclusive", answer.message
+    assert "not checked" in answer.message and answer.evidence["detectable"] > answer.evidence["effect_of_interest"]
