@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
@@ -47,8 +47,10 @@ class LaunchOptions:
     image: str | None = None
     progress: bool | None = None  # None: only on a terminal
     # With rerun, a run finished after this moment (epoch seconds) was re-run by this same
-    # session (another pytest-xdist worker): reuse it rather than run it a third time.
-    session_started: float = 0.0
+    # session (another pytest-xdist worker): reuse it rather than run it a third time. By default
+    # the session starts when its options are made (a default of 0 counted every finished run as
+    # this session's, so `python -m harness run --rerun` never relaunched anything).
+    session_started: float = field(default_factory=time.time)
     # Start this program instead of the backend's trainer (same argv appended): a site's wrapper
     # around VIME's train.py, or a test's own small trainer.
     trainer: tuple[str, ...] | None = None

@@ -40,10 +40,13 @@ def test_a_finished_run_is_recorded_and_reused(tmp_path):
     first_mtime = run_dir.file("status.json").stat().st_mtime
     again = ensure_run(spec(**{"num-rollout": 3}), options)
     assert again.path == run_dir.path and again.file("status.json").stat().st_mtime == first_mtime
-    rerun = ensure_run(
-        spec(**{"num-rollout": 3}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False, rerun=True, session_started=time.time())
-    )
-    assert rerun.file("status.json").stat().st_mtime > first_mtime
+    # Rerun options made as `python -m harness run --rerun` makes them (the session starts with them):
+    # the earlier run is launched again, and the run this session finished is then reused.
+    rerun_options = LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False, rerun=True)
+    rerun = ensure_run(spec(**{"num-rollout": 3}), rerun_options)
+    rerun_mtime = rerun.file("status.json").stat().st_mtime
+    assert rerun_mtime > first_mtime
+    assert ensure_run(spec(**{"num-rollout": 3}), rerun_options).file("status.json").stat().st_mtime == rerun_mtime
 
 
 def test_a_failing_run_keeps_its_steps_and_names_the_failure(tmp_path, monkeypatch):
