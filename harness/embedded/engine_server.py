@@ -56,6 +56,11 @@ class ServerEngine:
         env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
         env[fp8.ENV_FLAG] = "1" if cfg.fp8 else "0"
         env[vllm_cpu_fixes.ENV_FLAG] = "1"
+        # The API server always runs its engine core in a process of its own; with multiprocessing
+        # off, vLLM's CPU platform keeps the engine core's worker in that process (uni executor)
+        # instead of spawning a third one that imports torch and vLLM again. Measured on a 3-rollout
+        # P3 non-colocate run (2-core AMD EPYC, 2026-12-02): 65 s -> 45-47 s.
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env[logprob_operator.ENV_FLAG] = cfg.logprob_operator
         env[true_on_policy.ENV_FLAG] = "1" if cfg.true_on_policy else "0"
         if cfg.true_on_policy:
