@@ -26,6 +26,7 @@ __all__ = [
     "default_block_length",
     "block_bootstrap_mean_ci",
     "block_bootstrap_diff_ci",
+    "block_bootstrap_paired_diff_ci",
     "hierarchical_diff_ci",
     "aa_check",
     "split_halves",
@@ -244,6 +245,29 @@ def block_bootstrap_diff_ci(
     diff = float(array_b.mean() - array_a.mean())
     df = _pair_degrees_of_freedom(len(array_a), len_a, len(array_b), len_b)
     return DiffCI.around(diff, float(np.std(means_b - means_a, ddof=1)), df, confidence, len_a, len_b)
+
+
+def block_bootstrap_paired_diff_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    block_len: int | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> DiffCI:
+    """Interval for mean(b - a) of two runs paired step by step (the A/B: same seeds, same prompts
+    at each step): the per-step differences are one autocorrelated series, resampled in circular
+    blocks. What the two runs share at a step (its prompts) cancels in the difference, so the
+    interval is narrower than block_bootstrap_diff_ci's wherever the runs' steps correlate, and
+    about the same where they do not."""
+    array_a, array_b = _finite_series(a, "a"), _finite_series(b, "b")
+    if len(array_a) != len(array_b):
+        raise ValueError(f"paired series need one value per step on both sides: {len(array_a)} vs {len(array_b)}")
+    differences = array_b - array_a
+    length = default_block_length(differences) if block_len is None else block_len
+    means = _circular_block_means(differences, length, n_resamples, np.random.default_rng(seed))
+    df = _degrees_of_freedom(len(differences), length)
+    return DiffCI.around(float(differences.mean()), float(np.std(means, ddof=1)), df, confidence, length, length)
 
 
 @dataclass(frozen=True)

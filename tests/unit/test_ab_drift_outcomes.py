@@ -117,3 +117,23 @@ def test_runs_too_noisy_to_tell_give_no_answer(tmp_path):
     answer = ab.drift_reduced(base, cand, KNOBS)
     assert not answer.passed and answer.evidence["outcome"] == "inconclusive", answer.message
     assert "not checked" in answer.message and answer.evidence["detectable"] > answer.evidence["effect_of_interest"]
+
+
+def reward_run(tmp_path, name, rewards):
+    lines = [vime_line("step", n, {ABS_DIFF: 9e-3, "rollout/raw_reward": float(r)}) for n, r in enumerate(rewards)]
+    spec = {"run_id": name, "stage": "p3", "rung": name, "mode": "colocate", "backend": "embedded", "flags": {"num-rollout": STEPS}}
+    return write_run(tmp_path / name, spec, lines)
+
+
+def test_the_ab_compares_its_runs_step_by_step(tmp_path):
+    # Same seeds and prompts: each step's prompts move both runs' reward alike (sd 0.09), each run
+    # adds its own noise (sd 0.03), the candidate is 0.02 lower. Compared step by step the interval
+    # sees only the runs' own noise and the reward is preserved; as two independent series it could not tell.
+    rng = np.random.default_rng(3)
+    prompts = rng.normal(0.0, 0.09, STEPS)
+    base = reward_run(tmp_path, "base", 0.70 + prompts + rng.normal(0.0, 0.03, STEPS))
+    cand = reward_run(tmp_path, "cand", 0.68 + prompts + rng.normal(0.0, 0.03, STEPS))
+    answer = ab.reward_preserved(base, cand, KNOBS)
+    low, high = answer.evidence["ci"]
+    assert answer.passed, answer.message
+    assert high - low < 0.06, answer.message

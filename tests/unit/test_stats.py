@@ -243,3 +243,33 @@ def test_hierarchical_interval_widens_when_seeds_disagree():
 def test_hierarchical_interval_refuses_a_non_finite_step_naming_the_replicate():
     with pytest.raises(ValueError, match=r"b\[1\]"):
         stats.hierarchical_diff_ci([[1.0, 2.0, 3.0]] * 2, [[1.0, 2.0, 3.0], [1.0, float("nan"), 2.0]])
+
+
+def test_paired_difference_cancels_what_the_runs_share_at_each_step():
+    # Two runs of one workload: a shared per-step component (the step's prompts) plus each run's own
+    # noise, the candidate 0.02 lower. Paired, the shared part cancels; unpaired, it does not.
+    rng = np.random.default_rng(11)
+    shared = ar1(28, 0.3, 0.0, 0.08, rng)
+    a = 0.7 + shared + rng.normal(0.0, 0.03, 28)
+    b = 0.68 + shared + rng.normal(0.0, 0.03, 28)
+    paired, independent = stats.block_bootstrap_paired_diff_ci(a, b), stats.block_bootstrap_diff_ci(a, b)
+    assert paired.diff == pytest.approx(independent.diff)
+    assert paired.high - paired.low < 0.6 * (independent.high - independent.low), (paired, independent)
+    assert paired.low < -0.02 < paired.high
+
+
+def test_paired_coverage_holds_without_a_shared_component():
+    # Nothing shared and no true difference: the paired interval must still hold 0 about as often as
+    # the block bootstrap does at n=40, rho=0.5 (measured 0.86 over these 300 draws at 95%; the same
+    # with blocks of 1, an i.i.d. resample, 0.71), so the floor fails if the blocks stop mattering.
+    rng = np.random.default_rng(5)
+    held = 0
+    for rep in range(300):
+        ci = stats.block_bootstrap_paired_diff_ci(ar1(40, 0.5, 0.02, 0.002, rng), ar1(40, 0.5, 0.02, 0.002, rng), n_resamples=400, seed=rep)
+        held += ci.low <= 0.0 <= ci.high
+    assert held / 300 >= 0.80, held / 300
+
+
+def test_paired_series_of_different_lengths_are_refused():
+    with pytest.raises(ValueError, match="one value per step on both sides: 3 vs 4"):
+        stats.block_bootstrap_paired_diff_ci([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0])
