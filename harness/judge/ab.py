@@ -19,6 +19,7 @@ from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks, read_decisions
+from harness.judge.ladder import effect_of_interest
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
@@ -157,12 +158,6 @@ def _judged(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[s
     return diff, a, b, "" if diff is not None else f"{metric}: too few steps to compare"
 
 
-def _effect_of_interest(baseline_mean: float, knobs: Knobs) -> float:
-    """The ladder's minimum effect of interest (rung_min_abs_delta, rung_flat_max_rel_delta) of the
-    pair's baseline mean: the A/B calls a change in abs-diff an effect only where the ladder would."""
-    return outcomes.effect_of_interest(baseline_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
-
-
 DRIFT_VERDICTS = {
     "down": "reduced beyond the effect of interest",
     "flat": "no reduction of interest (flat)",
@@ -179,7 +174,7 @@ def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     diff, a, b, why = _judged(baseline, candidate, ABS_DIFF, knobs)
     if diff is None:
         return Answer(question, False, why, {"outcome": "not judged"})
-    judged = outcomes.judge_outcome(diff, _effect_of_interest(a, knobs), knobs.threshold("bootstrap_confidence"))
+    judged = outcomes.judge_outcome(diff, effect_of_interest(knobs, a), knobs.threshold("bootstrap_confidence"))
     message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), {judged.describe()}: {DRIFT_VERDICTS[judged.direction]}"
     evidence = {
         "baseline_mean": a,
@@ -330,7 +325,7 @@ def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
         if diff is None:
             return Answer(question, False, f"{mode}: {why}", {"outcome": "not judged"})
         diffs[mode] = diff
-        effects[mode] = {"baseline_mean": a, "candidate_mean": b, "relative_change": (b - a) / a, "effect_of_interest": _effect_of_interest(a, knobs)}
+        effects[mode] = {"baseline_mean": a, "candidate_mean": b, "relative_change": (b - a) / a, "effect_of_interest": effect_of_interest(knobs, a)}
     alpha = 1.0 - knobs.threshold("bootstrap_confidence")
     levels = outcomes.holm_levels({mode: outcomes.decision_p_value(diffs[mode], effects[mode]["effect_of_interest"]) for mode in diffs}, alpha)
     judged = {

@@ -151,7 +151,9 @@ def family_members(knobs: Knobs, stage: str, backend: str) -> list[str]:
     return members
 
 
-def _effect(knobs: Knobs, parent_mean: float) -> float:
+def effect_of_interest(knobs: Knobs, parent_mean: float) -> float:
+    """The minimum effect of interest E of a parent's (or an A/B baseline's) mean, from the knobs
+    rung_min_abs_delta and rung_flat_max_rel_delta: one E for the ladder and the A/B."""
     return outcomes.effect_of_interest(parent_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
 
 
@@ -167,7 +169,7 @@ def rung_difference(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], replica
     diff = stats.hierarchical_diff_ci(
         parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"), seed_effect_alpha=knobs.threshold("seed_effect_alpha")
     )
-    return diff, _effect(knobs, _grand_mean(parent_series))
+    return diff, effect_of_interest(knobs, _grand_mean(parent_series))
 
 
 def family_levels(knobs: Knobs, stage: str, backend: str, fetch: Callable[..., Run]) -> dict[str, outcomes.HolmLevel]:
@@ -244,7 +246,7 @@ def judge_rung(
     judgement.diff = diff = stats.hierarchical_diff_ci(
         parent_series, child_series, confidence=confidence, seed_effect_alpha=knobs.threshold("seed_effect_alpha")
     )
-    effect = _effect(knobs, judgement.parent_mean)
+    effect = effect_of_interest(knobs, judgement.parent_mean)
     if holm is None:
         holm = outcomes.HolmLevel(1, 1, 1.0 - confidence, True, (rung.id,))
     if paired is not None:  # evidence beside the trajectory delta; the decision stays the trajectory's
