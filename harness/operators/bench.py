@@ -47,7 +47,12 @@ METHOD = (
     "sum(grad_out * logp), grad_out ~ N(0,1) seeded, gradients w.r.t. hidden and weight; median of `reps//2` "
     "calls; fwd_bwd_peak_extra_bytes excludes the inputs and the returned .grad tensors. grad_batch_invariant: "
     "grad_hidden of rows 1..517 computed alone vs inside the full batch, bitwise; grad_tp_invariant: both "
-    "gradients at TP 2 and 8 (emulated) vs TP 1, bitwise; grad_deterministic: two full runs, bitwise."
+    "gradients at TP 2 and 8 (emulated) vs TP 1, bitwise; grad_deterministic: two full runs, bitwise. "
+    "Queued timing (GPU; the _queued fields, x_gemm_queued and fwd_bwd_x_gemm_queued against a GEMM timed the "
+    "same way, alternately): a sleep kernel queued before the start event holds the GPU while the host issues "
+    "the call (nvbench's blocking-kernel method), so the span is the GPU's work without the host's issue time "
+    "or the GPU's wake from idle; queued_held / fwd_bwd_queued_held: the fraction of calls whose sleep outlasted "
+    "the host's issue time (below 1, that many calls were timed partly from an idle GPU)."
 )
 
 
@@ -102,6 +107,14 @@ def measure_operator(name, bundle, device, temperature, ref_cache, gemm, warmup,
         row |= measure.tp_invariance(op, bundle, full, temperature)
         gemm_call = lambda: bundle.hidden @ bundle.weight.T  # noqa: E731
         row["ms_median"], row["gemm_ms_paired"] = measure.time_ms_paired(call, gemm_call, device, warmup, reps)
+        queued = measure.time_ms_paired_queued(call, gemm_call, device, 0, reps)
+        if queued:
+            row |= {
+                "ms_median_queued": queued["ms"],
+                "gemm_ms_queued": queued["ref_ms"],
+                "x_gemm_queued": queued["ms"] / queued["ref_ms"],
+                "queued_held": queued["held"],
+            }
         row["peak_extra_bytes"] = measure.peak_extra_bytes(call, device)
     row |= measure.backward_parity(op, bundle, temperature, backward_rows)
     row |= measure.fwd_bwd_time_and_memory(op, bundle, temperature, max(1, warmup - 1), max(3, reps // 2), gemm_call)

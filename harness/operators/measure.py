@@ -128,6 +128,81 @@ def time_ms_paired(fn, ref_fn, device: torch.device, warmup: int = 3, reps: int 
     return statistics.median(a), statistics.median(b)
 
 
+# Queued timing (GPU only). time_ms starts each call on an idle GPU, so its span also holds the host's
+# time to issue the call and the GPU's wake from idle: at T=1024 the fused forward measured 0.95-0.97
+# ms with its launches queued and 1.13-1.24 ms from idle, the GEMM 0.85-0.86 and 0.94-1.05 ms (issue 16
+# round 6, reports/bench/h200-issue16-round6-exp4-forward-idle-vs-busy-start.json). Queued timing is
+# nvbench's "blocking kernel" method: a sleep kernel ahead of the start event holds the GPU while the
+# host issues the whole call, so the span is the GPU's work alone, as in a training step where the host
+# runs ahead. Each call says whether its queue held (the sleep outlasted the host's issue time); a call
+# that syncs inside, or a sleep too short, shows as not held rather than as a shorter time.
+_CYCLES_PER_MS: dict = {}
+
+
+def _sleep_cycles_per_ms(device: torch.device) -> float:
+    """torch.cuda._sleep cycles per GPU millisecond, measured once per device on a warm GPU."""
+    found = _CYCLES_PER_MS.get(device)
+    if found is None:
+        torch.cuda._sleep(1_000_000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(4_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        found = _CYCLES_PER_MS[device] = 4_000_000 / max(start.elapsed_time(end), 1e-3)
+    return found
+
+
+def _host_issue_ms(fn) -> float:
+    """Host milliseconds to issue fn (no sync), after it has run once."""
+    t0 = time.perf_counter()
+    fn()
+    host = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    return host
+
+
+def _queued_call(fn, cycles: int) -> tuple[float, bool]:
+    """(GPU ms of fn with its launches queued behind a sleep of ``cycles``, whether the queue held)."""
+    before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    t0 = time.perf_counter()
+    before.record()
+    torch.cuda._sleep(cycles)
+    start.record()
+    fn()
+    end.record()
+    host_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    # The sleep starts on the GPU no sooner than the host recorded ``before``, so it still held the
+    # GPU when the host finished issuing iff it lasted longer than the host took.
+    return start.elapsed_time(end), before.elapsed_time(start) > host_ms
+
+
+def time_ms_paired_queued(fn, ref_fn, device: torch.device, warmup: int = 3, reps: int = 10) -> dict | None:
+    """Queued timing (see above) of fn and ref_fn, alternately call by call as time_ms_paired does.
+
+    Returns {"ms", "ref_ms"} (medians over every call), "held" (the fraction of calls whose queue
+    held) and "sleep_ms" (the sleep asked for: three times the slower side's host issue time plus
+    0.2 ms); None off the GPU.
+    """
+    if device.type != "cuda":
+        return None
+    for _ in range(warmup):
+        fn()
+        ref_fn()
+    host = max(_host_issue_ms(fn), _host_issue_ms(ref_fn))
+    sleep_ms = 3 * host + 0.2
+    cycles = int(sleep_ms * _sleep_cycles_per_ms(device))
+    a, b, held = [], [], 0
+    for _ in range(reps):
+        ms, ok = _queued_call(fn, cycles)
+        ref_ms, ref_ok = _queued_call(ref_fn, cycles)
+        a.append(ms)
+        b.append(ref_ms)
+        held += ok + ref_ok
+    return {"ms": statistics.median(a), "ref_ms": statistics.median(b), "held": held / (2 * reps), "sleep_ms": sleep_ms}
+
+
 def peak_extra_bytes(fn, device: torch.device) -> int | None:
     """Peak device memory allocated during one call above what was allocated before it (GPU only)."""
     if device.type != "cuda":
@@ -197,7 +272,8 @@ def backward_checks(op: Operator, bundle, temperature: float) -> dict:
 def fwd_bwd_time_and_memory(op: Operator, bundle, temperature: float, warmup: int = 2, reps: int = 5, ref_fn=None) -> dict:
     """Forward+backward (gradients w.r.t. hidden and weight) time and peak memory beyond inputs and grads.
 
-    With ``ref_fn`` (the GEMM) the two are timed alternately (:func:`time_ms_paired`).
+    With ``ref_fn`` (the GEMM) the two are timed alternately (:func:`time_ms_paired`), and on a GPU also
+    queued (:func:`time_ms_paired_queued`, the ``_queued`` fields).
     """
     if not op.contract.has_backward:
         return {"fwd_bwd_ms_median": None, "fwd_bwd_peak_extra_bytes": None}
@@ -210,11 +286,12 @@ def fwd_bwd_time_and_memory(op: Operator, bundle, temperature: float, warmup: in
         with torch.enable_grad():
             op.selected_logprobs(h, w, bundle.targets, temperature).backward(g)
 
-    ref_ms = None
+    ref_ms, queued = None, None
     if ref_fn is None:
         ms = time_ms(step, h.device, warmup, reps)
     else:
         ms, ref_ms = time_ms_paired(step, ref_fn, h.device, warmup, reps)
+        queued = time_ms_paired_queued(step, ref_fn, h.device, 0, reps)
     peak = None
     if h.device.type == "cuda":
         h.grad = w.grad = None
@@ -226,4 +303,12 @@ def fwd_bwd_time_and_memory(op: Operator, bundle, temperature: float, warmup: in
         torch.cuda.synchronize()
         grads = sum(x.grad.numel() * x.grad.element_size() for x in (h, w) if x.grad is not None)
         peak = int(torch.cuda.max_memory_allocated() - base - grads)
-    return {"fwd_bwd_ms_median": ms, "fwd_bwd_gemm_ms_median": ref_ms, "fwd_bwd_peak_extra_bytes": peak}
+    out = {"fwd_bwd_ms_median": ms, "fwd_bwd_gemm_ms_median": ref_ms, "fwd_bwd_peak_extra_bytes": peak}
+    if queued:
+        out |= {
+            "fwd_bwd_ms_median_queued": queued["ms"],
+            "fwd_bwd_gemm_ms_queued": queued["ref_ms"],
+            "fwd_bwd_x_gemm_queued": queued["ms"] / queued["ref_ms"],
+            "fwd_bwd_queued_held": queued["held"],
+        }
+    return out

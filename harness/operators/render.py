@@ -11,10 +11,10 @@ COLUMNS = (
     "batch inv",
     "TP inv",
     "ms",
-    "x GEMM",
+    "x GEMM (queued)",
     "extra MiB",
     "fwd+bwd ms",
-    "fwd+bwd x GEMM",
+    "fwd+bwd x GEMM (queued)",
     "fwd+bwd extra MiB",
     "grad rel err (h / W)",
     "grad batch inv",
@@ -25,6 +25,11 @@ _N = len(COLUMNS) - 1
 
 def _num(x, fmt="{:.1e}") -> str:
     return "-" if x is None else fmt.format(x)
+
+
+def _ratio(idle, queued) -> str:
+    # x GEMM timed from an idle GPU, and in brackets with the call's launches queued (bench.METHOD)
+    return _num(idle, "{:.2f}") + ("" if queued is None else f" ({queued:.2f})")
 
 
 def _inv(flag, detail) -> str:
@@ -61,10 +66,10 @@ def rows(record: dict) -> list[tuple[str, ...]]:
                 _inv(r.get("batch_invariant"), r.get("batch_rows_differing")),
                 _inv(r.get("tp_invariant"), r.get("tp_rows_differing")),
                 _num(r.get("ms_median"), "{:.2f}"),
-                _num(r.get("x_gemm"), "{:.2f}"),
+                _ratio(r.get("x_gemm"), r.get("x_gemm_queued")),
                 "-" if extra is None else f"{extra / 2**20:.0f}",
                 _num(r.get("fwd_bwd_ms_median"), "{:.2f}"),
-                _num(r.get("fwd_bwd_x_gemm"), "{:.2f}"),
+                _ratio(r.get("fwd_bwd_x_gemm"), r.get("fwd_bwd_x_gemm_queued")),
                 "-" if extra_fb is None else f"{extra_fb / 2**20:.0f}",
                 bwd,
                 _inv(r.get("grad_batch_invariant"), r.get("grad_batch_rows_differing")),

@@ -1,16 +1,18 @@
-"""Issue 16 round 6 on one GPU: the fast and the lean backward plan beside Liger and CCE, and repeated forwards.
+"""Issue 16 on one GPU: the fast and the lean backward plan beside Liger and CCE, and repeated forwards.
 
-    python tools/bench_issue16_round6.py --out /tmp/round6.json [--tokens 256,1024,2048,4096,8192] [--repeats 5]
+    python tools/bench_issue16.py --out /tmp/round.json [--tokens 256,1024,2048,4096,8192] [--repeats 5]
+
+(Round 6 ran it as tools/bench_issue16_round6.py; round 7 added queued timing to every row and repeat.)
 
 1. Check first (and stop with exit 3 if not met): at T=8192 (4 row chunks) and T=5000 (3, the last one short), the lean plan's gradients are
    bitwise the fast plan's (autograd, TP=1 and TP=2 emulated).
 2. The token sweep of tools/bench_operators.py (harness.operators.bench.run_token_sweep) over the named
-   operators, every field of the issue per row.
+   operators, every field of the issue per row, each time both from an idle GPU and queued (bench.METHOD).
 3. On the card warmed by the sweep: the forward against the GEMM (timed alternately, as the sweep does) at
-   --repeat-tokens, --repeats times each, interleaved; and fwd+bwd of both plans at T=8192, alternately.
-   Each repeat and the median go into the record (``forward_repeats``, ``fwd_bwd_repeats``), with the GPU's
-   clocks before and after (nvidia-smi).
-4. GPU time per kernel of one fwd+bwd of each plan at T=8192 (torch.profiler, ``profile_8192``).
+   --repeat-tokens, --repeats times each, interleaved, idle-start and queued; and fwd+bwd of both plans at T=8192,
+   alternately. Each repeat and the median go into the record (``forward_repeats``, ``fwd_bwd_repeats``), with the
+   GPU's clocks before and after (nvidia-smi).
+4. GPU time per kernel of one fwd+bwd of each plan at T=8192 (torch.profiler, ``profile_8192``; --skip-profile).
 5. --lean-variants: the lean plan at T=8192 with one setting changed (``lean_variants``): time, memory, bits.
 """
 
@@ -63,24 +65,10 @@ def lean_equals_fast(tokens: int) -> dict:
     return out
 
 
-def _busy_start_ms(fn, sleep_cycles: int = 3_000_000) -> float:
-    """GPU milliseconds of fn with the host ahead of the GPU: a sleep kernel (~1.5 ms) queued before the start event,
-    so fn's launches are queued before the GPU reaches them and the span excludes the host's time to issue them."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(sleep_cycles)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end)
-
-
-def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int, busy: bool = False) -> dict:
-    """The forward against the GEMM, timed alternately call by call, ``repeats`` times per T (T interleaved). As the sweep
-    times it (each call starts on an idle GPU, so its span includes the host's time to issue it), or with ``busy``
-    (:func:`_busy_start_ms`: the kernels' span alone)."""
+def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int) -> dict:
+    """The forward against the GEMM, timed alternately call by call, ``repeats`` times per T (T interleaved), each
+    repeat both ways the sweep times it: from an idle GPU (the span includes the host's time to issue the call), and
+    queued (measure.time_ms_paired_queued: the GPU's work alone)."""
     import torch
 
     from harness.operators import measure, registry
@@ -93,15 +81,36 @@ def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int, bus
         for _ in range(repeats):
             for t, b in bundles.items():
                 call, gemm = (lambda b=b: op.selected_logprobs(b.hidden, b.weight, b.targets)), (lambda b=b: b.hidden @ b.weight.T)
-                if busy:
-                    for _ in range(warmup):
-                        call(), gemm()
-                    pairs = [(_busy_start_ms(call), _busy_start_ms(gemm)) for _ in range(reps)]
-                    ms, ref = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-                else:
-                    ms, ref = measure.time_ms_paired(call, gemm, b.hidden.device, warmup, reps)
-                runs[str(t)].append({"ms_median": ms, "gemm_ms_median": ref, "x_gemm": ms / ref})
-    return {t: {"repeats": r, "x_gemm_median": statistics.median(x["x_gemm"] for x in r)} for t, r in runs.items()}
+                ms, ref = measure.time_ms_paired(call, gemm, b.hidden.device, warmup, reps)
+                q = measure.time_ms_paired_queued(call, gemm, b.hidden.device, 0, reps)
+                runs[str(t)].append(
+                    {
+                        "ms_median": ms,
+                        "gemm_ms_median": ref,
+                        "x_gemm": ms / ref,
+                        "ms_median_queued": q["ms"],
+                        "gemm_ms_queued": q["ref_ms"],
+                        "x_gemm_queued": q["ms"] / q["ref_ms"],
+                        "queued_held": q["held"],
+                    }
+                )
+    return {
+        t: {
+            "repeats": r,
+            "x_gemm_median": statistics.median(x["x_gemm"] for x in r),
+            "x_gemm_queued_median": statistics.median(x["x_gemm_queued"] for x in r),
+            "x_gemm_queued_max": max(x["x_gemm_queued"] for x in r),
+        }
+        for t, r in runs.items()
+    }
+
+
+def _print_repeats(repeats: dict) -> None:
+    print(
+        "forward repeats (idle-start, queued):",
+        json.dumps({t: [(round(x["x_gemm"], 3), round(x["x_gemm_queued"], 3)) for x in r["repeats"]] for t, r in repeats.items()}),
+        flush=True,
+    )
 
 
 def fwd_bwd_repeats(tokens: int, repeats: int) -> dict:
@@ -115,7 +124,14 @@ def fwd_bwd_repeats(tokens: int, repeats: int) -> dict:
         for name in runs:
             r = measure.fwd_bwd_time_and_memory(registry.get(name), b, 1.0, 2, 5, gemm)
             runs[name].append(r | {"fwd_bwd_x_gemm": r["fwd_bwd_ms_median"] / r["fwd_bwd_gemm_ms_median"]})
-    return {n: {"repeats": r, "fwd_bwd_x_gemm_median": statistics.median(x["fwd_bwd_x_gemm"] for x in r)} for n, r in runs.items()}
+    return {
+        n: {
+            "repeats": r,
+            "fwd_bwd_x_gemm_median": statistics.median(x["fwd_bwd_x_gemm"] for x in r),
+            "fwd_bwd_x_gemm_queued_median": statistics.median(x["fwd_bwd_x_gemm_queued"] for x in r),
+        }
+        for n, r in runs.items()
+    }
 
 
 def lean_variants(specs: str, tokens: int = 8192) -> list[dict]:
@@ -208,7 +224,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeat-tokens", default="1024,4096")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--skip-sweep", action="store_true")
-    p.add_argument("--forward-only", action="store_true", help="only the forward repeats, idle-start and busy-start")
+    p.add_argument("--forward-only", action="store_true", help="only the forward repeats (idle-start and queued)")
+    p.add_argument("--skip-profile", action="store_true")
     p.add_argument(
         "--lean-variants",
         default="lean_bytes=65011712;lean_bytes=50331648;lean_bytes=41943040",
@@ -222,18 +239,15 @@ def main(argv=None) -> int:
     from harness.operators.bundles import BundleShape, synthetic_bundle
 
     if not torch.cuda.is_available():
-        print("bench_issue16_round6: needs a CUDA device", file=sys.stderr)
+        print("bench_issue16: needs a CUDA device", file=sys.stderr)
         return 2
     out = Path(args.out)
     if args.forward_only:
         tokens = [int(x) for x in args.repeat_tokens.split(",")]
         rec = {"gpu_state_start": gpu_state(), **bench.environment(torch.device("cuda"))}
-        for label, busy in (("idle_start", False), ("busy_start", True), ("idle_start_again", False), ("busy_start_again", True)):
-            rec[f"forward_repeats_{label}"] = forward_repeats(tokens, args.repeats, 3, 10, busy)
-            print(
-                label, json.dumps({t: [round(x["x_gemm"], 3) for x in r["repeats"]] for t, r in rec[f"forward_repeats_{label}"].items()}), flush=True
-            )
-            bench.write_record(rec, out)
+        rec["forward_repeats"] = forward_repeats(tokens, args.repeats, 3, 10)
+        _print_repeats(rec["forward_repeats"])
+        bench.write_record(rec, out)
         rec["gpu_state_end"] = gpu_state()
         bench.write_record(rec, out)
         return 0
@@ -242,7 +256,7 @@ def main(argv=None) -> int:
     print("lean vs fast bits:", json.dumps(state["lean_equals_fast"]), flush=True)
     if not all(v for per_t in state["lean_equals_fast"].values() for tp in per_t.values() for v in tp.values()):
         out.write_text(json.dumps(state, indent=1) + "\n")
-        print("bench_issue16_round6: the lean plan's gradients differ from the fast plan's; no sweep", file=sys.stderr)
+        print("bench_issue16: the lean plan's gradients differ from the fast plan's; no sweep", file=sys.stderr)
         return 3
     tokens = [int(x) for x in args.tokens.split(",")]
     record = {}
@@ -250,7 +264,16 @@ def main(argv=None) -> int:
         bundles = [synthetic_bundle(BundleShape(n, H, V, seed=0)) for n in tokens]
 
         def progress(row):
-            keys = ("x_gemm", "fwd_bwd_x_gemm", "fwd_bwd_peak_extra_bytes", "grad_batch_invariant", "grad_tp_invariant", "error")
+            keys = (
+                "x_gemm",
+                "x_gemm_queued",
+                "fwd_bwd_x_gemm",
+                "fwd_bwd_x_gemm_queued",
+                "fwd_bwd_peak_extra_bytes",
+                "grad_batch_invariant",
+                "grad_tp_invariant",
+                "error",
+            )
             print(f"T={row['shape']['T']} {row['name']}: " + ", ".join(f"{k}={row.get(k)}" for k in keys), flush=True)
 
         record = bench.run_token_sweep(bundles, "cuda", args.names.split(","), out_path=out, on_row=progress)
@@ -258,16 +281,16 @@ def main(argv=None) -> int:
     record["gpu_state_after_sweep"] = gpu_state()
     bench.write_record(record, out)
     record["forward_repeats"] = forward_repeats([int(x) for x in args.repeat_tokens.split(",")], args.repeats, 3, 10)
-    print(
-        "forward repeats:", json.dumps({t: [round(x["x_gemm"], 3) for x in r["repeats"]] for t, r in record["forward_repeats"].items()}), flush=True
-    )
+    _print_repeats(record["forward_repeats"])
     bench.write_record(record, out)
     record["fwd_bwd_repeats"] = {"8192": fwd_bwd_repeats(8192, 3)}
-    try:
-        record["profile_8192"] = profile_plans()
-    except Exception as exc:  # the profiler is a lead, not the record
-        record["profile_8192"] = {"error": f"{type(exc).__name__}: {exc}"}
     bench.write_record(record, out)
+    if not args.skip_profile:
+        try:
+            record["profile_8192"] = profile_plans()
+        except Exception as exc:  # the profiler is a lead, not the record
+            record["profile_8192"] = {"error": f"{type(exc).__name__}: {exc}"}
+        bench.write_record(record, out)
     if args.lean_variants:
         record["lean_variants"] = lean_variants(args.lean_variants)
     record["gpu_state_end"] = gpu_state()
@@ -277,8 +300,13 @@ def main(argv=None) -> int:
 
         render.print_table(record)
     print(
-        "fwd+bwd repeats T=8192:",
-        json.dumps({n: [round(x["fwd_bwd_x_gemm"], 3) for x in r["repeats"]] for n, r in record["fwd_bwd_repeats"]["8192"].items()}),
+        "fwd+bwd repeats T=8192 (idle-start, queued):",
+        json.dumps(
+            {
+                n: [(round(x["fwd_bwd_x_gemm"], 3), round(x["fwd_bwd_x_gemm_queued"], 3)) for x in r["repeats"]]
+                for n, r in record["fwd_bwd_repeats"]["8192"].items()
+            }
+        ),
     )
     return 0
 
