@@ -41,9 +41,6 @@ def _audit_summary(audit) -> dict:
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
-    from harness.attribution.audit import audit_run
-    from harness.attribution.probes import run_probes
-
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         print(f"error: {run_dir}: no such run directory (expected reports/runs/<id>/ with dumps/)", file=sys.stderr)
@@ -60,6 +57,10 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     except SpecError as err:
         print("error: " + "\n  ".join(err.problems), file=sys.stderr)
         return 2
+    # The probes and the audit import torch (seconds): only once the arguments have been checked.
+    from harness.attribution.audit import audit_run
+    from harness.attribution.probes import run_probes
+
     run = RunDir(run_dir).load()  # loaded once; the probes and the audit share it
     report = run_probes(run, knobs)
     if report.needs == ["a readable dump"]:
