@@ -83,17 +83,7 @@ def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int) -> 
                 call, gemm = (lambda b=b: op.selected_logprobs(b.hidden, b.weight, b.targets)), (lambda b=b: b.hidden @ b.weight.T)
                 ms, ref = measure.time_ms_paired(call, gemm, b.hidden.device, warmup, reps)
                 q = measure.time_ms_paired_queued(call, gemm, b.hidden.device, 0, reps)
-                runs[str(t)].append(
-                    {
-                        "ms_median": ms,
-                        "gemm_ms_median": ref,
-                        "x_gemm": ms / ref,
-                        "ms_median_queued": q["ms"],
-                        "gemm_ms_queued": q["ref_ms"],
-                        "x_gemm_queued": q["ms"] / q["ref_ms"],
-                        "queued_held": q["held"],
-                    }
-                )
+                runs[str(t)].append({"ms_median": ms, "gemm_ms_median": ref, "x_gemm": ms / ref} | measure.queued_fields(q))
     return {
         t: {
             "repeats": r,

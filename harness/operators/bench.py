@@ -107,14 +107,7 @@ def measure_operator(name, bundle, device, temperature, ref_cache, gemm, warmup,
         row |= measure.tp_invariance(op, bundle, full, temperature)
         gemm_call = lambda: bundle.hidden @ bundle.weight.T  # noqa: E731
         row["ms_median"], row["gemm_ms_paired"] = measure.time_ms_paired(call, gemm_call, device, warmup, reps)
-        queued = measure.time_ms_paired_queued(call, gemm_call, device, 0, reps)
-        if queued:
-            row |= {
-                "ms_median_queued": queued["ms"],
-                "gemm_ms_queued": queued["ref_ms"],
-                "x_gemm_queued": queued["ms"] / queued["ref_ms"],
-                "queued_held": queued["held"],
-            }
+        row |= measure.queued_fields(measure.time_ms_paired_queued(call, gemm_call, device, 0, reps))
         row["peak_extra_bytes"] = measure.peak_extra_bytes(call, device)
     row |= measure.backward_parity(op, bundle, temperature, backward_rows)
     row |= measure.fwd_bwd_time_and_memory(op, bundle, temperature, max(1, warmup - 1), max(3, reps // 2), gemm_call)

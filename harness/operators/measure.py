@@ -203,6 +203,19 @@ def time_ms_paired_queued(fn, ref_fn, device: torch.device, warmup: int = 3, rep
     return {"ms": statistics.median(a), "ref_ms": statistics.median(b), "held": held / (2 * reps), "sleep_ms": sleep_ms}
 
 
+def queued_fields(queued: dict | None, prefix: str = "") -> dict:
+    """The record's fields for one time_ms_paired_queued result ({} off the GPU): ``ms_median_queued``,
+    ``gemm_ms_queued``, ``x_gemm_queued``, ``queued_held``, each name after ``prefix``."""
+    if not queued:
+        return {}
+    return {
+        f"{prefix}ms_median_queued": queued["ms"],
+        f"{prefix}gemm_ms_queued": queued["ref_ms"],
+        f"{prefix}x_gemm_queued": queued["ms"] / queued["ref_ms"],
+        f"{prefix}queued_held": queued["held"],
+    }
+
+
 def peak_extra_bytes(fn, device: torch.device) -> int | None:
     """Peak device memory allocated during one call above what was allocated before it (GPU only)."""
     if device.type != "cuda":
@@ -304,11 +317,4 @@ def fwd_bwd_time_and_memory(op: Operator, bundle, temperature: float, warmup: in
         grads = sum(x.grad.numel() * x.grad.element_size() for x in (h, w) if x.grad is not None)
         peak = int(torch.cuda.max_memory_allocated() - base - grads)
     out = {"fwd_bwd_ms_median": ms, "fwd_bwd_gemm_ms_median": ref_ms, "fwd_bwd_peak_extra_bytes": peak}
-    if queued:
-        out |= {
-            "fwd_bwd_ms_median_queued": queued["ms"],
-            "fwd_bwd_gemm_ms_queued": queued["ref_ms"],
-            "fwd_bwd_x_gemm_queued": queued["ms"] / queued["ref_ms"],
-            "fwd_bwd_queued_held": queued["held"],
-        }
-    return out
+    return out | queued_fields(queued, "fwd_bwd_")

@@ -53,3 +53,15 @@ def test_a_call_that_waits_for_the_gpu_is_not_held():
 
     queued = measure.time_ms_paired_queued(syncs, lambda: a @ a, torch.device("cuda"), 2, 5)
     assert queued["held"] == 0.5, queued  # the GEMM's calls held, the syncing call's did not
+
+
+def test_the_record_fields_are_named_as_the_docs_name_them():
+    queued = {"ms": 3.0, "ref_ms": 2.0, "held": 1.0, "sleep_ms": 0.5}
+    assert measure.queued_fields(queued) == {"ms_median_queued": 3.0, "gemm_ms_queued": 2.0, "x_gemm_queued": 1.5, "queued_held": 1.0}
+    assert set(measure.queued_fields(queued, "fwd_bwd_")) == {
+        "fwd_bwd_ms_median_queued",
+        "fwd_bwd_gemm_ms_queued",
+        "fwd_bwd_x_gemm_queued",
+        "fwd_bwd_queued_held",
+    }
+    assert measure.queued_fields(None) == {}  # off the GPU: no queued fields, not zeros
