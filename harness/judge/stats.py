@@ -206,9 +206,15 @@ def block_bootstrap_mean_ci(
 ) -> tuple[float, float]:
     """Interval for the mean of an autocorrelated series: mean +/- t * circular-block-bootstrap SE."""
     array = _finite_series(values, "values")
+    means, _, df = _series_bootstrap(array, block_len, n_resamples, seed)
+    return _t_interval(float(array.mean()), means, df, confidence)
+
+
+def _series_bootstrap(array: np.ndarray, block_len: int | None, n_resamples: int, seed: int) -> tuple[np.ndarray, int, float]:
+    """One series' circular-block-bootstrap means, the block length used and the degrees of freedom."""
     length = default_block_length(array) if block_len is None else block_len
     means = _circular_block_means(array, length, n_resamples, np.random.default_rng(seed))
-    return _t_interval(float(array.mean()), means, _degrees_of_freedom(len(array), length), confidence)
+    return means, length, _degrees_of_freedom(len(array), length)
 
 
 def _paired_resample_means(
@@ -264,9 +270,7 @@ def block_bootstrap_paired_diff_ci(
     if len(array_a) != len(array_b):
         raise ValueError(f"paired series need one value per step on both sides: {len(array_a)} vs {len(array_b)}")
     differences = array_b - array_a
-    length = default_block_length(differences) if block_len is None else block_len
-    means = _circular_block_means(differences, length, n_resamples, np.random.default_rng(seed))
-    df = _degrees_of_freedom(len(differences), length)
+    means, length, df = _series_bootstrap(differences, block_len, n_resamples, seed)
     return DiffCI.around(float(differences.mean()), float(np.std(means, ddof=1)), df, confidence, length, length)
 
 
