@@ -2,7 +2,8 @@
 
     python tools/bench_issue16.py --out /tmp/round.json [--tokens 256,1024,2048,4096,8192] [--repeats 5]
 
-(Round 6 ran it as tools/bench_issue16_round6.py; round 7 added queued timing to every row and repeat.)
+(Round 6 ran it as tools/bench_issue16_round6.py; round 7 added queued timing to every row and repeat; round 8
+times 100 calls of each side per figure, --reps, where rounds 4-7 timed 10.)
 
 1. Check first (and stop with exit 3 if not met): at T=8192 (4 row chunks) and T=5000 (3, the last one short), the lean plan's gradients are
    bitwise the fast plan's (autograd, TP=1 and TP=2 emulated).
@@ -103,7 +104,7 @@ def _print_repeats(repeats: dict) -> None:
     )
 
 
-def fwd_bwd_repeats(tokens: int, repeats: int) -> dict:
+def fwd_bwd_repeats(tokens: int, repeats: int, reps: int) -> dict:
     from harness.operators import measure, registry
     from harness.operators.bundles import BundleShape, synthetic_bundle
 
@@ -112,7 +113,7 @@ def fwd_bwd_repeats(tokens: int, repeats: int) -> dict:
     runs = {FAST: [], LEAN: []}
     for _ in range(repeats):
         for name in runs:
-            r = measure.fwd_bwd_time_and_memory(registry.get(name), b, 1.0, 2, 5, gemm)
+            r = measure.fwd_bwd_time_and_memory(registry.get(name), b, 1.0, 2, reps, gemm)
             runs[name].append(r | {"fwd_bwd_x_gemm": r["fwd_bwd_ms_median"] / r["fwd_bwd_gemm_ms_median"]})
     return {
         n: {
@@ -213,6 +214,10 @@ def main(argv=None) -> int:
     p.add_argument("--names", default=f"{FAST},{LEAN},{PEERS}")
     p.add_argument("--repeat-tokens", default="1024,4096")
     p.add_argument("--repeats", type=int, default=5)
+    # 100 calls of each side per timing (round 8): a 10-call window at T=1024 (about 20 ms of GPU work) is shorter
+    # than the card's clock changes under load, and its ratio to the GEMM then spread 1.14-1.23x on one machine,
+    # where 100-call windows gave 1.136-1.141x before and after a sustained load (docs/operators.md, round 8).
+    p.add_argument("--reps", type=int, default=100, help="calls of each side per timing (fwd+bwd: half)")
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument("--forward-only", action="store_true", help="only the forward repeats (idle-start and queued)")
     p.add_argument("--skip-profile", action="store_true")
@@ -235,7 +240,7 @@ def main(argv=None) -> int:
     if args.forward_only:
         tokens = [int(x) for x in args.repeat_tokens.split(",")]
         rec = {"gpu_state_start": gpu_state(), **bench.environment(torch.device("cuda"))}
-        rec["forward_repeats"] = forward_repeats(tokens, args.repeats, 3, 10)
+        rec["forward_repeats"] = forward_repeats(tokens, args.repeats, 3, args.reps)
         _print_repeats(rec["forward_repeats"])
         bench.write_record(rec, out)
         rec["gpu_state_end"] = gpu_state()
@@ -266,14 +271,14 @@ def main(argv=None) -> int:
             )
             print(f"T={row['shape']['T']} {row['name']}: " + ", ".join(f"{k}={row.get(k)}" for k in keys), flush=True)
 
-        record = bench.run_token_sweep(bundles, "cuda", args.names.split(","), out_path=out, on_row=progress)
+        record = bench.run_token_sweep(bundles, "cuda", args.names.split(","), reps=args.reps, out_path=out, on_row=progress)
     record |= state
     record["gpu_state_after_sweep"] = gpu_state()
     bench.write_record(record, out)
-    record["forward_repeats"] = forward_repeats([int(x) for x in args.repeat_tokens.split(",")], args.repeats, 3, 10)
+    record["forward_repeats"] = forward_repeats([int(x) for x in args.repeat_tokens.split(",")], args.repeats, 3, args.reps)
     _print_repeats(record["forward_repeats"])
     bench.write_record(record, out)
-    record["fwd_bwd_repeats"] = {"8192": fwd_bwd_repeats(8192, 3)}
+    record["fwd_bwd_repeats"] = {"8192": fwd_bwd_repeats(8192, 3, max(3, args.reps // 2))}
     bench.write_record(record, out)
     if not args.skip_profile:
         try:
