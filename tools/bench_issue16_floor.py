@@ -212,6 +212,65 @@ def clock_repeats(tokens: list[int], repeats: int, reps: int, heat_seconds: floa
     return out
 
 
+def hot_timing(tokens: list[int], reps: int, burst: int) -> dict:
+    """The fused forward (and at T=8192 fwd+bwd) against the GEMM with each timed call queued behind ``burst``
+    GEMMs at T=8192 instead of a sleep: the card is kept at its sustained-load clock (power cap) while both sides
+    are timed, call by call alternately, the clock sampled throughout."""
+    import torch
+
+    from harness.operators import measure, registry
+    from harness.operators.bundles import BundleShape, synthetic_bundle
+
+    op = registry.get(FAST)
+    big = synthetic_bundle(BundleShape(8192, H, V, seed=1)).to("cuda")
+
+    def hot_call(fn) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(burst):
+            big.hidden @ big.weight.T
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    def paired(call, gemm, n) -> dict:
+        for _ in range(3):
+            call(), gemm()
+        a, b = [], []
+        with ClockSampler() as sampler:
+            for _ in range(n):
+                a.append(hot_call(call))
+                b.append(hot_call(gemm))
+        ms, ref = statistics.median(a), statistics.median(b)
+        return {"ms_median_hot": ms, "gemm_ms_hot": ref, "x_gemm_hot": ms / ref, "calls": n, "clock": sampler.summary()}
+
+    out = {"burst_gemms_T8192": burst, "forward": [], "fwd_bwd": []}  # in the order timed (a T may come twice)
+    for t in tokens:
+        b = synthetic_bundle(BundleShape(t, H, V, seed=0)).to("cuda")
+        gemm = lambda b=b: b.hidden @ b.weight.T  # noqa: E731
+        with torch.no_grad():
+            r = {"T": t} | paired(lambda b=b: op.selected_logprobs(b.hidden, b.weight, b.targets), gemm, reps)
+            out["forward"].append(r)
+        print(
+            f"hot T={t} forward: {r['x_gemm_hot']:.3f}x, SM {r['clock']['sm_mhz_median']} MHz, cap {r['clock']['power_cap_fraction']:.2f}", flush=True
+        )
+        if t == 8192:
+            h, w, tg = b.hidden.detach().clone().requires_grad_(), b.weight.detach().clone().requires_grad_(), b.targets
+            g = measure._grad_out(t, h.device)
+
+            def step():
+                h.grad = w.grad = None
+                with torch.enable_grad():
+                    op.selected_logprobs(h, w, tg).backward(g)
+
+            r = {"T": t} | paired(step, gemm, max(3, reps // 2))
+            out["fwd_bwd"].append(r)
+            print(f"hot T={t} fwd+bwd: {r['x_gemm_hot']:.3f}x, SM {r['clock']['sm_mhz_median']} MHz", flush=True)
+        b = None
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -221,6 +280,9 @@ def main(argv=None) -> int:
     p.add_argument("--clock-repeats", type=int, default=5, help="repeats before and again after the heat")
     p.add_argument("--clock-reps", type=int, default=100, help="calls of each side per clock repeat")
     p.add_argument("--heat-seconds", type=float, default=20.0)
+    p.add_argument("--hot-tokens", default="", help="also time forward (and fwd+bwd at 8192) behind GEMM bursts at these T")
+    p.add_argument("--hot-burst", type=int, default=3, help="GEMMs at T=8192 queued before each hot call")
+    p.add_argument("--skip-clock", action="store_true")
     args = p.parse_args(argv)
 
     import torch
@@ -233,7 +295,13 @@ def main(argv=None) -> int:
     out = Path(args.out)
     record = {**bench.environment(torch.device("cuda")), "floor": [], "clock_repeats": None}
     # The clock first, on the card as it comes (then warmed by its own repeats), then the floor.
-    record["clock_repeats"] = clock_repeats([int(x) for x in args.clock_tokens.split(",")], args.clock_repeats, args.clock_reps, args.heat_seconds)
+    if args.hot_tokens:
+        record["hot"] = hot_timing([int(x) for x in args.hot_tokens.split(",")], args.reps, args.hot_burst)
+        bench.write_record(record, out)
+    if not args.skip_clock:
+        record["clock_repeats"] = clock_repeats(
+            [int(x) for x in args.clock_tokens.split(",")], args.clock_repeats, args.clock_reps, args.heat_seconds
+        )
     bench.write_record(record, out)
     for tokens in (int(x) for x in args.tokens.split(",") if x):
         record["floor"].append(floor_at(tokens, args.reps))
