@@ -82,9 +82,7 @@ def forward_repeats(tokens: list[int], repeats: int, warmup: int, reps: int) -> 
         for _ in range(repeats):
             for t, b in bundles.items():
                 call, gemm = (lambda b=b: op.selected_logprobs(b.hidden, b.weight, b.targets)), (lambda b=b: b.hidden @ b.weight.T)
-                ms, ref = measure.time_ms_paired(call, gemm, b.hidden.device, warmup, reps)
-                q = measure.time_ms_paired_queued(call, gemm, b.hidden.device, 0, reps)
-                runs[str(t)].append({"ms_median": ms, "gemm_ms_median": ref, "x_gemm": ms / ref} | measure.queued_fields(q))
+                runs[str(t)].append(measure.paired_fields(call, gemm, b.hidden.device, warmup, reps))
     return {
         t: {
             "repeats": r,
@@ -214,10 +212,7 @@ def main(argv=None) -> int:
     p.add_argument("--names", default=f"{FAST},{LEAN},{PEERS}")
     p.add_argument("--repeat-tokens", default="1024,4096")
     p.add_argument("--repeats", type=int, default=5)
-    # 100 calls of each side per timing (round 8): a 10-call window at T=1024 (about 20 ms of GPU work) is shorter
-    # than the card's clock changes under load, and its ratio to the GEMM then spread 1.14-1.23x on one machine,
-    # where 100-call windows gave 1.136-1.141x before and after a sustained load (docs/operators.md, round 8).
-    p.add_argument("--reps", type=int, default=100, help="calls of each side per timing (fwd+bwd: half)")
+    p.add_argument("--reps", type=int, help="calls of each side per timing (fwd+bwd: half; default: bench.DEFAULT_REPS)")
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument("--forward-only", action="store_true", help="only the forward repeats (idle-start and queued)")
     p.add_argument("--skip-profile", action="store_true")
@@ -237,6 +232,7 @@ def main(argv=None) -> int:
         print("bench_issue16: needs a CUDA device", file=sys.stderr)
         return 2
     out = Path(args.out)
+    args.reps = args.reps or bench.default_reps("cuda")
     if args.forward_only:
         tokens = [int(x) for x in args.repeat_tokens.split(",")]
         rec = {"gpu_state_start": gpu_state(), **bench.environment(torch.device("cuda"))}

@@ -39,15 +39,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="JSON record path, e.g. reports/bench/h200-production.json")
     p.add_argument("--markdown", help="also write the table as markdown to this path")
     p.add_argument("--warmup", type=int, default=3)
-    # On a GPU, 100 calls of each side per figure: 10-call windows at T=1024 (about 20 ms of GPU work) are shorter
-    # than the H200's clock changes under load and spread 1.14-1.23x against the GEMM on one machine, where
-    # 100-call windows gave 1.136-1.141x (issue 16 round 8, docs/operators.md). CPU timings keep 10.
-    p.add_argument("--reps", type=int, help="calls of each side per timing (default: 100 on cuda, 10 on cpu)")
+    p.add_argument("--reps", type=int, help="calls of each side per timing (default: bench.DEFAULT_REPS, 100 on cuda, 10 on cpu)")
     p.add_argument("--sweep", action="store_true", help="also time the fused kernel's candidate configs (cuda)")
     p.add_argument("--tokens", help="comma-separated T values: one bench per T (same H, V, seed), rows of all in one record")
     args = p.parse_args(argv)
-    if args.reps is None:
-        args.reps = 100 if args.device == "cuda" else 10
 
     import torch
 

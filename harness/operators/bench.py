@@ -33,6 +33,16 @@ TARGETS = {  # issues 7 and 16, for the fused operator: recorded, not asserted
     "tp_invariant": True,
     "grad_batch_invariant": True,
 }
+# Calls of each side per timed figure. On a GPU 100: a 10-call window at T=1024 (about 20 ms of GPU work) is
+# shorter than the H200's clock changes under load, and its ratio to the GEMM spread 1.14-1.23x on one machine,
+# where 100-call windows gave 1.136-1.141x (issue 16 round 8, docs/operators.md). On CPU 10 (the CPU record, tests).
+DEFAULT_REPS = {"cuda": 100, "cpu": 10}
+
+
+def default_reps(device) -> int:
+    return DEFAULT_REPS.get(torch.device(device).type, 10)
+
+
 METHOD = (
     "Error: |op - fp64 reference| on the same operands over tokens where both are finite (the processed "
     "variants against an fp64 processed reference with the same top-k/top-p). Batch invariance: bitwise, "
@@ -122,8 +132,10 @@ def measure_operator(name, bundle, device, temperature, ref_cache, gemm, warmup,
     return row | {"available": True}
 
 
-def run_bench(bundle: Bundle, device, names=None, temperature=1.0, warmup=3, reps=10, backward_rows=256, out_path=None, on_row=None) -> dict:
+def run_bench(bundle: Bundle, device, names=None, temperature=1.0, warmup=3, reps=None, backward_rows=256, out_path=None, on_row=None) -> dict:
+    """``reps``: calls of each side per timed figure (None: default_reps(device))."""
     device = torch.device(device)
+    reps = default_reps(device) if reps is None else reps
     bundle = bundle.to(device)
     record = {
         "schema": SCHEMA,
@@ -160,7 +172,7 @@ def write_record(record: dict, path) -> None:
     tmp.replace(path)
 
 
-def run_token_sweep(bundles, device, names=None, temperature=1.0, warmup=3, reps=10, out_path=None, on_row=None) -> dict:
+def run_token_sweep(bundles, device, names=None, temperature=1.0, warmup=3, reps=None, out_path=None, on_row=None) -> dict:
     """One bench per bundle (the same H, V, seed at several T), every row in one record's results.
 
     Each row carries its own ``shape`` (with T) and the ``gemm_ms_median`` of its T; the record's

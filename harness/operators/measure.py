@@ -218,6 +218,14 @@ def queued_fields(queued: dict | None, prefix: str = "") -> dict:
     }
 
 
+def paired_fields(fn, ref_fn, device: torch.device, warmup: int = 3, reps: int = 10) -> dict:
+    """fn against ref_fn (the GEMM), timed alternately from idle and queued: ``ms_median``, ``gemm_ms_median``,
+    ``x_gemm`` and the queued_fields."""
+    ms, ref = time_ms_paired(fn, ref_fn, device, warmup, reps)
+    queued = time_ms_paired_queued(fn, ref_fn, device, 0, reps)
+    return {"ms_median": ms, "gemm_ms_median": ref, "x_gemm": ms / ref} | queued_fields(queued)
+
+
 def peak_extra_bytes(fn, device: torch.device) -> int | None:
     """Peak device memory allocated during one call above what was allocated before it (GPU only)."""
     if device.type != "cuda":
