@@ -1,8 +1,17 @@
 """The Triton kernel's logic (chunking, masking, target pick, TMA and pointer loops) on CPU.
 
 Triton's interpreter (TRITON_INTERPRET=1) runs the kernel with numpy, so CI checks the kernel's
-indexing against the torch version of the same plan; the bits of a real GPU run are the bench's job.
+indexing against the torch version of the same plan; the bits of a real GPU run are the bench's job
+(`tools/bench_operators.py --invariance` on the card, its record under reports/bench/).
 The interpreter must be chosen before triton compiles anything, hence a fresh interpreter process.
+
+The interpreter's `tl.dot` is numpy's matmul, i.e. the host's BLAS: which kernel it picks for a
+16-row tile, and so the bits of a row, depend on the CPU (an AVX2-only EPYC and an AVX-512 Xeon
+disagree on the rows-3:10 batch check). A bitwise claim the host's BLAS decides is not the kernel's
+claim, so both scripts first replace the interpreter's dot with a fixed-order one (one multiply-add
+per k, elementwise numpy: the same bits on any CPU). The bitwise checks then say what the kernel's
+design owns: a row meets the same operands in the same order whatever else is in the batch, shard or
+slice. Agreement with the torch plan (torch's own CPU matmul) is checked within a tolerance only.
 """
 
 from __future__ import annotations
@@ -21,7 +30,28 @@ pytestmark = pytest.mark.operator
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = textwrap.dedent("""
+# Run first in each script: the interpreter's dot without the host's BLAS (see the module docstring).
+FIXED_ORDER_DOT = textwrap.dedent("""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as _interp
+
+    def _fixed_order_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        a_data, b_data = a.data, b.data
+        if (a.dtype.primitive_bitwidth == 8 and a.dtype.is_floating()) or (b.dtype.primitive_bitwidth == 8 and b.dtype.is_floating()):
+            a_data = _interp._convert_float(a_data, a.dtype, tl.float16, None).view(np.float16)
+            b_data = _interp._convert_float(b_data, b.dtype, tl.float16, None).view(np.float16)
+        acc_dtype = d.data.dtype
+        a_data, b_data = a_data.astype(acc_dtype), b_data.astype(acc_dtype)
+        acc = a_data[..., :, 0:1] * b_data[..., 0:1, :]
+        for k in range(1, a_data.shape[-1]):   # k ascending, one rounding per product and per sum
+            acc = acc + a_data[..., :, k : k + 1] * b_data[..., k : k + 1, :]
+        return _interp.TensorHandle(acc + d.data, d.dtype.scalar)
+
+    _interp.InterpreterBuilder.create_dot = _fixed_order_dot
+""")
+
+SCRIPT = FIXED_ORDER_DOT + textwrap.dedent("""
     import torch
     from harness.operators.fused_plan import chunk_bounds, merge_partials, shard_chunk_bounds
     from harness.operators.fused_torch import torch_partials
@@ -63,10 +93,10 @@ SCRIPT = textwrap.dedent("""
 """)
 
 # The backward's three kernels (grad_logits tile, grad_weight rows, grad_hidden group partial) against
-# the torch plan. fp32 operands: the interpreter's numpy has no bf16. Bitwise where the design says so:
+# the torch plan. fp32 operands: the interpreter's numpy has no bf16. Bitwise (under the fixed-order dot) where the design says so:
 # a TP shard's partials and grad_weight rows equal the unsplit ones, a slice of rows equals the same rows
 # in the batch, and the slice width changes no bit.
-BACKWARD_SCRIPT = textwrap.dedent("""
+BACKWARD_SCRIPT = FIXED_ORDER_DOT + textwrap.dedent("""
     import sys
     import torch
     from dataclasses import replace
