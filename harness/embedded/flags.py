@@ -113,6 +113,14 @@ FLAGS: list[Flag] = [
     Flag("vllm-enable-expert-parallel", None, False, _N, "one engine process: no expert parallelism"),
     Flag("vllm-all2all-backend", str, None, _N, "expert all-to-all needs several GPUs"),
     Flag("vllm-enable-deterministic-inference", None, False, _N, "CPU kernels are batch-invariant enough"),
+    # --- tracking (VIME's init_tracking / log): outputs only, the run's numbers do not change
+    Flag("use-wandb", None, False, _H, "logs each dict to W&B as VIME's log() does; offline unless --wandb-mode/WANDB_MODE say otherwise"),
+    Flag("wandb-project", str, None),
+    Flag("wandb-group", str, None),
+    Flag("wandb-mode", str, None, choices=("online", "offline", "disabled")),
+    Flag("wandb-dir", str, None, _H, "default: the run's output directory (its wandb/ folder)"),
+    Flag("use-tensorboard", None, False, _H, "add_scalar per key against train/step or rollout/step, as VIME's TensorBoard adapter"),
+    Flag("tensorboard-dir", str, None, _H, "default: TENSORBOARD_DIR, else <output dir>/tensorboard"),
     # --- embedded-only
     Flag("embedded-inject", str, None),
     Flag("embedded-replay-processed-logprobs", None, False),

@@ -44,6 +44,16 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _print_arguments(values: dict) -> None:
+    """Megatron's validate_args prints every argument at start (rank 0), in this form, so a VIME
+    driver log says how many rollouts it was launched with: ingest knows the run's end from that."""
+    print("------------------------ arguments ------------------------", flush=True)
+    lines = [f"  {name.replace('-', '_')} {'.' * (48 - len(name))} {value}" for name, value in values.items()]
+    for line in sorted(lines, key=str.lower):
+        print(line, flush=True)
+    print("-------------------- end of arguments ---------------------", flush=True)
+
+
 def _spawn_tp_peers(tp: int, store: str) -> list[subprocess.Popen]:
     env = dict(os.environ, **{RANK_ENV: "1", STORE_ENV: store})
     return [
@@ -58,6 +68,7 @@ def main(argv: list[str]) -> int:
     from harness.embedded.loop import EmbeddedRun, InputError
     from harness.embedded.megatron_model import num_experts
     from harness.embedded.settings import from_flags
+    from harness.embedded.tracking import Tracking
 
     # 1. Parse: VIME flags in, one typed Settings out (bad flags: one line, exit 2).
     try:
@@ -68,6 +79,13 @@ def main(argv: list[str]) -> int:
     tp_rank = int(os.environ.get(RANK_ENV, "0"))
     if tp_rank == 0:
         _setup_logging()
+        _print_arguments(values)
+    # VIME's init_tracking, on the driver only (TP peers track nothing); a W&B run that cannot
+    # start (online without network, a bad --wandb-mode) is one line before anything is built.
+    try:
+        tracking = Tracking(values if tp_rank == 0 else {}, settings.output_dir)
+    except Exception as exc:  # wandb raises its own error types (UsageError, CommError, ...)
+        return _fail(f"--use-wandb/--use-tensorboard: tracking did not start: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", 1)
     # The process group's rendezvous file: made by rank 0, handed to the peer it spawns.
     store = os.environ.get(STORE_ENV)
     if store is None:
@@ -82,6 +100,7 @@ def main(argv: list[str]) -> int:
         run.build(store)
     except (InputError, DataError, UnknownRecipe, EngineStartError, OSError) as exc:
         _stop(peers)
+        tracking.finish(exit_code=1)
         return _fail(str(exc).splitlines()[0], 1)
     if tp_rank == 0:
         emulation = [fp8.EMULATION_NOTE] if settings.fp8 else []
@@ -111,7 +130,9 @@ def main(argv: list[str]) -> int:
             ),
         )
 
-    # 3. Loop: one rollout, recompute, train, sync per step; VIME's lines, flushed as they go.
+    # 3. Loop: one rollout, recompute, train, sync per step; VIME's lines, flushed as they go, and
+    # (with --use-wandb / --use-tensorboard) the same dicts to W&B and TensorBoard, as VIME's log().
+    code = 0
     try:
         for rollout_id in range(settings.num_rollout):
             report = run.step(rollout_id)
@@ -127,21 +148,24 @@ def main(argv: list[str]) -> int:
                     fallback_tokens=decision["fallback_tokens"],
                 )
             logger.info("rollout %d: %r", rollout_id, report.rollout)
+            tracking.log(report.rollout, "rollout/step", rollout_id)
             for step_id, metrics in report.steps:
                 logger.info("step %d: %r", step_id, metrics)
+                tracking.log(metrics, "train/step", step_id)
             logger.info("perf %d: %r", rollout_id, report.perf)
-        # VIME's train.py ends with this line; ingest reads a log without it as unfinished, so an
-        # embedded log.txt ingested on its own (`harness ingest`) is judged like a VIME log.
-        logger.info("training finished")
+            tracking.log(report.perf, "rollout/step", rollout_id)
+        # No end line: VIME's train.py prints none either. A run is finished when its records cover
+        # every rollout id below --num-rollout (printed with the arguments above) and it exited 0.
     except KeyboardInterrupt:
-        return _fail("interrupted; the steps logged so far stand", 130)
+        code = _fail("interrupted; the steps logged so far stand", 130)
     except EngineStartError as exc:  # e.g. fp8 emulation found missing at the first generation
-        return _fail(f"{str(exc).splitlines()[0]}; the steps logged so far stand", 1)
+        code = _fail(f"{str(exc).splitlines()[0]}; the steps logged so far stand", 1)
     finally:
-        # 4. Close: the engine (our own server child, by pid) and the TP peers.
+        # 4. Close: tracking (VIME's finish_tracking), the engine (our own server child, by pid), the TP peers.
+        tracking.finish(exit_code=code)
         run.close(process_exiting=True)
         _stop(peers)
-    return 0
+    return code
 
 
 def _stop(peers: list[subprocess.Popen]) -> None:
