@@ -63,35 +63,3 @@ def writable_dir(path: str | Path, option: str) -> Path:
     if not os.access(anchor, os.W_OK | os.X_OK):
         raise SpecError(f"{option} {path}: {anchor} is not writable")
     return path
-
-
-def replaceable_run_dir(path: str | Path, option: str) -> Path:
-    """A run directory to write whole: absent, empty, or a run directory this tool wrote before.
-    Anything else is the user's and is never replaced (it would be deleted)."""
-    from harness.records.rundir import written_by_harness
-
-    path = Path(path)
-    writable_dir(path.parent if not path.exists() else path, option)
-    alive = _trainer_still_writing(path)
-    if alive:
-        raise SpecError(f"{option} {path}: a run directory whose trainer still writes to it, {alive}; refusing to replace it")
-    if path.is_dir() and any(path.iterdir()) and not written_by_harness(path):
-        raise SpecError(
-            f"{option} {path}: an existing directory that is not a run directory written by this tool; "
-            f"refusing to replace it (its files would be deleted): choose a new or empty directory"
-        )
-    return path
-
-
-def _trainer_still_writing(path: Path) -> str | None:
-    """For a run directory the launcher wrote: a sentence if the trainer it started still runs."""
-    import json
-
-    from harness.launch.runner import TRAINER_FILE
-    from harness.launch.sources import trainer_still_running
-
-    try:
-        identity = json.loads((path / TRAINER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return trainer_still_running(identity) if isinstance(identity, dict) else None

@@ -95,7 +95,7 @@ def _embedded_model_dir(uri: str) -> Path | None:
     """The cached build of an embedded:// model, without building it (the run built it already)."""
     try:
         from harness.embedded.factory import cache_dir
-        from harness.embedded.recipes import MODEL_RECIPES, recipe_hash
+        from harness.recipes import MODEL_RECIPES, recipe_hash
     except ImportError:
         return None
     name = uri.removeprefix("embedded://").partition("/")[2]

@@ -16,9 +16,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness.embedded import task
-from harness.embedded.recipes import DATA_RECIPES, MODEL_RECIPES, recipe_hash
+from harness.recipes import DATA_RECIPES, MODEL_RECIPES, URI_PREFIX, recipe_hash
 
-URI_PREFIX = "embedded://"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from harness.embedded import task
-from harness.embedded.recipes import ModelRecipe, recipe_hash
+from harness.recipes import ModelRecipe, recipe_hash
 
 
 def train_tokenizer(recipe: ModelRecipe) -> Tokenizer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from harness.embedded.recipes import TaskRecipe
+from harness.recipes import TaskRecipe
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 EOS_TOKEN = "<|im_end|>"

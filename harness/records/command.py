@@ -9,12 +9,45 @@ keeping every readable record.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from harness.arguments import replaceable_run_dir, writable_dir
+from harness.arguments import writable_dir
 from harness.records.atomic import to_json
 from harness.records.ingest import content_hash, ingest, is_run_directory
+from harness.records.rundir import written_by_harness
+from harness.spec.errors import SpecError
+
+
+def replaceable_run_dir(path: str | Path, option: str) -> Path:
+    """A run directory to write whole: absent, empty, or a run directory this tool wrote before.
+    Anything else is the user's and is never replaced (it would be deleted)."""
+    path = Path(path)
+    writable_dir(path.parent if not path.exists() else path, option)
+    alive = _trainer_still_writing(path)
+    if alive:
+        raise SpecError(f"{option} {path}: a run directory whose trainer still writes to it, {alive}; refusing to replace it")
+    if path.is_dir() and any(path.iterdir()) and not written_by_harness(path):
+        raise SpecError(
+            f"{option} {path}: an existing directory that is not a run directory written by this tool; "
+            f"refusing to replace it (its files would be deleted): choose a new or empty directory"
+        )
+    return path
+
+
+def _trainer_still_writing(path: Path) -> str | None:
+    """For a run directory the launcher wrote: a sentence if the trainer it started still runs."""
+    # The launcher's files: this command is a front end (harness/cli.py), so it may ask the launch
+    # layer, which the records layer below it may not.
+    from harness.launch.runner import TRAINER_FILE
+    from harness.launch.sources import trainer_still_running
+
+    try:
+        identity = json.loads((path / TRAINER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return trainer_still_running(identity) if isinstance(identity, dict) else None
 
 
 def register(subparsers) -> None:

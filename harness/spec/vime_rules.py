@@ -12,7 +12,7 @@ routing replay) hold on every backend: the embedded trainer takes the same flags
 from __future__ import annotations
 
 from harness.spec.cluster import vime_line
-from harness.spec.validate import ALL_BACKENDS, CLUSTER, Finding, rule, whole
+from harness.spec.rules import ALL_BACKENDS, CLUSTER, Finding, rule, whole
 from harness.spec.vime_flags import flag_problem, load_flag_table
 
 VIME_ARGS = "RL-Align/vime vime/utils/arguments.py@0ea526a"
@@ -194,8 +194,7 @@ def _embedded_experts(checkpoint) -> int | None:
     import json
     from pathlib import Path
 
-    from harness.embedded.factory import URI_PREFIX
-    from harness.embedded.recipes import MODEL_RECIPES
+    from harness.recipes import MODEL_RECIPES, URI_PREFIX
 
     if not isinstance(checkpoint, str):
         return None

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
-from harness.embedded.recipes import MODEL_RECIPES
+from harness.recipes import MODEL_RECIPES
 from harness.spec import load_knobs
 from harness.spec.models import load_model
 from harness.spec.vime_flags import load_flag_table

@@ -1,7 +1,10 @@
-"""Recipes for the miniature's model and prompt set, named by the `embedded://` URIs in knobs/.
+"""Recipes for the embedded backend's model and prompt set, named by the `embedded://` URIs in knobs/.
 
 A recipe is plain data; its hash (with the factory's format version) names the cache entry, so a
-changed recipe is rebuilt and an unchanged one is reused.
+changed recipe is rebuilt and an unchanged one is reused. It sits at the bottom of the harness,
+beside no other code, because two layers read it: spec validation (which embedded models are MoE)
+and the embedded backend that builds them (harness/embedded/factory.py); spec/ imports nothing
+above itself (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 # Bump when the build code changes what a recipe produces.
 FACTORY_FORMAT = 1
+# How knobs name a recipe: embedded://model/NAME, embedded://data/NAME.
+URI_PREFIX = "embedded://"
 
 
 @dataclass(frozen=True, kw_only=True)
