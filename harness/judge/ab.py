@@ -20,6 +20,7 @@ from harness.judge import stats
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks, read_decisions
 from harness.judge.ladder import effect_of_interest
+from harness.judge.margin import noninferiority_margin, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
@@ -183,8 +184,23 @@ def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
         "outcome": judged.direction,
         "effect_of_interest": judged.effect,
         "detectable": judged.detectable,
+        "margin": _outcome_margin(judged.direction, diff, judged.effect, baseline, candidate).as_dict(),
     }
     return Answer(question, judged.direction == "down", message, evidence)
+
+
+def _sample(baseline: Run, candidate: Run, diff: stats.DiffCI) -> dict:
+    """What a paired A/B estimate rests on: one seed a side, the steps both logged after warm-up."""
+    return {"seeds_per_side": [1, 1], "paired_steps": int(round(diff.df + 1)) if diff.df == diff.df else None}
+
+
+def _outcome_margin(direction: str, diff: stats.DiffCI, effect: float, baseline: Run, candidate: Run):
+    """The margin of the observed outcome (NaN for inconclusive: it has no side of a boundary)."""
+    from harness.judge.margin import Margin
+
+    if direction not in ("up", "down", "flat"):
+        return Margin(float("nan"), diff.diff, float("nan"), diff.se, direction, _sample(baseline, candidate, diff))
+    return outcome_margin(direction, diff.diff, diff.se, effect, _sample(baseline, candidate, diff))
 
 
 def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
@@ -194,11 +210,13 @@ def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
         return Answer(question, False, why)
     allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
     passed = diff.low >= -allowed
+    margin = noninferiority_margin(diff.diff, diff.se, allowed, _sample(baseline, candidate, diff))
     message = (
         f"reward {a:.3f} -> {b:.3f}, difference CI [{diff.low:+.3f}, {diff.high:+.3f}]; allowed drop "
-        f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped")
+        f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped") + f"; {margin.describe()}"
     )
-    return Answer(question, passed, message, {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high]})
+    evidence = {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high], "outcome": "pass" if passed else "fail"}
+    return Answer(question, passed, message, evidence | {"margin": margin.as_dict(), "allowed_drop": allowed})
 
 
 # Step, rollout, log-prob recompute and weight-sync time: what an operator path can slow down.
@@ -340,6 +358,9 @@ def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
             detectable=outcome.detectable,
             family_size=len(judged),
         )
+    # The answer's margin: the nearer of the two modes' outcomes to its boundary.
+    margins = [_outcome_margin(judged[mode].direction, diffs[mode], effects[mode]["effect_of_interest"], *pairs[mode]).as_dict() for mode in judged]
+    margin = min(margins, key=lambda m: m["se_units"] if m["se_units"] == m["se_units"] else float("-inf"))
     directions = {o.direction for o in judged.values()}
     values = [e["relative_change"] for e in effects.values()]
     gap = abs(values[0] - values[1])
@@ -354,7 +375,7 @@ def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
     else:
         verdict, why = "inconclusive", "a mode cannot tell an effect from none: not checked"
     message = "; ".join(f"{mode}: {effects[mode]['relative_change']:+.0%}, {judged[mode].describe()}" for mode in judged) + f". {verdict}: {why}"
-    return Answer(question, verdict == "consistent", message, {"outcome": verdict, **effects})
+    return Answer(question, verdict == "consistent", message, {"outcome": verdict, **effects, "margin": margin})
 
 
 QUESTIONS: dict[str, Callable[[Run, Run, Knobs], Answer]] = {

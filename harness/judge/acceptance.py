@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.judge import stats
+from harness.judge.completeness import series_problems
+from harness.judge.margin import bound_margin
 from harness.judge.verdict import Verdict, after_warmup, finite_values
 from harness.records.logparse import parse_log_file
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
@@ -87,6 +89,11 @@ def reward_does_not_collapse(ctx: JudgeContext) -> Verdict:
         "late_window_mean": late,
         "late_window_steps": [steps[-window], steps[-1]],
     }
+    # The late window's mean against the larger of its two limits, in standard errors of that mean.
+    late_values = np.asarray(values[-window:])
+    late_se = float(np.std(late_values, ddof=1) / np.sqrt(window)) if window > 1 else float("nan")
+    limit = max(floor, ratio * float(means[best]))
+    evidence["margin"] = bound_margin(late, late_se, limit, upper=False, sample={"seeds": 1, "steps": window}).as_dict()
     if late < floor:
         return Verdict(
             False,
@@ -127,17 +134,22 @@ def mismatch_above_near_aligned(ctx: JudgeContext) -> Verdict:
     confidence = ctx.threshold("bootstrap_confidence")
     min_delta = ctx.threshold("rung_min_abs_delta")
     near = ctx.fetch("near-aligned")
+    # A missing or non-finite step makes the answer "not judged", naming it: never a shorter series.
+    incomplete = series_problems(ctx.run, ABS_DIFF, ctx.knobs, "baseline") + series_problems(near, ABS_DIFF, ctx.knobs, "near-aligned")
+    if incomplete:
+        return Verdict(False, "not judged: " + "; ".join(incomplete), {"outcome": "not judged"})
     _, baseline = after_warmup(ctx.run.series(ABS_DIFF), warmup)
     _, reference = after_warmup(near.series(ABS_DIFF), warmup)
-    if len(baseline) < 3 or len(reference) < 3:
-        return Verdict(False, f"too few steps after warm-up to compare (baseline {len(baseline)}, near-aligned {len(reference)})")
     diff = stats.block_bootstrap_diff_ci(reference, baseline, confidence=confidence)
+    sample = {"seeds_per_side": [1, 1], "steps_per_side": [len(baseline), len(reference)]}
     evidence = {
         "near_aligned_run": near.id,
         "baseline_mean": float(np.mean(baseline)),
         "near_aligned_mean": float(np.mean(reference)),
         "diff": diff.diff,
         "ci": [diff.low, diff.high],
+        # Measurably above: the difference against its binding limit, rung_min_abs_delta (above zero).
+        "margin": bound_margin(diff.diff, diff.se, max(0.0, min_delta), upper=False, sample=sample).as_dict(),
     }
     head = (
         f"abs-diff {evidence['baseline_mean']:.4g} vs near-aligned {evidence['near_aligned_mean']:.4g}: "
@@ -168,6 +180,12 @@ def stable_under_aa(ctx: JudgeContext) -> Verdict:
         other = ctx.fetch(rung, seed=seed + 1) if seed is not None and rung else None
     except LookupError:
         other = None
+    # A missing or non-finite step makes the answer "not judged", naming it: never a shorter series.
+    incomplete = series_problems(ctx.run, ABS_DIFF, ctx.knobs, f"seed {seed}")
+    if other is not None:
+        incomplete += series_problems(other, ABS_DIFF, ctx.knobs, f"seed {seed + 1}")
+    if incomplete:
+        return Verdict(False, "not judged: " + "; ".join(incomplete), {"outcome": "not judged"})
     if other is not None:
         _, b = after_warmup(other.series(ABS_DIFF), warmup)
         how = f"seeds {seed} and {seed + 1}"
@@ -184,6 +202,10 @@ def stable_under_aa(ctx: JudgeContext) -> Verdict:
         "rel_diff": check.rel_diff,
         "rel_ci": [check.rel_ci_low, check.rel_ci_high],
         "rel_tol": rel_tol,
+        # Equivalence: |relative difference| within rel_tol, in standard errors of the relative difference.
+        "margin": bound_margin(
+            abs(check.rel_diff), check.rel_se, rel_tol, upper=True, sample={"seeds": 2 if other else 1, "steps": [len(a), len(b)]}
+        ).as_dict(),
     }
     message = (
         f"A/A over {how}: means {check.mean_a:.4g} and {check.mean_b:.4g}, relative difference "

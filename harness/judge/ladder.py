@@ -33,6 +33,7 @@ from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.completeness import series_problems
 from harness.judge.exact_zero import exactly_zero_findings
+from harness.judge.margin import Margin, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
@@ -269,6 +270,7 @@ def judge_rung(
         "adjusted_alpha": holm.alpha,
         "adjusted_confidence": holm.confidence,
         "holm_reached": holm.reached,
+        "margin": _rung_margin(rung, result, diff, effect, child_series, parent_series).as_dict(),
     }
     if not holm.reached:
         judgement.reasons.append(
@@ -332,6 +334,11 @@ def judge_rung(
         judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
     elif drifting.spec.backend == "embedded":
         replayed = fetch(drifting_rung, **{replay_flag: True})
+        # A missing or non-finite step of the replay run makes the rung "not judged", naming it.
+        incomplete = series_problems(replayed, ABS_DIFF, knobs, f"{drifting_rung} replaying the processed contract")
+        if incomplete:
+            judgement.problems = ["not judged: " + "; ".join(incomplete)]
+            return judgement
         replayed_values = _series(replayed, warmup)
         # The replay run has the first seed only: it is compared seed for seed with the first seeds'
         # delta (the replicates' delta when the first seeds alone do not show the drift).
@@ -390,6 +397,20 @@ def judge_rung(
         judgement.drift_class = "undecided"
         judgement.reasons.append(f"undecided: needs the boundary table of {drifting.id}: {verdict}")
     return judgement
+
+
+def _rung_margin(rung: Rung, result: outcomes.Outcome, diff: stats.DiffCI, effect: float, child_series, parent_series):
+    """The delta's distance in standard errors from the boundary of the rung's expected direction (or
+    of the direction observed, when the rung expects none; NaN when inconclusive), with its sample."""
+    answer = rung.expect.direction if rung.expect.direction_expected else result.direction
+    sample = {
+        "seeds_per_side": [len(child_series), len(parent_series)],
+        "steps_per_side": [sum(len(v) for v in child_series), sum(len(v) for v in parent_series)],
+        "measured_for": "expected" if rung.expect.direction_expected else "observed",
+    }
+    if answer not in ("up", "down", "flat"):  # inconclusive and not expected: no boundary to measure from
+        return Margin(float("nan"), diff.diff, float("nan"), diff.se, answer, sample)
+    return outcome_margin(answer, diff.diff, diff.se, effect, sample)
 
 
 def _rule_out_every_source(judgement: RungJudgement, why: str) -> None:
@@ -474,20 +495,20 @@ def _mean_bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
 
 
 def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs) -> list[str]:
-    """What the rung file expects that the judgement or the run contradicts: the direction against
-    the parent (when it has one), the drift class, then the rung's absolute bounds. Empty: as expected."""
+    """What the rung file expects that the judgement or the run contradicts: the one direction against
+    the parent, the one drift class, the classes the evidence must rule out, then the rung's absolute
+    bounds. An answer the file marks not-expected (knobs/design.yaml says why) is judged and reported,
+    never checked here. Empty: as expected."""
     findings = []
     expected = rung.expect
-    if rung.parent is not None and not expected.accepts_direction(judgement.observed_direction):
-        wanted = " or ".join(repr(d) for d in expected.accepted_directions)
+    if rung.parent is not None and expected.direction_expected and judgement.observed_direction != expected.direction:
         observed = judgement.observed_direction
         if judgement.outcome is not None and observed == "inconclusive":
             observed += f" (smallest detectable effect {judgement.outcome.detectable:.3g}, effect of interest {judgement.outcome.effect:.3g})"
-        findings.append(f"expected direction {wanted} against {rung.parent} (ladder/{rung.id}.yaml), observed {observed}")
+        findings.append(f"expected direction {expected.direction!r} against {rung.parent} (ladder/{rung.id}.yaml), observed {observed}")
     # The class is checked on a root too: its framework probes decide it (the fp32 floor: none).
-    if not expected.accepts_class(judgement.drift_class):
-        wanted = " or ".join(repr(c) for c in expected.accepted_classes)
-        findings.append(f"expected drift class {wanted} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
+    if expected.class_expected and judgement.drift_class != expected.drift_class:
+        findings.append(f"expected drift class {expected.drift_class!r} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
     # Classes the rung must rule out by evidence, whatever class (or none) the delta decides.
     for drift_class in expected.rules_out:
         if drift_class not in judgement.ruled_out:

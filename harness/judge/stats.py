@@ -93,6 +93,7 @@ class AACheck:
     criterion: str
     stable: bool
     reason: str
+    rel_se: float = float("nan")  # bootstrap standard error of rel_diff (harness.judge.margin)
 
 
 def summarize(
@@ -394,7 +395,8 @@ def aa_check(
     means_a, means_b, len_a, len_b = _paired_resample_means(array_a, array_b, block_len, n_resamples, seed)
     rel = float(_relative(mean_a, mean_b))
     df = _pair_degrees_of_freedom(len(array_a), len_a, len(array_b), len_b)
-    low, high = _t_interval(rel, _relative(means_a, means_b), df, confidence)
+    resampled = _relative(means_a, means_b)
+    low, high = _t_interval(rel, resampled, df, confidence)
     if criterion == "equivalence":
         stable = -rel_tol <= low and high <= rel_tol
     else:
@@ -405,4 +407,4 @@ def aa_check(
         f"A/A relative difference {rel:+.1%} (means {mean_a:.6g} vs {mean_b:.6g}, "
         f"{confidence:.0%} CI {low:+.1%}..{high:+.1%}); rule: {rule}: {verdict}"
     )
-    return AACheck(mean_a, mean_b, rel, low, high, rel_tol, criterion, bool(stable), reason)
+    return AACheck(mean_a, mean_b, rel, low, high, rel_tol, criterion, bool(stable), reason, float(np.std(resampled, ddof=1)))

@@ -354,7 +354,7 @@ def rungs_table(record: dict, baseline: dict | None) -> str:
             f"{fmt(r.get('mean'))} {interval(r.get('ci'))}",
             f"{fmt(r.get('delta'), '.3g', True)} {interval(r.get('delta_ci'), True)}",
             esc(r.get("decided_class")) + _ruled_out_note(r),
-            esc(f"{' or '.join(r.get('expected_class') or [])}, {r.get('expected_direction')}")
+            esc(f"{' or '.join(r.get('expected_class') or [])}, {r.get('expected_direction') or '— (root)'}")
             + (esc(f"; rules out {', '.join(r['expected_ruled_out'])}") if r.get("expected_ruled_out") else ""),
             esc(r.get("observed_direction")),
             f"{badge(outcomes.get(r['test']['nodeid']))} {test_cell(r.get('test'))}",
@@ -369,6 +369,39 @@ def rungs_table(record: dict, baseline: dict | None) -> str:
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     return f"<h2>Rung judgements</h2><table id='rungs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def answers_section(record: dict) -> str:
+    """Every judged answer with its margin in standard errors; expected answers under the record's
+    min_margin_se are flagged (harness.report.answers)."""
+    from harness.report.answers import NOT_EXPECTED, is_flagged, margin_text, sample_text
+
+    answers = record.get("answers") or []
+    if not answers:
+        return "<h2>Answers and margins</h2><p class='none'>no margins in this record (recorded before margins were kept)</p>"
+    minimum = float(record.get("min_margin_se") or 3.0)
+    outcomes = record.get("outcomes", {})
+    flagged = sum(1 for a in answers if is_flagged(a, minimum))
+    expected = sum(1 for a in answers if a.get("expected") not in (None, NOT_EXPECTED))
+    body = []
+    for a in answers:
+        flag = is_flagged(a, minimum)
+        cells = [
+            esc(a["key"]),
+            esc(a.get("expected") or "—"),
+            esc(a.get("observed")),
+            f"<span class='{'fail' if flag else ''}'>{esc(margin_text(a.get('margin')))}</span>" + (f" <b>under {minimum:g}</b>" if flag else ""),
+            esc(sample_text(a.get("margin"))),
+            f"{badge(outcomes.get((a.get('test') or {}).get('nodeid')))}",
+        ]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("Answer", "Expected", "Observed", "Margin (SE)", "Sample", "Test"))
+    lead = (
+        f"Margin: the estimate's distance from its decision boundary in standard errors, positive on the side of the answer "
+        f"given. {flagged} of {expected} expected answers under {minimum:g} SE; not-expected answers are reported only "
+        f"(knobs/design.yaml says why)."
+    )
+    return f"<h2>Answers and margins</h2><p class='small'>{esc(lead)}</p><table id='answers'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def tokens_section(record: dict) -> str:
@@ -454,6 +487,7 @@ def render_page(record: dict, baseline: dict | None = None, test_ids: dict[str, 
             summary_table(record, baseline),
             top,
             rungs_table(record, baseline),
+            answers_section(record),
             tokens_section(record),
             environment_section(record),
             allure_section(record),

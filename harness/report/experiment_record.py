@@ -63,7 +63,7 @@ def rung_entry(case, judgement, row, test: dict) -> dict:
         "decided_class": judgement.drift_class,
         # Classes the evidence rules out, with the evidence: all an undetermined delta can still show.
         "ruled_out": dict(judgement.ruled_out),
-        "expected_class": expected if isinstance(expected, list) else [expected],
+        "expected_class": [expected],
         "expected_ruled_out": list(case.rung.expect.rules_out),
         "observed_direction": judgement.observed_direction,
         "expected_direction": case.rung.expect.direction,
@@ -73,6 +73,7 @@ def rung_entry(case, judgement, row, test: dict) -> dict:
         "replicates": (judgement.evidence.get("replicates") or {}).get("count", 1),
         # The paired per-token delta on the parent's recorded tokens (harness.judge.paired), or why not checked.
         "paired_delta": judgement.evidence.get("paired_delta"),
+        "margin": (judgement.evidence.get("decision") or {}).get("margin"),
         "replicate_means": {k: v for k, v in (judgement.evidence.get("replicates") or {}).items() if isinstance(v, dict)},
         "test": test,
     }
@@ -131,6 +132,8 @@ def new_record(*, argv: list[str] | None = None, options: dict | None = None) ->
         "environment": [],
         "worst_tokens": None,
         "outcomes": {},
+        # Every judged answer with its margin in standard errors (harness.report.answers).
+        "answers": [],
     }
 
 
@@ -141,8 +144,8 @@ def add_entry(record: dict, kind: str, entry) -> None:
     elif kind == "environment":
         if all(e["run_id"] != entry["run_id"] for e in record["environment"]):
             record["environment"].append(entry)
-    elif kind in ("rows", "rungs", "ab"):
-        record[kind].append(entry)
+    elif kind in ("rows", "rungs", "ab", "answers"):
+        record.setdefault(kind, []).append(entry)
     else:
         raise ValueError(f"experiment record: unknown kind {kind!r}")
 
@@ -180,5 +183,6 @@ def load_record(folder: str | Path) -> dict:
         raise RecordError(f"{path}: key 'schema': expected {SCHEMA}, got {data['schema']}")
     data.setdefault("outcomes", {})
     data.setdefault("worst_tokens", None)
+    data.setdefault("answers", [])
     data["_path"] = str(path)
     return data

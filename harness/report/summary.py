@@ -226,13 +226,14 @@ def render_csv(rows: list[SummaryRow]) -> str:
     return to_csv([r.raw() for r in rows], CSV_COLUMNS)
 
 
-def write_summary(rows: list[SummaryRow], reports_dir: str | Path) -> tuple[Path, Path]:
-    """Write summary.md and summary.csv into `reports_dir` (atomically); returns their paths."""
+def write_summary(rows: list[SummaryRow], reports_dir: str | Path, answers_markdown: str = "") -> tuple[Path, Path]:
+    """Write summary.md (the rows' table, then the judged answers with their margins when given) and
+    summary.csv into `reports_dir` (atomically); returns their paths."""
     from harness.records.atomic import atomic_write_text
 
     reports_dir = Path(reports_dir)
     reports_dir.mkdir(parents=True, exist_ok=True)
     md_path, csv_path = reports_dir / "summary.md", reports_dir / "summary.csv"
-    atomic_write_text(md_path, render_markdown(rows))
+    atomic_write_text(md_path, render_markdown(rows) + ("\n" + answers_markdown if answers_markdown else ""))
     atomic_write_text(csv_path, render_csv(rows))
     return md_path, csv_path

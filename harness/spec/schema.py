@@ -9,16 +9,20 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Mode = Literal["colocate", "non-colocate"]
 Backend = Literal["embedded", "vime", "records"]
 # undetermined: the delta was inconclusive (harness.judge.outcome), so no class is decided on it.
 # undecided: a probe the class needs could not run (harness.attribution.probes names it: "undecided: needs X").
 DriftClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator", "undetermined", "undecided"]
-# The three outcomes of a direction plus inconclusive; any: every outcome (the rung checks its class only).
-Direction = Literal["up", "down", "flat", "inconclusive", "any"]
 DIRECTION_OUTCOMES = ("up", "down", "flat", "inconclusive")
+# What a rung may expect: exactly one outcome, written before the runs it judges (knobs/design.yaml),
+# or `not-expected`: the answer is judged and reported with its margin, but the design found no
+# affordable sample that decides it far from its boundary, so the main job does not expect it.
+NOT_EXPECTED = "not-expected"
+ExpectedDirection = Literal["up", "down", "flat", "not-expected"]
+ExpectedClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator", "not-expected"]
 
 MODES: tuple[str, ...] = ("colocate", "non-colocate")
 BACKENDS: tuple[str, ...] = ("embedded", "vime", "records")
@@ -116,22 +120,17 @@ class StagesFile(Strict):
 
 
 class Expectation(Strict):
-    # Named `class` in the YAML (the seed's word); `drift_class` in code. One class, or the list
-    # of classes the rung accepts (a rung that only rules some classes out, e.g. temperature:
-    # "no framework or semantic drift", whatever the arithmetic does on this machine).
-    drift_class: DriftClass | list[DriftClass] = Field(alias="class")
+    # Named `class` in the YAML (the seed's word); `drift_class` in code. One class, or not-expected
+    # (then `design` names the knobs/design.yaml question that says, with numbers, why not).
+    drift_class: ExpectedClass = Field(alias="class")
     # Classes the evidence must rule out whatever the delta decides (framework: probes 1-2 pass on
     # every run; semantic: probe 6 passes on the rung's runs, or the replay removes too little).
-    # The temperature rung: a delta too noisy to decide a class still has to show both.
     rules_out: list[DriftClass] = Field(default_factory=list)
-    # One outcome, or the list the rung accepts (`[up, inconclusive]` would accept a run too short
-    # to tell); `any` accepts every outcome.
-    direction: Direction | list[Direction]
-    # Absolute bounds on the rung's own run, judged whatever its parent shows (the ladder's roots:
-    # the fp32 floor, near-aligned low and stable). Each names a threshold in thresholds.yaml, so the
-    # number keeps its reason there. Mean abs-diff after warm-up at most max_abs_diff; the mean
-    # pinned down (CI half-width / mean at most max_rel_ci_halfwidth); no drift over the run
-    # (|Theil-Sen slope| x step span / mean at most max_rel_trend).
+    # One outcome against the parent, or not-expected (with `design`); a root has none.
+    direction: ExpectedDirection | None = None
+    # The knobs/design.yaml question this expectation was designed under (its measurement on the
+    # design seeds, the sample it needs, and whether the main job expects it).
+    design: str | None = None
     max_abs_diff: str | None = None
     max_rel_ci_halfwidth: str | None = None
     max_rel_trend: str | None = None
@@ -155,20 +154,19 @@ class Expectation(Strict):
         fields = ("max_abs_diff", "max_rel_ci_halfwidth", "max_rel_trend", "min_abs_diff")
         return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
 
+    @model_validator(mode="after")
+    def _not_expected_names_its_design(self) -> Expectation:
+        if NOT_EXPECTED in (self.drift_class, self.direction) and not self.design:
+            raise ValueError("class or direction is not-expected: `design` must name the knobs/design.yaml question that says why")
+        return self
+
     @property
-    def accepted_classes(self) -> tuple[str, ...]:
-        return tuple(self.drift_class) if isinstance(self.drift_class, list) else (self.drift_class,)
-
-    def accepts_class(self, drift_class: str) -> bool:
-        return drift_class in self.accepted_classes
+    def class_expected(self) -> bool:
+        return self.drift_class != NOT_EXPECTED
 
     @property
-    def accepted_directions(self) -> tuple[str, ...]:
-        listed = self.direction if isinstance(self.direction, list) else [self.direction]
-        return DIRECTION_OUTCOMES if "any" in listed else tuple(listed)
-
-    def accepts_direction(self, direction: str) -> bool:
-        return direction in self.accepted_directions
+    def direction_expected(self) -> bool:
+        return self.direction is not None and self.direction != NOT_EXPECTED
 
 
 class VimeCaveat(Strict):
@@ -192,6 +190,12 @@ class Rung(Strict):
     changes: FlagLayer = Field(default_factory=FlagLayer)
     # What this rung becomes on a real VIME cluster when VIME cannot express it as written.
     on_vime: VimeCaveat | None = Field(None, alias="on-vime")
+
+    @model_validator(mode="after")
+    def _direction_needs_a_parent(self) -> Rung:
+        if self.parent is None and self.expect.direction is not None:
+            raise ValueError("expect.direction: a root rung has no parent to move against; leave direction out")
+        return self
 
 
 class Threshold(Strict):
@@ -258,7 +262,10 @@ class ExpectedAnswers(Strict):
     """What the gate is expected to answer for this pair's candidate on one backend, where that is
     not a pass: the candidate is measured, and the gate's measured answer is the finding."""
 
-    answers: dict[str, bool]
+    # question -> its expected answer: true (passes), false (a decided no), or not-expected: judged and
+    # reported with its margin, but knobs/design.yaml (question ab/<pair or candidate>/<question>)
+    # found no affordable sample that decides it far from its boundary.
+    answers: dict[str, bool | Literal["not-expected"]]
     reason: str = Field(min_length=10)
 
 
@@ -292,9 +299,9 @@ class ABFile(Strict):
     # question name (harness.judge.ab.QUESTIONS) -> the backends where it gates; absent: everywhere.
     gated_on: dict[str, GatedBackends] = Field(default_factory=dict)
 
-    def expected_to_pass(self, question: str, backend: str, candidate: str | None = None) -> tuple[bool, str]:
+    def expected_to_pass(self, question: str, backend: str, candidate: str | None = None) -> tuple[bool | str, str]:
         """Whether the gate is expected to pass `question` on `backend` for the pair's candidate (or
-        the named one of `candidates`), and the reason when not."""
+        the named one of `candidates`), and the reason when not; "not-expected" when it is reported only."""
         expected = (self.candidates[candidate].expect if candidate else self.expect).get(backend)
         if expected is None or question not in expected.answers:
             return True, ""

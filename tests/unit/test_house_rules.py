@@ -37,7 +37,8 @@ def test_every_threshold_is_used_somewhere():
 def test_every_rung_says_why_and_what_it_expects():
     for rung in KNOBS.rungs.values():
         assert len(rung.why.split()) >= 8, f"ladder/{rung.id}.yaml: why: say in a sentence why this rung exists"
-        assert rung.expect.drift_class and rung.expect.direction
+        assert rung.expect.drift_class and rung.expect.design, f"ladder/{rung.id}.yaml: expect needs a class and its design (knobs/design.yaml)"
+        assert (rung.parent is None) == (rung.expect.direction is None), f"ladder/{rung.id}.yaml: a direction against the parent, none on a root"
 
 
 def test_the_ladder_has_one_root_and_reaches_the_recommended_baseline():

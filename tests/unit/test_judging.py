@@ -254,7 +254,7 @@ def test_expectation_findings_check_direction_and_class_against_the_parent(build
 
     rung = KNOBS.rungs["top-p"]
     run = build_run("child", rung="top-p", abs_diff=noisy(0.035))
-    as_expected = RungJudgement("top-p", rung.parent, 0.035, observed_direction=rung.expect.direction, drift_class=rung.expect.accepted_classes[0])
+    as_expected = RungJudgement("top-p", rung.parent, 0.035, observed_direction=rung.expect.direction, drift_class=rung.expect.drift_class)
     assert expectation_findings(rung, as_expected, run, KNOBS) == []
     wrong = RungJudgement("top-p", rung.parent, 0.035, observed_direction="down", drift_class="framework")
     findings = expectation_findings(rung, wrong, run, KNOBS)

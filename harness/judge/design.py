@@ -1,0 +1,145 @@
+"""The sample a question needs: from variance measured on A/A runs (the same spec at other seeds), how
+many seeds a side (and steps a run) bring its expected answer to a margin of at least the target, in
+standard errors of its estimate. Numbers in, numbers out: tools/design_sample.py feeds it the design
+seeds' runs and writes knobs/design.yaml.
+
+A side of a comparison is R runs (seeds) of S steps. A run's mean varies between seeds by
+    var_run = seed + within x S0 / S
+where `within` is the block-bootstrap variance of one run's mean at its S0 steps and `seed` is what
+the seeds add on top (the between-seed variance of the run means, less the part their steps explain;
+never below zero). The difference of two sides' grand means then has
+    SE(R, S) = sqrt(var_run_a / R + var_run_b / R)
+and its expected margin is (|delta| - E) / SE for up or down, (E - |delta|) / SE for flat, and
+(delta + M) / SE for a non-inferiority question with allowed drop M (harness.judge.margin).
+
+The answer must also clear the decision rule the judge applies: the interval at the family's
+Holm-adjusted level, t(df) x SE, with df = 2 (R - 1) when the seeds disagree (the judge then uses
+their spread) and large otherwise. The design asks for the larger of the two.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+__all__ = ["SideVariance", "Need", "side_variance", "needed_sample", "relative_seed_spread"]
+
+# Beyond this many seeds a side the design stops looking: it reports "more than MAX_SEEDS".
+MAX_SEEDS = 64
+
+
+@dataclass(frozen=True)
+class SideVariance:
+    """One spec measured at R0 seeds of S0 steps: its mean and the two parts of a run mean's variance."""
+
+    mean: float
+    seeds: int
+    steps: int
+    within: float  # variance of one run's mean from its own steps (block bootstrap), averaged over seeds
+    seed: float  # what the seeds add beyond `within` (between-seed variance of the run means, less within)
+    run_means: tuple[float, ...] = ()
+
+    def run_variance(self, steps: int | None = None) -> float:
+        steps = steps or self.steps
+        return self.seed + self.within * self.steps / steps
+
+    @property
+    def seed_effect(self) -> bool:
+        return self.seed > 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def side_variance(run_means: Sequence[float], within_variances: Sequence[float], steps: int) -> SideVariance:
+    """From each design seed's run mean and the bootstrap variance of that mean."""
+    means = np.asarray(run_means, dtype=float)
+    within = float(np.mean(within_variances)) if len(within_variances) else float("nan")
+    between = float(np.var(means, ddof=1)) if len(means) > 1 else float("nan")
+    seed = max(0.0, between - within) if math.isfinite(between) else 0.0
+    return SideVariance(float(means.mean()), len(means), int(steps), within, seed, tuple(float(m) for m in means))
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a question needs. `seeds` is None when no R up to MAX_SEEDS reaches the target (for
+    instance a delta that sits on its effect of interest: no sample moves it off the boundary)."""
+
+    answer: str
+    delta: float
+    boundary_distance: float  # |delta| - E, E - |delta| or delta + M: what the margin divides by SE
+    margin_at_measured: float  # the expected margin with the design's own seeds (R0 a side)
+    target: float
+    seeds: int | None
+    steps: int
+    se_at_need: float | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _critical_t(seeds: int, seed_effect: bool, family_alpha: float) -> float:
+    df = 2 * (seeds - 1) if seed_effect else 200.0
+    if df < 1:
+        return float("inf")
+    return float(scipy_stats.t.ppf(1 - family_alpha / 2, df))
+
+
+def needed_sample(
+    answer: str,
+    a: SideVariance,
+    b: SideVariance | None,
+    effect: float,
+    target_margin: float,
+    family_alpha: float,
+    steps: int | None = None,
+    paired_variance: float | None = None,
+) -> Need:
+    """Seeds a side for `answer` (up, down, flat against +/-effect; `not worse` with allowed drop
+    `effect`) on the difference b - a. With `paired_variance` (an A/B paired step by step) the
+    difference's variance for one pair is given directly and divides by R."""
+    steps = steps or a.steps
+    delta = (b.mean if b is not None else 0.0) - a.mean
+    if answer == "up":
+        distance = delta - effect
+    elif answer == "down":
+        distance = -delta - effect
+    elif answer == "flat":
+        distance = effect - abs(delta)
+    elif answer == "not worse":
+        distance = delta + effect
+    else:
+        raise ValueError(f"answer={answer!r}: expected up, down, flat or 'not worse'")
+    one_pair = paired_variance if paired_variance is not None else a.run_variance(steps) + (b.run_variance(steps) if b is not None else 0.0)
+    seed_effect = a.seed_effect or (b is not None and b.seed_effect)
+
+    def se(seeds: int) -> float:
+        return math.sqrt(one_pair / seeds)
+
+    measured = distance / se(a.seeds) if one_pair > 0 else float("inf")
+    found = None
+    if distance > 0:
+        for seeds in range(2 if seed_effect else 1, MAX_SEEDS + 1):
+            needed = max(target_margin, _critical_t(seeds, seed_effect, family_alpha))
+            if distance / se(seeds) >= needed:
+                found = seeds
+                break
+    return Need(answer, delta, distance, measured, target_margin, found, steps, se(found) if found else None)
+
+
+def relative_seed_spread(sides: Sequence[SideVariance]) -> float:
+    """The pooled coefficient of variation of a run's mean across seeds (each side's sample standard
+    deviation of its run means over its grand mean, pooled by degrees of freedom): how much a change
+    of seed alone moves one run's mean, relative to it."""
+    num = den = 0.0
+    for side in sides:
+        if side.seeds < 2 or side.mean == 0:
+            continue
+        cv = float(np.std(side.run_means, ddof=1)) / abs(side.mean)
+        num += (side.seeds - 1) * cv**2
+        den += side.seeds - 1
+    return math.sqrt(num / den) if den else float("nan")

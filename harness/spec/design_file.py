@@ -1,0 +1,73 @@
+"""knobs/design.yaml, typed: the seeds the design measured on and the seeds the main job judges, the
+margin each expected answer is designed for, what the embedded backend can afford, and (below its
+marker line, written by tools/design_sample.py) what was measured and what each question needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from harness.spec.load import parse_file
+from harness.spec.schema import Strict
+
+DESIGN_FILE = "design.yaml"
+
+
+class Seeds(Strict):
+    judging: int  # the stage seed of knobs/stages.yaml: what the main job judges
+    design: int  # where the design measured (never judged by the main job)
+    replicates: int = Field(ge=1)  # seeds a run stands for: seed .. seed + replicates - 1
+    sweep_offsets: list[int] = Field(min_length=1)  # tools/seed_sweep.py: offsets on the judging seed
+    reason: str = Field(min_length=10)
+
+    def ranges(self) -> dict[str, range]:
+        spans = {"judging": range(self.judging, self.judging + self.replicates + 1), "design": range(self.design, self.design + self.replicates + 1)}
+        for offset in self.sweep_offsets:
+            start = self.judging + offset
+            spans[f"sweep {offset:+d}"] = range(start, start + self.replicates + 1)
+        return spans
+
+    @model_validator(mode="after")
+    def _ranges_do_not_overlap(self) -> Seeds:
+        # + 1: the A/A acceptance check also reads seed + 1 of a single-seed run.
+        spans = sorted(self.ranges().items(), key=lambda item: item[1].start)
+        for (name_a, a), (name_b, b) in zip(spans, spans[1:]):
+            if a.stop > b.start:
+                raise ValueError(f"seed ranges {name_a} {a.start}..{a.stop - 1} and {name_b} {b.start}..{b.stop - 1} overlap")
+        return self
+
+
+class Valued(Strict):
+    value: float
+    reason: str = Field(min_length=10)
+
+
+class Scale(Strict):
+    z: float = Field(gt=0)
+    reason: str = Field(min_length=10)
+
+
+class Affordable(Strict):
+    seeds_per_side: int = Field(ge=1)
+    reason: str = Field(min_length=10)
+
+
+class Design(Strict):
+    target_margin: Valued
+    seeds: Seeds
+    affordable: Affordable
+    effect_of_interest: Scale
+    reward_margin: Scale
+    measured: dict = Field(default_factory=dict)
+
+    @property
+    def target_margin_se(self) -> float:
+        return float(self.target_margin.value)
+
+    def question(self, name: str) -> dict | None:
+        return (self.measured.get("questions") or {}).get(name)
+
+
+def load_design(knobs_dir: Path) -> Design:
+    return parse_file(Path(knobs_dir) / DESIGN_FILE, Design)

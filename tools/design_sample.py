@@ -1,0 +1,238 @@
+"""The design step: from the design seeds' runs (the main job's specs at seeds the main job does not
+judge, knobs/design.yaml `seeds.design`), measure each question's effect and variance, and write
+what each needs to be decided far from its boundary (harness.judge.design) into knobs/design.yaml.
+
+    .venv/bin/python tools/design_sample.py --runs-dir reports/runs            # print the table
+    .venv/bin/python tools/design_sample.py --runs-dir reports/runs --write    # and rewrite knobs/design.yaml
+
+The design seeds' runs are made by the main job itself, shifted onto the design seeds:
+
+    .venv/bin/pytest -m "p1 or acceptance or (p3 and ab)" --mode=colocate --seed-offset=<design - judging>
+
+Runs are found by their resolved flags (a run made by an older code version of the trainer is still
+the same spec). A question whose runs are missing is reported as such, never guessed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from fixtures.runs import find_recorded_run  # noqa: E402
+from harness import DEFAULT_KNOBS_DIR  # noqa: E402
+from harness.judge import stats  # noqa: E402
+from harness.judge.design import needed_sample, relative_seed_spread, side_variance  # noqa: E402
+from harness.judge.ladder import family_members  # noqa: E402
+from harness.judge.verdict import after_warmup  # noqa: E402
+from harness.records.metric_names import ABS_DIFF, RAW_REWARD  # noqa: E402
+from harness.records.rundir import RunDir  # noqa: E402
+from harness.spec import load_knobs, resolve  # noqa: E402
+from harness.spec.design_file import DESIGN_FILE, load_design  # noqa: E402
+
+
+class MissingRun(LookupError):
+    pass
+
+
+def _run(knobs, runs_dir: Path, stage: str, rung: str, seed: int, mode: str = "colocate", **overrides):
+    spec = resolve(knobs, stage, rung, mode, "embedded", {**overrides, "seed": seed})
+    path, why = find_recorded_run(runs_dir, spec)
+    if path is None:
+        raise MissingRun(f"{rung} at seed {seed}{' with ' + str(overrides) if overrides else ''}: {why}")
+    return RunDir(path).load()
+
+
+def _series(run, metric: str, warmup: int) -> list[float]:
+    return after_warmup(run.series(metric), warmup)[1]
+
+
+def _mean_variance(values: list[float]) -> float:
+    low, high = stats.block_bootstrap_mean_ci(values, confidence=0.6827)  # +/- 1 SE (t with the series' df, near 1)
+    return ((high - low) / 2) ** 2
+
+
+def _side(knobs, runs_dir, stage, rung, seeds, metric, warmup, **overrides):
+    series = [_series(_run(knobs, runs_dir, stage, rung, seed, **overrides), metric, warmup) for seed in seeds]
+    return side_variance([float(np.mean(s)) for s in series], [_mean_variance(s) for s in series], min(len(s) for s in series))
+
+
+def measure(knobs, design, runs_dir: Path) -> dict:
+    warmup = int(knobs.threshold("warmup_steps"))
+    base, replicates = design.seeds.design, design.seeds.replicates
+    seeds = list(range(base, base + replicates))
+    alpha = 1.0 - knobs.threshold("bootstrap_confidence")
+    target = design.target_margin_se
+    questions, sides = {}, {}
+
+    def side(rung, metric=ABS_DIFF, stage="p1", **overrides):
+        key = (rung, metric, stage, tuple(sorted(overrides.items())))
+        if key not in sides:
+            sides[key] = _side(knobs, runs_dir, stage, rung, seeds, metric, warmup, **overrides)
+        return sides[key]
+
+    # The effect of interest from the seeds: how far a change of seed alone moves a run's mean.
+    ladder = family_members(knobs, "p1", "embedded")
+    measured_sides = []
+    for rung_id in ladder + [knobs.rungs[r].parent for r in ladder]:
+        try:
+            measured_sides.append(side(rung_id))
+        except MissingRun:
+            pass
+    spread = relative_seed_spread(list({id(s): s for s in measured_sides}.values()))
+    e_rel = design.effect_of_interest.z * spread
+    family_alpha = alpha / max(1, len(ladder))
+    for rung_id in ladder:
+        rung = knobs.rungs[rung_id]
+        try:
+            child, parent = side(rung_id), side(rung.parent)
+        except MissingRun as missing:
+            questions[f"ladder/{rung_id}"] = {"missing": str(missing)}
+            continue
+        effect = max(knobs.threshold("rung_min_abs_delta"), e_rel * abs(parent.mean))
+        delta = child.mean - parent.mean
+        answer = "flat" if abs(delta) < effect else ("up" if delta > 0 else "down")
+        need = needed_sample(answer, parent, child, effect, target, family_alpha)
+        questions[f"ladder/{rung_id}"] = _entry(answer, need, effect, design, child=child, parent=parent)
+
+    # The A/B pair and its further candidates: one pair a seed, paired step by step.
+    pair = knobs.ab.pair
+    candidates = {"pair": {"embedded-logprob-operator": None}} | {name: c.set for name, c in knobs.ab.candidates.items() if "embedded" in c.backends}
+    reward_sides = []
+    for name, flags in candidates.items():
+        try:
+            baseline_runs = [_run(knobs, runs_dir, pair.stage, pair.baseline, s) for s in seeds[:1]]
+            if name == "pair":
+                candidate_runs = [_run(knobs, runs_dir, pair.stage, pair.candidate, s) for s in seeds[:1]]
+            else:
+                candidate_runs = [_run(knobs, runs_dir, pair.stage, pair.baseline, s, **flags) for s in seeds[:1]]
+        except MissingRun as missing:
+            questions[f"ab/{name}/drift-reduced"] = questions[f"ab/{name}/reward-preserved"] = {"missing": str(missing)}
+            continue
+        for metric, question in ((ABS_DIFF, "drift-reduced"), (RAW_REWARD, "reward-preserved")):
+            a = [_series(r, metric, warmup) for r in baseline_runs]
+            b = [_series(r, metric, warmup) for r in candidate_runs]
+            n = min(len(a[0]), len(b[0]))
+            paired = stats.block_bootstrap_paired_diff_ci(a[0][:n], b[0][:n])
+            base_mean = float(np.mean(a[0]))
+            if metric == RAW_REWARD:
+                reward_sides.append(base_mean)
+                allowed = design.reward_margin.z * _reward_spread(knobs, runs_dir, seeds, warmup, side) * abs(base_mean)
+                need = _paired_need("not worse", paired, allowed, target, alpha, base_mean, n)
+                questions[f"ab/{name}/{question}"] = _entry("not worse", need, allowed, design, paired=paired, baseline_mean=base_mean)
+            else:
+                effect = max(knobs.threshold("rung_min_abs_delta"), e_rel * abs(base_mean))
+                answer = "flat" if abs(paired.diff) < effect else ("up" if paired.diff > 0 else "down")
+                need = _paired_need(answer, paired, effect, target, alpha, base_mean, n)
+                questions[f"ab/{name}/{question}"] = _entry(answer, need, effect, design, paired=paired, baseline_mean=base_mean)
+    reward_cv = _reward_spread(knobs, runs_dir, seeds, warmup, side)
+    return {
+        "measured_on": {
+            "seeds": seeds,
+            "date": date.today().isoformat(),
+            "runs_dir": str(runs_dir),
+            "steps_after_warmup": max((s.steps for s in sides.values()), default=0),
+        },
+        "seed_spread": {
+            "abs_diff_relative": spread,
+            "abs_diff_sides": len(measured_sides),
+            "effect_of_interest_relative": e_rel,
+            "reward_relative": reward_cv,
+            "reward_allowed_drop_relative": design.reward_margin.z * reward_cv,
+        },
+        "questions": questions,
+    }
+
+
+def _reward_spread(knobs, runs_dir, seeds, warmup, side) -> float:
+    """The seed-to-seed relative spread of a run's mean reward, pooled over the ladder's P1 rungs."""
+    sides = []
+    for rung_id in family_members(knobs, "p1", "embedded"):
+        try:
+            sides.append(side(rung_id, RAW_REWARD))
+        except MissingRun:
+            pass
+    return relative_seed_spread(sides)
+
+
+def _paired_need(answer, paired, effect, target, alpha, base_mean, steps):
+    from harness.judge.design import SideVariance
+
+    # One pair of runs is one "seed": its paired difference's variance divides by the pairs.
+    a = SideVariance(base_mean, 1, steps, 0.0, 0.0, (base_mean,))
+    b = SideVariance(base_mean + paired.diff, 1, steps, 0.0, 0.0, (base_mean + paired.diff,))
+    return needed_sample(answer, a, b, effect, target, alpha, paired_variance=paired.se**2)
+
+
+def _entry(answer, need, effect, design, **sides) -> dict:
+    affordable = need.seeds is not None and need.seeds <= design.affordable.seeds_per_side
+    entry = {
+        "answer": answer,
+        "delta": need.delta,
+        "effect_boundary": effect,
+        "distance_to_boundary": need.boundary_distance,
+        "margin_se_at_design_seeds": need.margin_at_measured,
+        "seeds_needed": need.seeds if need.seeds is not None else f"more than {64}",
+        "expected": affordable,
+    }
+    for name, side in sides.items():
+        if hasattr(side, "run_means"):
+            entry[f"{name}_run_means"] = list(side.run_means)
+        elif hasattr(side, "se"):
+            entry[f"{name}_se_one_pair"] = side.se
+        else:
+            entry[name] = side
+    return entry
+
+
+def _as_plain(value):
+    if isinstance(value, dict):
+        return {k: _as_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_plain(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(f"{float(value):.4g}")
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs-dir", type=Path, default=REPO / "reports" / "runs")
+    parser.add_argument("--knobs", type=Path, default=DEFAULT_KNOBS_DIR)
+    parser.add_argument("--write", action="store_true", help="rewrite the measured part of knobs/design.yaml")
+    args = parser.parse_args(argv)
+    knobs = load_knobs(args.knobs)
+    design = load_design(args.knobs)
+    measured = _as_plain(measure(knobs, design, args.runs_dir.resolve()))
+    for name, entry in measured["questions"].items():
+        if "missing" in entry:
+            print(f"{name:40s} missing: {entry['missing']}")
+            continue
+        print(
+            f"{name:40s} {entry['answer']:9s} delta {entry['delta']:+.3g} boundary {entry['effect_boundary']:.3g} "
+            f"margin {entry['margin_se_at_design_seeds']:+.1f} SE  seeds needed {entry['seeds_needed']}  "
+            f"{'expected' if entry['expected'] else 'NOT expected'}"
+        )
+    print(yaml.safe_dump({"seed_spread": measured["seed_spread"]}, sort_keys=False))
+    if args.write:
+        path = args.knobs / DESIGN_FILE
+        text = path.read_text()
+        marker = "# --- measured by tools/design_sample.py: do not edit by hand below this line ---\n"
+        head = text.split(marker)[0]
+        body = yaml.safe_dump({"measured": measured}, sort_keys=False, width=110)
+        path.write_text(head + marker + body)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
