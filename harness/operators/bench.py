@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from harness.operators import measure, registry
+from harness.operators import measure, regimes, registry
 from harness.operators.bundles import Bundle
 
 SCHEMA = 1
-TARGETS = {  # issues 7 and 16, for the fused operator: recorded, not asserted
+TARGETS = {  # the fused operator's design targets: recorded beside the figures, not asserted
     "fused_ms_over_gemm_max": 1.15,  # T in {1024, 2048, 4096, 8192}
     "fused_ms_over_gemm_max_t256": 2.0,
     "fused_peak_extra_bytes_max": 256 * 2**20,
@@ -35,7 +35,7 @@ TARGETS = {  # issues 7 and 16, for the fused operator: recorded, not asserted
 }
 # Calls of each side per timed figure. On a GPU 100: a 10-call window at T=1024 (about 20 ms of GPU work) is
 # shorter than the H200's clock changes under load, and its ratio to the GEMM spread 1.14-1.23x on one machine,
-# where 100-call windows gave 1.136-1.141x (issue 16 round 8, docs/operators.md). On CPU 10 (the CPU record, tests).
+# where 100-call windows gave 1.136-1.141x (docs/operators.md). On CPU 10 (the CPU record, tests).
 DEFAULT_REPS = {"cuda": 100, "cpu": 10}
 
 
@@ -62,7 +62,8 @@ METHOD = (
     "same way, alternately): a sleep kernel queued before the start event holds the GPU while the host issues "
     "the call (nvbench's blocking-kernel method), so the span is the GPU's work without the host's issue time "
     "or the GPU's wake from idle; queued_held / fwd_bwd_queued_held: the fraction of calls whose sleep outlasted "
-    "the host's issue time (below 1, that many calls were timed partly from an idle GPU)."
+    "the host's issue time (below 1, that many calls were timed partly from an idle GPU). input_stats: the "
+    "bundle's log-softmax statistics from fp32 logits of its operands (regimes.input_stats), recorded with each row."
 )
 
 
@@ -132,17 +133,24 @@ def measure_operator(name, bundle, device, temperature, ref_cache, gemm, warmup,
     return row | {"available": True}
 
 
-def run_bench(bundle: Bundle, device, names=None, temperature=1.0, warmup=3, reps=None, backward_rows=256, out_path=None, on_row=None) -> dict:
-    """``reps``: calls of each side per timed figure (None: default_reps(device))."""
+def run_bench(
+    bundle: Bundle, device, names=None, temperature=1.0, warmup=3, reps=None, backward_rows=256, out_path=None, on_row=None, regime=None
+) -> dict:
+    """``reps``: calls of each side per timed figure (None: default_reps(device)). ``regime``: the name of the
+    synthetic regime the bundle was drawn from (regimes.REGIMES), recorded; the bundle's measured statistics
+    (regimes.input_stats) go into the record and into every row."""
     device = torch.device(device)
     reps = default_reps(device) if reps is None else reps
     bundle = bundle.to(device)
+    stats = regimes.input_stats(bundle.hidden, bundle.weight, bundle.targets, temperature)
     record = {
         "schema": SCHEMA,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **environment(device),
         "bundle": {"source": bundle.source, **bundle.shape},
         "temperature": temperature,
+        "regime": regime,
+        "input_stats": stats,
         "method": METHOD,
         "timing": {"warmup": warmup, "reps": reps},
         "targets": TARGETS,
@@ -156,6 +164,7 @@ def run_bench(bundle: Bundle, device, names=None, temperature=1.0, warmup=3, rep
             row = measure_operator(name, bundle, device, temperature, ref_cache, gemm, warmup, reps, backward_rows)
         except Exception as exc:  # one operator failing must not lose the others' results
             row = {"name": name, "shape": bundle.shape, "available": True, "error": f"{type(exc).__name__}: {exc}"}
+        row |= {"regime": regime, "input_stats": stats}
         record["results"].append(row)
         if on_row:
             on_row(row)
@@ -172,7 +181,7 @@ def write_record(record: dict, path) -> None:
     tmp.replace(path)
 
 
-def run_token_sweep(bundles, device, names=None, temperature=1.0, warmup=3, reps=None, out_path=None, on_row=None) -> dict:
+def run_token_sweep(bundles, device, names=None, temperature=1.0, warmup=3, reps=None, out_path=None, on_row=None, regime=None) -> dict:
     """One bench per bundle (the same H, V, seed at several T), every row in one record's results.
 
     Each row carries its own ``shape`` (with T) and the ``gemm_ms_median`` of its T; the record's
@@ -181,7 +190,7 @@ def run_token_sweep(bundles, device, names=None, temperature=1.0, warmup=3, reps
     """
     record = None
     for bundle in bundles:
-        part = run_bench(bundle, device, names, temperature, warmup, reps, on_row=on_row)
+        part = run_bench(bundle, device, names, temperature, warmup, reps, on_row=on_row, regime=regime)
         if record is None:
             record = part | {
                 "results": [],

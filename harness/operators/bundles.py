@@ -50,14 +50,27 @@ class Bundle:
         return Bundle(self.hidden.to(device), self.weight.to(device), self.targets.to(device), self.source)
 
 
-def synthetic_bundle(shape: BundleShape, dtype: torch.dtype = torch.bfloat16) -> Bundle:
+def synthetic_bundle(
+    shape: BundleShape, dtype: torch.dtype = torch.bfloat16, weight_std: float = 0.03, strength=(0.0, 3.0), runner_up=None
+) -> Bundle:
+    """``weight_std`` scales the logits; each hidden state is pushed toward its target's weight row by a
+    strength drawn uniformly from ``strength``; with ``runner_up`` (lo, hi) also toward one other random
+    token by that strength times a ratio drawn from [lo, hi], as a trained LM leaves its missing mass on
+    a few alternatives (regimes.py names the combinations the bench uses)."""
     gen = torch.Generator().manual_seed(shape.seed)
-    weight = torch.randn(shape.vocab, shape.hidden, generator=gen).mul_(0.03)
+    weight = torch.randn(shape.vocab, shape.hidden, generator=gen).mul_(weight_std)
     targets = torch.randint(0, shape.vocab, (shape.tokens,), generator=gen)
     direction = weight[targets]
     direction /= direction.pow(2).mean(dim=1, keepdim=True).sqrt()
-    strength = torch.rand(shape.tokens, 1, generator=gen).mul_(3.0)
+    lo, hi = strength
+    strength = torch.rand(shape.tokens, 1, generator=gen).mul_(hi - lo).add_(lo)
     hidden = torch.randn(shape.tokens, shape.hidden, generator=gen).add_(direction * strength)
+    if runner_up is not None:  # drawn after the rest, so the bundle without it keeps its tensors
+        other = torch.randint(0, shape.vocab, (shape.tokens,), generator=gen)
+        ratio = torch.rand(shape.tokens, 1, generator=gen).mul_(runner_up[1] - runner_up[0]).add_(runner_up[0])
+        alt = weight[other]
+        alt /= alt.pow(2).mean(dim=1, keepdim=True).sqrt()
+        hidden.add_(alt * strength * ratio)
     hidden /= hidden.pow(2).mean(dim=1, keepdim=True).sqrt()  # RMSNorm output, gain 1
     return Bundle(hidden.to(dtype), weight.to(dtype), targets, f"synthetic(seed={shape.seed})")
 
@@ -67,11 +80,16 @@ class BundleError(ValueError):
 
 
 def load_bundle(path: str | Path) -> Bundle:
-    from safetensors.torch import load_file
-
+    """A safetensors bundle (hidden [T,H], weight [V,H], targets [T]) or an embedded trainer's probe bundle
+    (``probe_{rollout}.pt``: ``lm_head_weight`` and ``samples`` with ``hidden_states`` and ``target_ids``,
+    every sample's rows concatenated)."""
     path = Path(path)
     if not path.is_file():
         raise BundleError(f"{path}: no such bundle file")
+    if path.suffix == ".pt":
+        return _load_probe(path)
+    from safetensors.torch import load_file
+
     try:
         tensors = load_file(str(path))
     except Exception as exc:
@@ -82,3 +100,20 @@ def load_bundle(path: str | Path) -> Bundle:
         if tensors[key].dim() != dims:
             raise BundleError(f"{path}: key {key!r} has shape {tuple(tensors[key].shape)}, expected {dims} dims")
     return Bundle(tensors["hidden"], tensors["weight"], tensors["targets"].long(), f"probe({path.name})")
+
+
+def _load_probe(path: Path) -> Bundle:
+    try:
+        data = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise BundleError(f"{path}: not a readable probe bundle ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict) or "lm_head_weight" not in data or not data.get("samples"):
+        raise BundleError(f"{path}: a .pt bundle must be an embedded probe bundle (keys lm_head_weight and samples)")
+    for i, sample in enumerate(data["samples"]):
+        for key in ("hidden_states", "target_ids"):
+            if key not in sample:
+                raise BundleError(f"{path}: samples[{i}] has no key {key!r}")
+    weight = data["lm_head_weight"]
+    hidden = torch.cat([s["hidden_states"] for s in data["samples"]]).to(weight.dtype)
+    targets = torch.cat([s["target_ids"] for s in data["samples"]]).long()
+    return Bundle(hidden, weight, targets, f"capture({path.name}, rollout {data.get('rollout_id')})")

@@ -39,14 +39,12 @@ class KernelConfig:
         return asdict(self)
 
 
-# Chosen on the H200 by tools/bench_operators.py --sweep (reports/bench/h200-fused-sweep.json,
-# docs/operators.md): operands fetched by TMA, loop nest flattened by the compiler so the software
-# pipeline runs across vocab tiles. Fixed thereafter: a different configuration gives different bits
-# (never a loss of invariance). Pre-Hopper GPUs have no TMA and take the pointer-load kernel. Since
-# issue 16 round 3 the descriptors are made on the device (dtma_flatten: bitwise equal to tma_flatten
-# at every T, ~25 us less host time per call; reports/bench/h200-issue16-round3-exp2-persistent-forward.json).
-# Since round 4 the epilogue is base 2 (exp2: 0.97-0.98x the natural-exp kernel's time at every T, no spills;
-# reports/bench/h200-issue16-round4-exp3-forward-epilogue.json). New bits, the same plan and invariance.
+# Chosen on the H200 by tools/bench_operators.py --sweep (docs/operators.md): operands fetched by TMA,
+# loop nest flattened by the compiler so the software pipeline runs across vocab tiles. Fixed thereafter:
+# a different configuration gives different bits (never a loss of invariance). Pre-Hopper GPUs have no TMA
+# and take the pointer-load kernel. The TMA descriptors are made on the device (dtma_flatten: bitwise equal
+# to tma_flatten at every T, ~25 us less host time per call), and the epilogue is base 2 (exp2: 0.97-0.98x
+# the natural-exp kernel's time at every T, no spills): the same plan and invariance.
 HOPPER_CONFIG = KernelConfig(128, 256, 64, 8, 3, "dtma_flatten", exp2=True)
 FALLBACK_CONFIG = KernelConfig(128, 256, 64, 8, 3, "nested")
 
@@ -331,7 +329,7 @@ class _CompiledLaunch:
         return self._direct.get(key)
 
 
-# Experiments: False sends every launch through _CompiledLaunch.__call__ (compiled.run), as in round 4.
+# Experiments: False sends every launch through _CompiledLaunch.__call__ (compiled.run), Triton's own launch path.
 DIRECT_LAUNCH = True
 _DIRECT_CALL_PARAMS = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 
@@ -553,7 +551,7 @@ def _merge_kernel(
 
 _MERGE_BLOCK = 128
 # Chunks per unrolled group in the merge, with and without the range check (any value gives the same bits;
-# >= N_CHUNKS unrolls everything, round 4's form, kept). Measured on the H200 (docs/operators.md, round 5):
+# >= N_CHUNKS unrolls everything). Measured on the H200:
 # with the check, fully unrolled 7 us and no spills; without it, fully unrolled spills 122 registers (12 us),
 # groups of 8 spill nothing (40 registers) but wait on 15 rolled round trips (21 us in either form).
 MERGE_GROUP = 120
@@ -641,7 +639,7 @@ class BackwardConfig:
     # Tiles of the grad_logits and grad_hidden kernels (vocab columns / H columns, warps, pipeline
     # depth). Each element's K order is the same at any tile width; smaller tiles let two programs
     # share an SM, so one's epilogue or partial round trip overlaps the other's MMAs.
-    logits_block_v: int = 128  # 128 vs 256: 1.12x vs 1.23-1.27x the forward kernel's time, same bits (issue 16 record)
+    logits_block_v: int = 128  # 128 vs 256: 1.12x vs 1.23-1.27x the forward kernel's time, same bits (H200)
     logits_warps: int = 8
     logits_stages: int = 3
     hidden_block_h: int = 256
@@ -773,7 +771,7 @@ def _grad_hidden_kernel(
 
     The accumulator resumes from the stored fp32 partial (an exact round trip), so a group's K loop is
     the same sequence of fp32 accumulations however the group is cut into slices: the slice width
-    changes no bit of grad_hidden (checked by tests/operators and tools/fused_kernel_check.py).
+    changes no bit of grad_hidden (checked by tests/operators/test_triton_kernel_interpreted.py).
     """
     row0 = tl.program_id(0) * BLOCK_T
     h0 = tl.program_id(1) * BLOCK_H

@@ -36,3 +36,25 @@ class CutCrossEntropy(Operator):
 
         h = hidden if temperature == 1.0 else hidden / temperature
         return -linear_cross_entropy(h, weight, targets, reduction="none").float()
+
+
+@register("cut-cross-entropy-exact")
+class CutCrossEntropyExact(CutCrossEntropy):
+    """The same kernels with the gradient filter off (``filter_eps=None``): every softmax entry enters the
+    backward, so its cost no longer depends on how peaked the softmax is (regimes.py)."""
+
+    contract = CutCrossEntropy.contract.model_copy(
+        update={
+            "summary": "Cut Cross-Entropy linear_cross_entropy, reduction='none', negated, filter_eps=None (exact backward)",
+            "rounds_at": ["blockwise log-sum-exp combined across vocab blocks", "backward over every softmax entry (no filter)"],
+        }
+    )
+    filter_eps = None
+
+    def _selected_logprobs(self, hidden, weight, targets, temperature, tp_size):
+        if tp_size != 1:
+            raise OperandError("cut-cross-entropy-exact has no vocab-parallel mode; call it with tp_size=1")
+        from cut_cross_entropy import linear_cross_entropy
+
+        h = hidden if temperature == 1.0 else hidden / temperature
+        return -linear_cross_entropy(h, weight, targets, reduction="none", filter_eps=None).float()

@@ -130,10 +130,8 @@ def time_ms_paired(fn, ref_fn, device: torch.device, warmup: int = 3, reps: int 
 
 # Queued timing (GPU only). time_ms starts each call on an idle GPU, so its span also holds the host's
 # time to issue the call and the GPU's wake from idle: at T=1024 the fused forward measured 0.95-0.97
-# ms with its launches queued and 1.13-1.24 ms from idle, the GEMM 0.85-0.86 and 0.94-1.05 ms (issue 16
-# round 6, reports/bench/h200-issue16-round6-exp4-forward-idle-vs-busy-start.json; round 7's 10-call windows
-# hid it in the clock's changes, round 8's 100-call windows found it again: 1.117 ms from idle, 0.936 queued,
-# the GEMM 0.938 and 0.824; docs/operators.md). Queued timing is
+# ms with its launches queued and 1.13-1.24 ms from idle, the GEMM 0.85-0.86 and 0.94-1.05 ms on an H200;
+# 10-call windows hide the difference in the clock's changes, 100-call windows show it). Queued timing is
 # nvbench's "blocking kernel" method: a sleep kernel ahead of the start event holds the GPU while the
 # host issues the whole call, so the span is the GPU's work alone, as in a training step where the host
 # runs ahead. Each call says whether its queue held (the sleep outlasted the host's issue time); a call

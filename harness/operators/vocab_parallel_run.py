@@ -1,4 +1,4 @@
-"""Run the vocab-parallel parity (issue 9): one process per rank, NCCL on GPUs or gloo on CPU.
+"""Run the vocab-parallel parity: one process per rank, NCCL on GPUs or gloo on CPU.
 
 On N GPUs (keep NVLink multicast off, as the device notes require):
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
