@@ -1,4 +1,4 @@
-"""`python -m harness ingest PATH [--json] [--out DIR] [--trust-dumps]`.
+"""`python -m harness ingest PATH [--json] [--out DIR] [--trust-dumps] [--num-rollout N]`.
 
 Without --json it writes a run directory (reports/runs/ingested-<content hash>, or --out) and
 prints its path on the last line; with --json it prints the records as JSON lines in the
@@ -64,7 +64,24 @@ def register(subparsers) -> None:
     parser.add_argument("--trust-dumps", action="store_true", help="load dumps with torch.load(weights_only=False): only for files you trust")
     for label in ("rung", "stage", "mode"):
         parser.add_argument(f"--{label}", default=None, help=f"label the run directory with its {label}, so `pytest --backend=records` finds it")
+    parser.add_argument(
+        "--num-rollout",
+        type=_positive_int,
+        default=None,
+        help="how many rollouts the run was launched with, for a log that does not print its arguments "
+        "(finished means every rollout id below it is logged)",
+    )
     parser.set_defaults(func=cmd_ingest)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of rollouts, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 rollout, got {value}")
+    return value
 
 
 def default_runs_dir() -> Path:
@@ -86,11 +103,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         elif args.path.exists() and not is_run_directory(args.path):
             out = (args.runs_dir or default_runs_dir()) / f"ingested-{content_hash(args.path)}"
     labels = {k: getattr(args, k) for k in ("rung", "stage", "mode") if getattr(args, k)}
-    result = ingest(args.path, out, trust_dumps=args.trust_dumps, labels=labels or None)
+    result = ingest(args.path, out, trust_dumps=args.trust_dumps, labels=labels or None, num_rollout=args.num_rollout)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in result.problems:
         print(f"error: {problem}", file=sys.stderr)
+    if result.records or result.failures:
+        # What the run is, in one line: finished only when its records cover every rollout it was launched with.
+        state = result.state()
+        print(f"state: {state}" + (f" ({result.note})" if result.note and state != "finished" else ""), file=sys.stderr)
     if args.json:
         for record in result.records:
             print(to_json(record.to_json_dict(), indent=None))

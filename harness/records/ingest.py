@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from harness.records.atomic import DIR_MODE
+from harness.records.completion import Completion, Length, completion, length_from_arguments
 from harness.records.debug_dumps import DumpError, dump_records, is_dump_file, load_dump
 from harness.records.failures import primary_failure
 from harness.records.logparse import LogFileError, parse_log_file
@@ -37,7 +38,10 @@ class IngestResult(BaseModel):
     problems: list[str] = Field(default_factory=list)  # bad input: `harness ingest` exits 2
     inputs: dict[str, list[str]] = Field(default_factory=lambda: {"logs": [], "events": [], "dumps": []})
     stopped_at: int | None = None
-    ended: bool = False  # a log shows the trainer's own end line
+    # How many rollouts the run was launched with (its argument print, the user's --num-rollout,
+    # or a run directory's spec) and how far its records go (completion.py).
+    length: Length | None = None
+    completion: Completion | None = None
     recorded_state: str | None = None  # the state a re-read run directory recorded
     note: str | None = None  # why the run is unfinished, in words (status.json "note")
     run_dir: Path | None = None
@@ -47,15 +51,20 @@ class IngestResult(BaseModel):
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def num_rollout(self) -> int | None:
+        return self.length.num_rollout if self.length else None
+
     def state(self) -> str:
-        """Finished only on evidence: the trainer's end line, or a run directory that says so."""
+        """Finished only on evidence: records that cover every rollout the run was launched with,
+        or a run directory that says so (and whose records agree)."""
         if self.failures:
             return "failed"
         if self.recorded_state is not None:
             return self.recorded_state
         if self.stopped_at is not None:
             return "interrupted"
-        return "finished" if self.ended else "unfinished"
+        return "finished" if self.completion is not None and self.completion.complete else "unfinished"
 
 
 def is_run_directory(path: Path) -> bool:
@@ -74,22 +83,21 @@ def _is_text(path: Path) -> bool:
     return b"\x00" not in head
 
 
-def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False, labels: dict | None = None) -> IngestResult:
-    """Read `path`; with `out`, also write a run directory there (replacing one that exists)."""
+def ingest(
+    path: Path, out: Path | None = None, *, trust_dumps: bool = False, labels: dict | None = None, num_rollout: int | None = None
+) -> IngestResult:
+    """Read `path`; with `out`, also write a run directory there (replacing one that exists).
+    `num_rollout`: how many rollouts the run was launched with, where its log does not print it."""
     path = Path(path)
     result = IngestResult(source=path)
     if not path.exists():
         result.problems.append(f"{path}: no such file or directory")
         return result
     if is_run_directory(path):
-        _read_run_directory(path, result)
+        _read_run_directory(path, result, num_rollout)
     else:
         _read_inputs(path, result, trust_dumps)
-    if result.ended:
-        result.problems = [p for p in result.problems if "recorded as unfinished" not in p]  # another log has the end
-        result.note = None
-    elif not result.inputs["logs"] and result.recorded_state is None and result.records:
-        result.warnings.append(f"{path}: no log, so nothing shows the run ended; recorded as unfinished")
+        _judge_length(path, result, num_rollout)
     if not result.records and not result.failures and not result.problems:
         result.problems.append(
             f"{path}: no step/rollout/perf/eval records and no failure signatures: expected VIME log text, TensorBoard events or --save-debug-* dumps"
@@ -99,7 +107,22 @@ def ingest(path: Path, out: Path | None = None, *, trust_dumps: bool = False, la
     return result
 
 
-def _read_run_directory(path: Path, result: IngestResult) -> None:
+def _judge_length(path: Path, result: IngestResult, given: int | None) -> None:
+    """Complete or not, from the records against N: the log's own argument print, else the user's."""
+    printed = result.length
+    if given is not None:
+        if printed is not None and printed.num_rollout != given:
+            result.problems.append(
+                f"{path}: --num-rollout {given}, but {printed.source}: the log was launched with another length; the log's own number is used"
+            )
+        elif printed is None:
+            result.length = Length(given, "--num-rollout")
+    result.completion = completion(result.records, result.length)
+    if result.state() == "unfinished":
+        result.note = result.completion.note
+
+
+def _read_run_directory(path: Path, result: IngestResult, given: int | None = None) -> None:
     run = RunDir(path).load()
     result.records = run.records
     unfinished = "the copy is recorded as unfinished"
@@ -118,6 +141,16 @@ def _read_run_directory(path: Path, result: IngestResult) -> None:
     else:
         result.recorded_state = run.status.state
         result.note = getattr(run.status, "note", None)
+    # A status that says finished is checked against the records: the run's spec (or the user)
+    # says how many rollouts it was launched with.
+    n = given if given is not None else run.spec.flag("num-rollout")
+    if isinstance(n, int) and not isinstance(n, bool):
+        source = "--num-rollout" if given is not None else f"{RunDir.SPEC} (num-rollout {n})"
+        result.length = Length(n, source)
+        result.completion = completion(result.records, result.length)
+        if result.recorded_state == "finished" and not result.completion.complete:
+            result.recorded_state = "unfinished"
+            result.note = f"{RunDir.STATUS} says finished, but its records stop: {result.completion.note}"
 
 
 def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
@@ -148,15 +181,15 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
             result.problems.extend(f"{file}: {w}" for w in parsed.bad_input)
             if parsed.stopped_at is not None:
                 result.stopped_at = parsed.stopped_at
-            if parsed.end_line is not None:
-                result.ended = True
-            elif parsed.records and not parsed.failures:
-                last = parsed.last_step()
-                result.note = f"{file}: the log stops at line {parsed.lines_read} without the trainer's end line ('training finished')" + (
-                    f"; last step {last.n} at line {last.line}" if last else ""
+            printed = length_from_arguments(parsed.arguments, parsed.argument_lines)
+            if printed is not None and result.length is None:
+                result.length = (
+                    printed
+                    if single
+                    else Length(printed.num_rollout, f"{file.name}: {printed.source}", printed.start_rollout_id, printed.steps_per_rollout)
                 )
-                if not parsed.bad_input:  # a log already named as damaged needs no second line
-                    result.problems.append(f"{result.note}: the run is recorded as unfinished")
+            elif printed is not None and printed.num_rollout != result.length.num_rollout:
+                result.problems.append(f"{file}: {printed.source}, but {result.length.source}: the logs are of runs of different lengths")
             result.logged_span = _widen(result.logged_span, parsed.first_timestamp, parsed.last_timestamp)
             result.inputs["logs"].append(str(file))
         else:
@@ -222,9 +255,11 @@ def write_run_directory(result: IngestResult, out: Path, labels: dict | None = N
         _write_log(result, run_dir)
         for dump in result.inputs["dumps"]:
             _link_or_copy(Path(dump), run_dir.dumps_dir / Path(dump).name)
-        if labels:
-            # What the run was (rung, stage, mode), so --backend=records can find it for a test.
-            run_dir.write_spec({"run_id": out.name, "backend": "records", **labels, "flags": {}})
+        flags = {"num-rollout": result.num_rollout} if result.num_rollout is not None else {}
+        if labels or flags:
+            # What the run was (rung, stage, mode), so --backend=records can find it for a test, and
+            # its length, so a re-read (and the judge's completeness check) knows which steps to expect.
+            run_dir.write_spec({"run_id": out.name, "backend": "records", **(labels or {}), "flags": flags})
         run_dir.write_ingest_info(
             {
                 "source": str(result.source),

@@ -14,6 +14,10 @@
 - A record number that goes backwards for the same actor class (repeats excepted) means two
   runs' output was mixed into one log: warned, everything kept.
 - A NUL byte stops parsing (binary data); `stopped_at` says where.
+- An argument line as Megatron's `_print_args` writes it (`  num_rollout ........ 100`, under
+  `---- arguments ----`) is kept, as printed, in `arguments`: it says how many rollouts the run
+  was launched with, which is how a log with no end line is known to be finished (completion.py).
+  VIME's train.py prints no end line; nothing here waits for one.
 - Other lines are checked for failure signatures (`failures.py`); traceback frames are skipped,
   and a signature with the same text (digits aside) as an earlier one is not repeated.
 """
@@ -29,9 +33,13 @@ from harness.records.lineclean import CleanLine, actor_class, clean_line
 from harness.records.models import Failure, ParseResult, Record
 from harness.records.pyliteral import LiteralSyntaxError, parse_dict
 
-# What the trainer prints when it ends on its own: VIME's train.py logs "training finished" as its
-# last line. A log without it is a run that was killed (or is still running), never a finished one.
-END_MARKERS = re.compile(r"^training finished\b")
+# Megatron's _print_args: "  {name} {'.' * (48 - len(name))} {value}", sorted, between a title line
+# and an "end of" line. Only lines inside such a block, from the actor that opened it, are arguments
+# (prose with dots elsewhere is not). Python logging's prefix, when the driver's print goes through a
+# logger, eats the indent, so the indent is optional.
+_ARGUMENTS_OPEN = re.compile(r"^-{3,} (?!end of )(?P<title>[\w ]*arguments) -{3,}$")
+_ARGUMENTS_CLOSE = re.compile(r"^-{3,} end of [\w ]*arguments -{3,}$")
+_ARGUMENT = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*) \.{2,} (?P<value>.*)$")
 _RECORD = re.compile(r"^(?P<kind>step|rollout|perf|eval) (?P<n>-?\d+): (?P<payload>\{.*)$")
 _DIGITS = re.compile(r"\d+")
 _BINARY_PROBE_BYTES = 8192
@@ -56,6 +64,7 @@ class LogParser:
         self._last_n: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._mixed_reported = False
         self._first_records: dict[tuple, Record] = {}
+        self._arguments_of: tuple[str | None] | None = None  # inside an argument print: the actor printing it
 
     def feed(self, raw: str) -> list[Record | Failure]:
         """Parse the next raw line; returns the records and failures it produced."""
@@ -73,8 +82,17 @@ class LogParser:
         match = _RECORD.match(line.message)
         if match:
             return self._record(match, line)
-        if END_MARKERS.match(line.message):
-            self.result.end_line = self.line_no
+        if self._arguments_of is not None and line.source == self._arguments_of[0]:
+            argument = _ARGUMENT.match(line.message)
+            if argument:
+                self._argument(argument.group("name"), argument.group("value"))
+                return []
+            if _ARGUMENTS_CLOSE.match(line.message):
+                self._arguments_of = None
+                return []
+        if _ARGUMENTS_OPEN.match(line.message):
+            self._arguments_of = (line.source,)
+            return []
         return self._failure(line)
 
     def finish(self) -> ParseResult:
@@ -151,6 +169,20 @@ class LogParser:
             at, kind, reason = self._pending_malformed
             self._pending_malformed = None
             self._bad(f"line {at}: malformed {kind} record skipped ({reason})")
+
+    # --- arguments
+    def _argument(self, name: str, value: str) -> None:
+        printed = self.result.arguments
+        if name not in printed:
+            printed[name] = value
+            self.result.argument_lines[name] = self.line_no
+        elif printed[name] != value and not self._mixed_reported:
+            # A second driver's print with another value: the log holds two launches. The first is kept.
+            self._mixed_reported = True
+            self._bad(
+                f"line {self.line_no}: argument {name} printed again as {value!r} (first {printed[name]!r} at line "
+                f"{self.result.argument_lines[name]}): the log mixes the output of more than one run; the first is kept"
+            )
 
     # --- failures
     def _failure(self, line: CleanLine) -> list[Record | Failure]:

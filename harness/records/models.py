@@ -74,9 +74,17 @@ class ParseResult(BaseModel):
     # Python logging's timestamps of the first and last prefixed line (the run's span, as logged).
     first_timestamp: str | None = None
     last_timestamp: str | None = None
-    # The line where the trainer said it ended (VIME's train.py logs "training finished"); None
-    # when the log stops without it: a killed or still running trainer, not a finished run.
-    end_line: int | None = None
+    # The run's arguments as the driver printed them at start (Megatron's `_print_args` block),
+    # name -> value text as printed, and the line of each; empty when the log has no such print.
+    arguments: dict[str, str] = Field(default_factory=dict)
+    argument_lines: dict[str, int] = Field(default_factory=dict)
+
+    def argument_int(self, name: str) -> int | None:
+        """A printed argument read as an integer; None when absent or printed as None / non-integer."""
+        try:
+            return int(self.arguments[name])
+        except (KeyError, ValueError):
+            return None
 
     def steps(self) -> list[int]:
         return sorted({r.n for r in self.records if r.kind == "step"})

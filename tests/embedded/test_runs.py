@@ -55,20 +55,25 @@ def test_fp32_both_sides_sits_at_the_float_floor(trainer, thresholds):
 
 
 def test_a_finished_embedded_log_ingested_on_its_own_reads_finished(trainer, tmp_path):
-    """The trainer ends with VIME's "training finished", so its log.txt alone is judged like a
-    VIME log: finished, not unfinished (ingest marks a log without that line unfinished)."""
+    """The trainer prints its arguments as Megatron does and no end line, as VIME's train.py: its
+    log.txt alone reads finished because its records cover every rollout below the num_rollout it
+    printed, and a log cut before its last rollout reads unfinished at that rollout."""
     from harness.records.ingest import ingest
 
     run = trainer("--colocate")
     assert_finished(run)
+    assert "training finished" not in run.stdout
     log = tmp_path / "log.txt"
     log.write_text(run.stdout)
     result = ingest(log)
-    assert result.ended and result.state() == "finished", (result.note, result.problems)
+    assert result.state() == "finished", (result.note, result.problems)
+    last = result.num_rollout - 1
     cut = tmp_path / "cut" / "log.txt"
     cut.parent.mkdir()
-    cut.write_text(run.stdout.split("training finished")[0].rsplit("\n", 1)[0] + "\n")
-    assert ingest(cut).state() == "unfinished"
+    cut.write_text(run.stdout.split(f"rollout {last}: ")[0].rsplit("\n", 1)[0] + "\n")
+    cut_result = ingest(cut)
+    assert cut_result.state() == "unfinished"
+    assert f"unfinished at rollout {last} of {result.num_rollout}" in cut_result.note
 
 
 def test_fp32_run_writes_vime_dumps_probes_and_record(trainer):

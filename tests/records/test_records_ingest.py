@@ -57,16 +57,32 @@ def test_cli_writes_a_run_dir_whose_records_match_the_parse(vime_logs, tmp_path)
 
 
 def test_cli_json_prints_the_metrics_jsonl_shape(vime_logs, harness_cli):
-    code, out, err = harness_cli("ingest", vime_logs / "single_process_no_ray.log", "--json")
-    # This log ends after its eval line, without VIME's "training finished": every record is
-    # printed, and one line says the run did not end (exit 2, as for any incomplete input).
-    assert code == 2 and err.splitlines() == [
-        f"error: {vime_logs / 'single_process_no_ray.log'}: the log stops at line 7 without the trainer's end line "
-        f"('training finished'); last step 0 at line 5: the run is recorded as unfinished"
+    log = vime_logs / "single_process_no_ray.log"
+    code, out, err = harness_cli("ingest", log, "--json")
+    # This log prints no arguments, so nothing says how long the run was: every record is printed
+    # (non-finite values as such), exit 0, and one line says the run is unfinished, of unknown length.
+    assert code == 0 and err.splitlines() == [
+        "state: unfinished (unknown length: nothing says how many rollouts the run was launched with "
+        "(no num_rollout in the log's arguments; give it with --num-rollout); rollout ids logged: 0)"
     ]
     lines = [json.loads(line) for line in out.splitlines()]
     assert [set(line) for line in lines] == [{"kind", "n", "metrics"}] * 5
     assert lines[2]["kind"] == "step" and lines[2]["metrics"]["train/grad_norm"] == math.inf
+    assert lines[1]["metrics"]["rollout/log_probs"] == -math.inf
+
+
+def test_the_user_says_how_long_a_log_without_arguments_was(vime_logs, harness_cli, tmp_path):
+    log = vime_logs / "single_process_no_ray.log"
+    code, out, err = harness_cli("ingest", log, "--num-rollout", "1", "--out", tmp_path / "one")
+    assert code == 0 and err.splitlines() == ["state: finished"]
+    assert RunDir(tmp_path / "one").load().status.state == "finished"
+    code, out, err = harness_cli("ingest", log, "--num-rollout", "2", "--out", tmp_path / "two")
+    assert code == 0 and err.splitlines()[-1].startswith("state: unfinished (unfinished at rollout 1 of 2 (1 of 2 rollouts logged")
+    run = RunDir(tmp_path / "two").load()
+    assert run.status.state == "unfinished" and "unfinished at rollout 1 of 2" in run.status.note
+    assert run.spec.flag("num-rollout") == 2  # a re-read knows the length too
+    code, _, err = harness_subprocess("ingest", log, "--num-rollout", "0", "--json")
+    assert code == 2 and err.count("\n") == 1 and "--num-rollout: expected at least 1 rollout, got 0" in err
 
 
 def test_failed_run_gets_failed_status_with_the_root_cause(vime_logs, tmp_path):
@@ -80,7 +96,7 @@ def test_failed_run_gets_failed_status_with_the_root_cause(vime_logs, tmp_path):
 def test_truncated_log_exits_2_but_keeps_every_readable_step(vime_logs, tmp_path, harness_cli):
     code, out, err = harness_cli("ingest", vime_logs / "truncated_mid_record.log", "--out", tmp_path / "cut")
     assert code == 2
-    assert err.strip().splitlines() == [
+    assert err.strip().splitlines()[:-1] == [
         f"error: {vime_logs / 'truncated_mid_record.log'}: line 25: truncated step record (not a complete Python "
         "literal ('{' was never closed at column 1)), parsed 24 lines"
     ]
@@ -113,7 +129,7 @@ def test_missing_path(tmp_path, harness_cli):
 
 def test_mixed_logs_exit_2_with_all_records_kept(vime_logs, tmp_path, harness_cli):
     code, _, err = harness_cli("ingest", vime_logs / "two_runs_appended.log", "--out", tmp_path / "mixed")
-    assert code == 2 and "mixes the output of more than one run" in err and err.count("\n") == 1
+    assert code == 2 and "mixes the output of more than one run" in err and err.count("error:") == 1
     assert [r.n for r in RunDir(tmp_path / "mixed").load().records if r.kind == "step"] == [0, 1, 2, 0]
 
 
@@ -294,4 +310,4 @@ def test_sample_mean_with_a_partial_list_mask_matches_the_array_path():
 def test_ingested_status_spans_the_logged_time(vime_logs, tmp_path):
     ingest(vime_logs / "colocate_3_rollouts.log", tmp_path / "run")
     status = RunDir(tmp_path / "run").load().status
-    assert (status.started, status.ended) == ("2026-11-20 10:00:02", "2026-11-20 10:04:12")
+    assert (status.started, status.ended) == ("2026-11-20 10:00:02", "2026-11-20 10:04:10")

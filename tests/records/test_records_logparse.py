@@ -25,7 +25,7 @@ def test_values_survive_ansi_nan_and_numpy_reprs(vime_logs):
     assert steps[0].metrics["train/train_rollout_logprob_abs_diff"] == 0.0183
     assert math.isnan(steps[1].metrics["train/loss"])
     assert steps[2].metrics["train/grad_norm"] == 0.2314  # logged as np.float64(0.2314)
-    assert steps[0].line == 13  # 1-based, counted in the raw file
+    assert steps[0].line == 14  # 1-based, counted in the raw file
 
 
 def test_log_without_ray_reads_carriage_returns_inf_and_eval(vime_logs):

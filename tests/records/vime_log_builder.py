@@ -75,11 +75,24 @@ NOISE = [
 ]
 
 
-def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: int = 3, finished: bool = True) -> tuple[list[str], list[tuple]]:
+def argument_lines(num_rollout: int, steps_per_rollout: int = 1, **more) -> list[str]:
+    """The driver's argument print, as Megatron's _print_args writes it through VIME's logger."""
+    values = {"distributed_timeout_minutes": 10, "num_rollout": num_rollout, "num_steps_per_rollout": steps_per_rollout, "rollout_top_p": 1.0, **more}
+    values = dict(sorted(values.items()))
+    at = "[2026-11-20 10:00:00] arguments.py:1492 - "
+    return (
+        [f"{at}------------------------ arguments ------------------------"]
+        + [f"{at}  {name} {'.' * (48 - len(name))} {value}" for name, value in values.items()]
+        + [f"{at}-------------------- end of arguments ---------------------"]
+    )
+
+
+def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: int = 3, arguments: bool = True) -> tuple[list[str], list[tuple]]:
     """Lines of a run with `steps` rollouts (one train step each) and the records they hold, as
-    (kind, n, metrics, source) in line order; a finished run ends with VIME's "training finished"."""
+    (kind, n, metrics, source) in line order. Like VIME's, the log has no end line; with
+    `arguments` it starts with the argument print that says num_rollout = `steps`."""
     rng = random.Random(seed)
-    lines, expected = [], []
+    lines, expected = (argument_lines(steps) if arguments else []), []
     for n in range(steps):
         groups = [
             ("perf", manager_perf(n, rng), ROLLOUT_MANAGER),
@@ -94,6 +107,4 @@ def build_run_log(steps: int, seed: int = 0, nan_every: int = 0, noise_lines: in
             lines.append(render(kind, n, metrics, source=source, second=n))
             expected.append((kind, n, metrics, source))
             lines.extend(rng.choice(NOISE) for _ in range(noise_lines))
-    if finished:
-        lines.append(f"[2026-11-20 10:{(steps // 60) % 60:02d}:{steps % 60:02d}] train.py:98 - training finished")
     return lines, expected
