@@ -1,13 +1,13 @@
-"""The arguments that pick one resolved spec (--stage, --rung, --mode, --backend, --knobs, --set),
-shared by the `argv` and `run` commands: one place, so the CLI and the launcher's command do not
-import each other."""
+"""The arguments that pick one resolved spec (--stage, --rung, --mode, --backend, --knobs, --site,
+--set), shared by the `argv` and `run` commands: one place, so the CLI and the launcher's command do
+not import each other."""
 
 from __future__ import annotations
 
 import argparse
 
 from harness import DEFAULT_KNOBS_DIR
-from harness.arguments import existing_dir
+from harness.arguments import existing_dir, existing_path
 from harness.spec import SpecError, load_knobs, resolve, validate
 from harness.spec.render import parse_value
 
@@ -30,10 +30,39 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="colocate", help="colocate | non-colocate")
     parser.add_argument("--backend", default="embedded", help="embedded | vime | records")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory")
-    parser.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE", help="override a VIME flag (name without dashes); repeatable")
+    add_site_argument(parser)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FLAG=VALUE",
+        help="set a VIME flag (name without dashes) over knobs/ and the site file; repeatable. A flag a rung sets is "
+        "refused unless the site file lists it under overrides-rungs",
+    )
+
+
+def add_site_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--site", default=None, metavar="FILE", help="a site file: this cluster's paths, Ray address, nodes (docs/cluster.md)")
+
+
+def site_from_args(args: argparse.Namespace):
+    """The site file named by --site, loaded and checked (None without one)."""
+    from harness.spec.site import load_site
+
+    if getattr(args, "site", None) is None:
+        return None
+    return load_site(existing_path(args.site, "--site", "a site file (YAML; see knobs/sites/example.yaml)"))
+
+
+def knobs_from_args(args: argparse.Namespace):
+    """knobs/ with the site file and --set values layered on."""
+    from harness.spec.site import with_settings
+
+    knobs = load_knobs(existing_dir(args.knobs, "--knobs", "a knobs directory (base.yaml, stages.yaml, ladder/, ...)"))
+    return with_settings(knobs, site_from_args(args), parse_sets(getattr(args, "set", []) or []))
 
 
 def spec_from_args(args: argparse.Namespace):
-    knobs = load_knobs(existing_dir(args.knobs, "--knobs", "a knobs directory (base.yaml, stages.yaml, ladder/, ...)"))
-    spec = resolve(knobs, args.stage, args.rung, args.mode, args.backend, parse_sets(args.set))
+    knobs = knobs_from_args(args)
+    spec = resolve(knobs, args.stage, args.rung, args.mode, args.backend)
     return knobs, validate(spec, knobs)

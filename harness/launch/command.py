@@ -27,22 +27,35 @@ def check_embedded_flags(spec) -> None:
         raise SpecError(f"--backend embedded: {err}{where}") from None
 
 
+def site_default(value, site, key: str, fallback=None):
+    """An option's value: given on the command line, else the site file's, else the fallback."""
+    if value is not None:
+        return value
+    return getattr(site, key, None) or fallback
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.launch.runner import LaunchOptions, ensure_run, read_state
+    from harness.spec.budget import run_timeout
 
-    writable_dir(args.runs_dir, "--runs-dir")
+    knobs, spec = spec_from_args(args)
+    site = knobs.site
+    runs_dir = site_default(args.runs_dir, site, "runs_dir", str(DEFAULT_RUNS_DIR))
+    writable_dir(runs_dir, "--runs-dir")
     if args.vime_root is not None:
         existing_dir(args.vime_root, "--vime-root", "a VIME checkout with train.py")
-    _, spec = spec_from_args(args)
     if spec.backend == "embedded":
         check_embedded_flags(spec)
+    timeout, why = (args.timeout, "--timeout") if args.timeout is not None else run_timeout(knobs, spec)
     options = LaunchOptions(
-        runs_dir=Path(args.runs_dir),
+        runs_dir=Path(runs_dir),
         rerun=args.rerun,
         vime_root=args.vime_root,
-        ray_address=args.ray_address,
-        timeout_s=args.timeout,
+        ray_address=site_default(args.ray_address, site, "ray_address"),
+        timeout_s=timeout,
+        timeout_why=why,
         image=args.image,
+        site=site,
     )
     run_dir = ensure_run(spec, options)
     state = read_state(run_dir)
@@ -60,10 +73,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 def register(commands) -> None:
     parser = commands.add_parser("run", help="launch (or reuse) the run of one resolved spec; prints the run directory")
     add_spec_arguments(parser)
-    parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR))
+    parser.add_argument("--runs-dir", default=None, help="where run directories live (default: the site's runs-dir, else reports/runs)")
     parser.add_argument("--rerun", action="store_true", help="launch even if a finished run with this spec exists")
-    parser.add_argument("--vime-root", default=None, help="VIME checkout with train.py (--backend vime)")
-    parser.add_argument("--ray-address", default=None, help="submit as a Ray job to this address instead of a local process")
-    parser.add_argument("--timeout", type=positive_seconds, default=3600.0, help="seconds before the harness stops the run (> 0)")
+    parser.add_argument("--vime-root", default=None, help="VIME checkout with train.py (--backend vime; default: the site's vime-root)")
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="submit as a Ray job to this address instead of a local process (default: the site's ray-address); "
+        "a job of this run that still runs is attached to, not submitted again",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        help="seconds before the harness stops the run (> 0; default: the stage's budget in knobs/launch.yaml)",
+    )
     parser.add_argument("--image", default=None, help="container image to record in the environment record")
     parser.set_defaults(func=cmd_run)
+    from harness.launch.status import register as register_status
+
+    register_status(commands)

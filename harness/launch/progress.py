@@ -1,27 +1,58 @@
-"""A live view of a run: rollout step of N, last abs-diff, last reward, step time (rich)."""
+"""A run's progress: rollout i of N, its ETA, last abs-diff, last reward, step time.
+
+On a terminal a rich progress bar; elsewhere (a CI log, a file) one plain line per run at most every
+LINE_EVERY_S seconds, so a 100-rollout run still says where it is. `eta_s` is shared with
+`python -m harness status`.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
 
+LINE_EVERY_S = 30.0
+
+
+def eta_s(started: float, done: int, total: int | None, now: float | None = None) -> float | None:
+    """Seconds left if the remaining rollouts take as long as the done ones did on average
+    (start-up included, so an early estimate errs long); None before the first rollout."""
+    if not total or done <= 0:
+        return None
+    elapsed = (now if now is not None else time.time()) - started
+    return max(0.0, elapsed / done * (total - done))
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA unknown"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
+
 
 class RunProgress:
-    def __init__(self, run_id: str, total_steps: int | None, enabled: bool | None = None):
+    def __init__(self, run_id: str, total_steps: int | None, enabled: bool | None = None, started: float | None = None):
         console = Console(file=sys.stderr)
-        self._enabled = console.is_terminal if enabled is None else enabled
+        self._run_id, self._total = run_id, total_steps
+        self._bar = console.is_terminal if enabled is None else enabled
+        # Plain lines only where nobody chose: `progress=False` (pytest) stays quiet.
+        self._lines = enabled is None and not console.is_terminal
+        self._started = started if started is not None else time.time()
+        self._last_line = 0.0
         self._progress = Progress(
             TextColumn("[bold]{task.fields[run]}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("abs-diff {task.fields[diff]}  reward {task.fields[reward]}  step {task.fields[step_time]}"),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=console,
-            disable=not self._enabled,
+            disable=not self._bar,
             transient=False,
         )
         self._task = self._progress.add_task("run", total=total_steps, run=run_id, diff="-", reward="-", step_time="-")
@@ -45,4 +76,14 @@ class RunProgress:
         if kind == "step":
             self._steps.add(n)
             fields["completed"] = len(self._steps)
+            self._line(n)
         self._progress.update(self._task, **fields)
+
+    def _line(self, n: int) -> None:
+        now = time.time()
+        if not self._lines or now - self._last_line < LINE_EVERY_S:
+            return
+        self._last_line = now
+        total = self._total if self._total else "?"
+        eta = format_eta(eta_s(self._started, len(self._steps), self._total, now))
+        print(f"{self._run_id}: rollout {n + 1}/{total}, {eta}", file=sys.stderr, flush=True)

@@ -2,7 +2,9 @@
 
 The run id comes from the resolved spec, so a finished run is found again by id; `rerun` starts
 over. A file lock per run id makes concurrent pytest-xdist workers wait for one launch instead
-of starting two.
+of starting two. On a Ray cluster the job's submission id is the run id too: a run whose job still
+runs (or finished while nobody followed it) is attached to, never submitted twice, and stopping
+the harness (Ctrl-C, a signal) leaves the job running and says how to stop or re-attach to it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness.launch.progress import RunProgress
-from harness.launch.sources import LocalProcess, RayJob, trainer_still_running
+from harness.launch.ray_job import TERMINAL, RayJob, client_for, default_job_env, jobs_of_run
+from harness.launch.sources import LocalProcess, trainer_still_running
 from harness.launch.trainer import output_flags, trainer_command
 from harness.records.atomic import atomic_write_json
 from harness.records.commit import harness_commit
@@ -57,6 +60,15 @@ class LaunchOptions:
     # Embedded backend only: fork each trainer from one pre-imported interpreter (harness.launch.warm)
     # instead of starting a fresh one; a session of many runs then pays the imports once.
     warm_start: bool = False
+    # The cluster's site file (harness.spec.site.Site): the job's working directory and environment.
+    site: object | None = None
+    # Where the time limit came from, for the log line that reports it.
+    timeout_why: str = ""
+
+
+# Ray jobs this process stopped following while they still ran (Ctrl-C, a signal): job id ->
+# what to type to stop it; a front end (the pytest plugin) lists them when its session ends.
+DETACHED: dict[str, str] = {}
 
 
 def read_state(run_dir: RunDir) -> str | None:
@@ -121,13 +133,24 @@ def _refuse_to_replace(run_dir: RunDir) -> None:
 
 def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
     """The finished (or failed) run for `spec`, launching it unless one exists and rerun is off."""
-    trainer_command(spec.backend, options.vime_root)  # a bad --vime-root fails before anything is written
+    from harness.spec.site import launch_problems
+
+    placeholders = launch_problems(spec, getattr(options.site, "source", None))
+    if placeholders:
+        raise SpecError(placeholders)
+    _command(spec, options)  # a bad --vime-root fails before anything is written
     options.runs_dir.mkdir(parents=True, exist_ok=True)
     run_dir = RunDir(options.runs_dir / spec.run_id)
     with FileLock(str(options.runs_dir / f".{spec.run_id}.lock")):
-        if read_state(run_dir) == "finished":
+        state = read_state(run_dir)
+        if state == "finished":
             fresh = run_dir.file(RunDir.STATUS).stat().st_mtime >= options.session_started
             if not options.rerun or fresh:
+                return run_dir
+        if options.ray_address:
+            job_id = _job_to_attach(spec.run_id, options, recorded_finished=state == "finished")
+            if job_id is not None:
+                attach(spec, run_dir.create(), job_id, options)
                 return run_dir
         _refuse_to_replace(run_dir)
         if run_dir.path.exists():
@@ -136,13 +159,51 @@ def ensure_run(spec: RunSpec, options: LaunchOptions) -> RunDir:
     return run_dir
 
 
-def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
-    """Start the trainer, stream its output into the run directory, return the final state.
-    A signal (SIGTERM, SIGHUP, Ctrl-C) stops the trainer this call started and marks the run
-    interrupted with every step it logged; the exception then goes on to the caller."""
-    command, cwd = trainer_command(spec.backend, options.vime_root)
+def _job_to_attach(run_id: str, options: LaunchOptions, recorded_finished: bool) -> str | None:
+    """The Ray job of this run to follow instead of submitting one: the latest, if it still runs,
+    or if it succeeded while nobody followed it (its records are rebuilt from its log)."""
+    jobs = jobs_of_run(client_for(options.ray_address), run_id)
+    if not jobs:
+        return None
+    job_id, status = jobs[-1]
+    if status not in TERMINAL:
+        return job_id
+    if status == "SUCCEEDED" and not recorded_finished and not options.rerun:
+        return job_id
+    return None
+
+
+def _command(spec: RunSpec, options: LaunchOptions) -> tuple[list[str], Path]:
+    """The trainer's command and the directory it starts in. A Ray job starts in the site's working
+    directory on the cluster (else its VIME root, else this machine's), which need not exist here."""
+    site = options.site
+    on_cluster = bool(options.ray_address)
+    vime_root = options.vime_root or (getattr(site, "vime_root", None) if on_cluster else None)
+    command, cwd = trainer_command(spec.backend, vime_root, on_cluster=on_cluster)
     if options.trainer:
         command = list(options.trainer)
+    if on_cluster and getattr(site, "working_dir", None):
+        if spec.backend == "vime" and not options.trainer:
+            command = [*command[:-1], str(cwd / "train.py")]  # train.py stays VIME's, wherever the job starts
+        cwd = Path(site.working_dir)
+    return command, cwd
+
+
+def _job_env(options: LaunchOptions) -> dict[str, str]:
+    """What a Ray job receives: the site's forwarded and set variables, else the trainers' prefixes."""
+    if options.site is not None:
+        env = options.site.job_env(dict(os.environ))
+    else:
+        env = default_job_env(dict(os.environ))
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
+    """Start the trainer, stream its output into the run directory, return the final state.
+    A signal (SIGTERM, SIGHUP, Ctrl-C) stops a local trainer this call started and marks the run
+    interrupted with every step it logged (a Ray job is left running: `_record_interrupt`); the
+    exception then goes on to the caller."""
+    command, cwd = _command(spec, options)
     argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend)
     source = None
     with _signals_raise():
@@ -156,7 +217,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             try:
                 if options.ray_address:
-                    source = RayJob(command + argv, cwd, env, options.ray_address)
+                    source = RayJob.submit(command + argv, cwd, _job_env(options), options.ray_address, spec.run_id)
                 else:
                     source = _local_source(command + argv, cwd, env, spec, options, run_dir)
             except Exception:
@@ -164,6 +225,28 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
                 raise
             atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())
             run_dir.append_log(f"# launched as {source.description}")
+            return _follow(source, run_dir, spec, options)
+        except KeyboardInterrupt as stop:
+            _record_interrupt(run_dir, source, str(stop) if isinstance(stop, Terminated) else "Ctrl-C")
+            raise
+        finally:
+            run_dir.close()
+
+
+def attach(spec: RunSpec, run_dir: RunDir, job_id: str, options: LaunchOptions) -> str:
+    """Follow a Ray job submitted earlier for this run: its whole log is read again from the start
+    (Ray keeps it), so log.txt and metrics.jsonl are rebuilt rather than continued."""
+    source = None
+    with _signals_raise():
+        try:
+            for name in (RunDir.LOG, RunDir.METRICS):
+                run_dir.file(name).unlink(missing_ok=True)
+            if not run_dir.file(RunDir.SPEC).exists():
+                run_dir.write_spec(spec.to_dict())
+            run_dir.set_status("running")
+            source = RayJob.attach(options.ray_address, job_id)
+            atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())
+            run_dir.append_log(f"# attached to {source.description}")
             return _follow(source, run_dir, spec, options)
         except KeyboardInterrupt as stop:
             _record_interrupt(run_dir, source, str(stop) if isinstance(stop, Terminated) else "Ctrl-C")
@@ -186,6 +269,18 @@ def _local_source(command: list[str], cwd: Path, env: dict[str, str], spec: RunS
 
 
 def _record_interrupt(run_dir: RunDir, source, why: str) -> None:
+    if isinstance(source, RayJob) and source.exit_code() is None:
+        # The job belongs to the cluster, not to this process: it keeps running, and the same
+        # command run again attaches to it.
+        hint = f"re-attach by running the same command again; stop it with `{source.stop_hint()}`"
+        DETACHED[source.job_id] = hint
+        note = f"{why}: the harness stopped following {source.description}, which still runs: {hint}"
+        run_dir.append_log(f"# detached ({note})")
+        run_dir.set_status("interrupted", note=note)
+        import sys
+
+        print(f"{run_dir.id}: {note}", file=sys.stderr)
+        return
     if source is not None:
         source.stop()
     steps = run_dir.set_status("interrupted")["steps_logged"]  # counts the steps on disk first
@@ -201,9 +296,12 @@ def _record_interrupt(run_dir: RunDir, source, why: str) -> None:
 def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> str:
     parser = LogParser()
     failures: list[Failure] = []
-    deadline = time.monotonic() + options.timeout_s
+    # An attached job has been running since it started, not since we began to follow it.
+    started = getattr(source, "started_at", None) or time.time()
+    deadline = started + options.timeout_s
+    run_dir.append_log(f"# time limit {options.timeout_s:.0f} s" + (f" ({options.timeout_why})" if options.timeout_why else ""))
     total = spec.flags.get("num-rollout") if isinstance(spec.flags.get("num-rollout"), int) else None
-    with RunProgress(spec.run_id, total, options.progress) as progress:
+    with RunProgress(spec.run_id, total, options.progress, started=started) as progress:
         while True:
             for line in source.poll(POLL_SECONDS):
                 run_dir.append_log(line.rstrip("\n"))
@@ -216,7 +314,7 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
             code = source.exit_code()
             if code is not None:
                 break
-            if time.monotonic() > deadline:
+            if time.time() > deadline:
                 source.stop()
                 run_dir.append_log(f"# stopped by the harness after its {options.timeout_s:.0f} s time limit")
                 run_dir.set_status(

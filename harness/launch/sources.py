@@ -1,4 +1,4 @@
-"""Two ways to run a trainer, one interface: a local process group, or a Ray job.
+"""Two ways to run a trainer, one interface: a local process group, or a Ray job (ray_job.py).
 
 Both give output lines as they arrive (`poll`), an exit code when done, and a `stop` that ends
 only what this harness started: the process group it created, or the Ray job id it submitted.
@@ -12,10 +12,7 @@ import shlex
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
-
-from harness.spec import SpecError
 
 # How the harness stops a trainer's process group, mildest first. SIGINT is what Ctrl-C in a
 # terminal sends: Python trainers (VIME's train.py, the embedded one) raise KeyboardInterrupt and
@@ -135,60 +132,13 @@ def trainer_still_running(identity: dict) -> str | None:
             return None  # the pid now belongs to another process
         return f"its trainer (process group {identity.get('pgid', pid)}) is still running: stop it with kill -- -{identity.get('pgid', pid)}"
     if identity.get("ray_job"):
+        from harness.launch.ray_job import TERMINAL, client_for, job_status
+
         job, address = identity["ray_job"], identity.get("address")
         try:
-            from ray.job_submission import JobSubmissionClient
-
-            status = str(JobSubmissionClient(address).get_job_status(job)).split(".")[-1]
+            status = job_status(client_for(address), job)
         except Exception as err:  # unreachable cluster: we cannot tell, so we must not delete
             return f"its Ray job {job} at {address} may still run (cannot ask: {str(err).splitlines()[0][:120]})"
-        if status not in RayJob.TERMINAL:
+        if status is not None and status not in TERMINAL:
             return f"its Ray job {job} at {address} is {status}: stop it with `ray job stop {job} --address {address}`"
     return None
-
-
-class RayJob:
-    """The trainer as a Ray job, submitted to the Jobs API at `address` (as VIME is launched)."""
-
-    TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 143}
-
-    def __init__(self, command: list[str], cwd: Path, env: dict[str, str], address: str):
-        try:
-            from ray.job_submission import JobSubmissionClient
-        except ImportError:
-            raise SpecError("--ray-address needs Ray with its job client: install ray[default]") from None
-        try:
-            self._client = JobSubmissionClient(address)
-        except Exception as err:  # Ray raises ConnectionError or RuntimeError with its own text
-            raise SpecError(f"--ray-address {address}: cannot reach a Ray job server there ({str(err).splitlines()[0]})") from None
-        passed_env = {k: v for k, v in env.items() if k.startswith(("VLLM_", "LAB_", "PYTHON", "OMP_", "NCCL_", "CUDA_", "TORCH_", "HF_"))}
-        self.job_id = self._client.submit_job(entrypoint=f"cd {shlex.quote(str(cwd))} && {shlex.join(command)}", runtime_env={"env_vars": passed_env})
-        self.description = f"Ray job {self.job_id} at {address}"
-        self._seen_chars = 0
-        self._done: int | None = None
-        self._address = address
-
-    def identity(self) -> dict:
-        return {"ray_job": self.job_id, "address": self._address}
-
-    def poll(self, timeout: float) -> list[str]:
-        time.sleep(timeout)
-        status = str(self._client.get_job_status(self.job_id)).split(".")[-1]
-        logs = self._client.get_job_logs(self.job_id)
-        new = logs[self._seen_chars :]
-        if status in self.TERMINAL:
-            # Logs are read after the status, so everything the job printed is already in `new`.
-            self._done = self.TERMINAL[status]
-        elif "\n" in new:
-            new = new[: new.rindex("\n") + 1]  # hold back a line still being written
-        else:
-            new = ""
-        self._seen_chars += len(new)
-        return new.splitlines(keepends=True)
-
-    def exit_code(self) -> int | None:
-        return self._done
-
-    def stop(self) -> None:
-        if self._done is None:
-            self._client.stop_job(self.job_id)

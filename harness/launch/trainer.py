@@ -13,14 +13,18 @@ from harness import REPO_ROOT
 from harness.spec import SpecError
 
 
-def trainer_command(backend: str, vime_root: str | Path | None) -> tuple[list[str], Path]:
-    """The command prefix and working directory that start the trainer for `backend`."""
+def trainer_command(backend: str, vime_root: str | Path | None, on_cluster: bool = False) -> tuple[list[str], Path]:
+    """The command prefix and working directory that start the trainer for `backend`. On a cluster
+    (a Ray job) the VIME root is a path on the nodes: it is checked here only if this machine sees it."""
     if backend == "embedded":
         return [sys.executable, "-m", "harness.embedded.train"], REPO_ROOT
     if backend == "vime":
         if not vime_root:
-            raise SpecError("--backend vime needs --vime-root: the VIME checkout that holds train.py")
-        root = Path(vime_root).expanduser().resolve()
+            raise SpecError("--backend vime needs --vime-root (or vime-root: in the site file): the VIME checkout that holds train.py")
+        root = Path(vime_root).expanduser()
+        if on_cluster and not root.exists():
+            return ["python3", "train.py"], root
+        root = root.resolve()
         if not (root / "train.py").is_file():
             raise SpecError(f"--vime-root {root}: expected a VIME checkout with train.py at its top, found none")
         return ["python3", "train.py"], root

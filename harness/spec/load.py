@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -29,6 +29,10 @@ from harness.spec.schema import (
 )
 from harness.spec.values import flag_value_problems
 
+if TYPE_CHECKING:
+    from harness.spec.budget import RunBudgets
+    from harness.spec.site import Site
+
 Model = TypeVar("Model", bound=BaseModel)
 
 
@@ -48,6 +52,12 @@ class Knobs:
     operator_thresholds: dict[str, Threshold] = field(default_factory=dict)
     # Node types named by the stages (stages.yaml `hardware:`): GPUs per node for VIME's placement.
     hardware: dict[str, Hardware] = field(default_factory=dict)
+    # How long a launched run may take per stage (launch.yaml); None where the file is absent.
+    budgets: RunBudgets | None = None
+    # Layered on by harness.spec.site.with_settings: a cluster's site file and session-wide --set
+    # values, applied by every resolve() (knobs < site < --set).
+    site: Site | None = None
+    sets: dict = field(default_factory=dict)
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
@@ -204,6 +214,9 @@ def _merge_union_branches(errors: list[dict]) -> list[dict]:
     (`...value.float`, `...value.int`); make it one error for the key, naming every member."""
     merged: dict[tuple, dict] = {}
     for error in errors:
+        if not error["loc"]:  # a model-level rule (several keys together): no key path to merge on
+            merged[(id(error),)] = error
+            continue
         *head, last = error["loc"]
         if isinstance(last, str) and last.startswith(_UNION_MEMBER) and head:
             key = tuple(head)
@@ -249,12 +262,37 @@ def load_knobs(root: Path) -> Knobs:
     rungs = _load_rungs(root / "ladder")
     ab = parse_file(root / "ab.yaml", ABFile)
     operator_thresholds = parse_file(root / "operator_thresholds.yaml", ThresholdsFile).thresholds
+    budgets = _load_budgets(root / "launch.yaml", stages)
     knobs = Knobs(
-        root, base, stages, rungs, thresholds, acceptance, classification, ab, hardware=stages_file.hardware, operator_thresholds=operator_thresholds
+        root,
+        base,
+        stages,
+        rungs,
+        thresholds,
+        acceptance,
+        classification,
+        ab,
+        hardware=stages_file.hardware,
+        operator_thresholds=operator_thresholds,
+        budgets=budgets,
     )
     _check_flag_values(knobs)
     _check_links(knobs)
     return knobs
+
+
+def _load_budgets(path: Path, stages: dict[str, Stage]):
+    """launch.yaml: per-stage run budgets. Optional, so a copied knobs/ without it still loads
+    (launches then keep the fixed default time limit)."""
+    from harness.spec.budget import RunBudgets
+
+    if not path.exists():
+        return None
+    budgets = parse_file(path, RunBudgets)
+    unknown = [name for name in budgets.stages if name not in stages]
+    if unknown:
+        raise SpecError(f"{_relative(path)}: stages.{unknown[0]}: expected a stage of stages.yaml ({', '.join(stages)}), got {unknown[0]!r}")
+    return budgets
 
 
 def _load_rungs(ladder_dir: Path) -> dict[str, Rung]:

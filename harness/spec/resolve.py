@@ -1,7 +1,8 @@
 """Merge the layers into one resolved spec and give it a stable id.
 
-Order: base <- model <- stage <- hardware <- mode <- rung chain (root first) <- --set
-overrides; `model` (knobs/models/) and `hardware` (stages.yaml: GPUs per node) only where they
+Order: base <- model <- stage <- hardware <- mode <- rung chain (root first) <- site file <-
+session --set <- the caller's overrides; then the site's real paths fill the placeholders
+(harness/spec/site.py: a flag a rung sets is never replaced by the site or --set silently); `model` (knobs/models/) and `hardware` (stages.yaml: GPUs per node) only where they
 are rendered. Within a layer, the flags for every backend apply first, then the backend's own section. `null` deletes.
 """
 
@@ -17,6 +18,7 @@ from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
 from harness.spec.models import model_flags
 from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
+from harness.spec.site import fill_paths, rung_owned_problems, settings_layers
 from harness.spec.values import value_problem
 
 
@@ -117,6 +119,14 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
     for origin, layer in layers:
         for section in layer.for_backend(backend):
             _apply(flags, provenance, section, origin)
+    # The site's and the session's --set layers: a flag a rung sets is refused unless the site
+    # lists it under overrides-rungs (harness/spec/site.py rule 2).
+    owned = []
+    for origin, layer in settings_layers(knobs, stage, backend):
+        owned += rung_owned_problems(knobs, rung, origin, layer, provenance)
+        _apply(flags, provenance, layer, origin)
+    if owned:
+        raise SpecError(owned)
     overrides = dict(overrides or {})
     try:
         check_flag_names(overrides)
@@ -126,5 +136,8 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
     if bad_values:
         raise SpecError(bad_values)
     _apply(flags, provenance, overrides, "--set")
+    fill_paths(knobs, flags, provenance)
+    if knobs.sets:  # recorded with the run as --set was before it became a session setting
+        overrides = {**knobs.sets, **overrides}
     note = equivalence_note(knobs, rung_cfg, backend)
     return RunSpec(stage, rung, mode, backend, flags, provenance, overrides, notes=(note,) if note else ())

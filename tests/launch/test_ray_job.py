@@ -1,38 +1,21 @@
-"""The embedded trainer submitted as a Ray job to a real single-node Ray head, as VIME is launched.
+"""The embedded trainer submitted as a Ray job to a real Ray cluster, as VIME is launched.
 
-All traffic stays on loopback: the head and the submission run inside a network namespace that
-has only `lo` (tests/launch/ray_head.py says why and how it is stopped).
+All traffic stays on loopback: the cluster and the submission run inside a network namespace that
+has only `lo` (tests/launch/ray_cluster.py says why and how it is stopped).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-
-import pytest
-from ray_head import LoopbackRayHead, netns_available
 
 from harness import REPO_ROOT
 from harness.records.rundir import RunDir
 
 
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    why_not = netns_available()
-    if why_not:
-        pytest.skip(f"Ray-job launch test: {why_not}")
-    head = LoopbackRayHead(f"lab-ray-{os.getpid()}", tmp_path_factory.mktemp("ray"))
-    try:
-        head.start()
-        yield head
-    finally:
-        head.stop()
-
-
-def test_embedded_trainer_runs_as_a_ray_job(ray_head, tmp_path):
+def test_embedded_trainer_runs_as_a_ray_job(ray_cluster, tmp_path):
     result = subprocess.run(
-        ray_head.in_ns(
+        ray_cluster.in_ns(
             sys.executable,
             "-m",
             "harness",
@@ -46,7 +29,7 @@ def test_embedded_trainer_runs_as_a_ray_job(ray_head, tmp_path):
             "--runs-dir",
             str(tmp_path),
             "--ray-address",
-            ray_head.address,
+            ray_cluster.address,
             "--timeout",
             "400",
         ),

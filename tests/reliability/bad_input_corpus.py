@@ -144,6 +144,21 @@ def cli(*args) -> Callable[[Path], list[str]]:
     return build
 
 
+def with_site(text: str, *args: str) -> Callable[[Path], list[str]]:
+    """A site file holding `text`, passed with --site to `args` (default: argv of SPEC)."""
+
+    def build(work: Path) -> list[str]:
+        site = work / "site.yaml"
+        site.write_text(text)
+        return [*(args or ("argv", *SPEC)), "--site", str(site)]
+
+    return build
+
+
+# The site that fills every placeholder of a near-aligned launch on VIME but its BF16 checkpoint.
+SITE_MISSING_CHECKPOINT = "paths:\n  /path/to/Qwen3-30B-A3B_torch_dist: /data/ref\n  /path/to/dapo-math-17k: /data/dapo\n"
+
+
 def users_directory(work: Path) -> Path:
     user = work / "results"
     user.mkdir()
@@ -371,6 +386,41 @@ CORPUS: list[BadInput] = [
     BadInput("set-memory-share", "--set value", with_set("vllm-gpu-memory-utilization=2"), "expected a number in [0, 1]"),
     BadInput("set-without-equals", "--set value", with_set("num-rollout"), "expected FLAG=VALUE"),
     BadInput("set-bad-flag-name", "--set value", with_set("Num_Rollout=3"), "is not a VIME flag name"),
+    BadInput(
+        "set-rung-owned-flag",
+        "--set value",
+        with_set("rollout-top-p=0.9"),
+        "--set rollout-top-p=0.9: rung top-p sets rollout-top-p",
+    ),
+    # site files (harness/spec/site.py)
+    BadInput(
+        "site-unknown-key", "site file", with_site("ray-adress: http://head:8265\n"), "ray-adress: unknown site key; allowed here: paths, vime-root"
+    ),
+    BadInput(
+        "site-unknown-stage-key",
+        "site file",
+        with_site("stages:\n  p1:\n    gpus-per-nod: 4\n"),
+        "stages.p1.gpus-per-nod: unknown site key; allowed here: gpus-per-node, actor-nodes, rollout-gpus",
+    ),
+    BadInput(
+        "site-unknown-stage", "site file", with_site("stages:\n  p9:\n    gpus-per-node: 4\n"), "stages.p9: expected a stage of knobs/stages.yaml"
+    ),
+    BadInput(
+        "site-path-key-not-a-placeholder", "site file", with_site("paths:\n  /data/x: /data/y\n"), "paths: expected keys that are knobs/ placeholders"
+    ),
+    BadInput("site-missing", "site file", cli("argv", *SPEC, "--site", "{work}/no-site.yaml"), "--site {work}/no-site.yaml: no such file"),
+    BadInput(
+        "site-overrides-a-rung-flag",
+        "site file",
+        with_site("flags:\n  rollout-top-p: 0.9\n"),
+        "flags: rollout-top-p: rung top-p sets rollout-top-p",
+    ),
+    BadInput(
+        "site-placeholder-reaches-launch",
+        "site file",
+        with_site(SITE_MISSING_CHECKPOINT, "run", "--stage", "p1", "--rung", "near-aligned", "--backend", "vime"),
+        "--hf-checkpoint /path/to/Qwen3-30B-A3B: a placeholder from knobs/ladder/fp32-floor.yaml reached a launch; set its real path in the site file",
+    ),
     # command-line paths and options
     BadInput(
         "run-runs-dir-is-a-file",

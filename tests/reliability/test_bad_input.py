@@ -18,7 +18,19 @@ from bad_input_corpus import CORPUS, LIVE_TRAINERS, REPO, BadInput
 
 # A line longer than this is not "one clear line" (a 1 KB alias bomb once gave an 8 MB one).
 MAX_LINE_CHARS = 600
-KINDS = ("knob value", "knob file", "--set value", "cli path", "cli option", "run directory", "log", "dump", "report input", "attribution")
+KINDS = (
+    "knob value",
+    "knob file",
+    "--set value",
+    "site file",
+    "cli path",
+    "cli option",
+    "run directory",
+    "log",
+    "dump",
+    "report input",
+    "attribution",
+)
 
 
 def harness(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -116,14 +116,22 @@ def test_a_broken_knob_is_one_line_naming_file_key_and_rule(knobs_copy, file, ol
         assert fragment in line, line
 
 
+def overriding_site(knobs: Path, *flags: str) -> str:
+    """A site file that replaces rung-set flags on purpose (harness/spec/site.py rule 2)."""
+    site = knobs.parent / "site.yaml"
+    site.write_text(f"overrides-rungs: [{', '.join(flags)}]\n")
+    return str(site)
+
+
 def test_rl_align_top_p_without_top_k_is_refused_with_the_reason(knobs_copy):
-    line = one_error_line(harness_argv(knobs_copy, "--set", "rollout-top-k=-1"))
+    site = overriding_site(knobs_copy, "rollout-top-k")
+    line = one_error_line(harness_argv(knobs_copy, "--site", site, "--set", "rollout-top-k=-1"))
     assert "vLLM top-p sampling replay requires --rollout-top-k > 0" in line, line
     assert "[rule top-p-replay-needs-top-k;" in line, line
 
 
 def test_a_trainer_precision_vime_would_override_is_refused(knobs_copy):
-    line = one_error_line(harness_argv(knobs_copy, "--set", "bf16=null"))
+    line = one_error_line(harness_argv(knobs_copy, "--site", overriding_site(knobs_copy, "bf16"), "--set", "bf16=null"))
     assert "VIME trains in bf16 whatever the flags" in line and "--bf16 (not set)" in line, line
 
 

@@ -1,0 +1,113 @@
+"""A run on a real two-node Ray cluster outlives the harness that launched it.
+
+Against `ray.cluster_utils.Cluster` (2 nodes, one CPU each, loopback only: ray_cluster.py) and a
+stand-in VIME train.py (vime_like_train.py: arguments printed at start, VIME's log lines, no end
+line), driven through the command line with a site file, as a user on a login node would:
+submit; interrupt the harness (Ctrl-C) while the job runs; the job keeps running and
+`harness status` lists it with its last rollout and ETA; the same command again attaches to the
+job (its submission id is the run id) instead of submitting a second one, and finishes the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ray_cluster import MultiNodeRay
+
+from harness import REPO_ROOT
+from harness.records.rundir import RunDir
+
+HERE = Path(__file__).parent
+ROLLOUTS = 8
+STEP_S = 1.0
+
+
+@pytest.fixture
+def site(ray_cluster, tmp_path):
+    """A VIME checkout (the stand-in train.py), a separate working directory and a shared runs
+    directory, and the site file that names them."""
+    vime = tmp_path / "vime"
+    vime.mkdir()
+    shutil.copy(HERE / "vime_like_train.py", vime / "train.py")
+    (tmp_path / "work").mkdir()
+    paths = "".join(
+        f"  /path/to/{name}: {tmp_path / 'data' / name}\n"
+        for name in ("Qwen3-30B-A3B", "Qwen3-30B-A3B-FP8", "Qwen3-30B-A3B_torch_dist", "dapo-math-17k")
+    )
+    text = (
+        f"paths:\n{paths}"
+        f"vime-root: {vime}\nworking-dir: {tmp_path / 'work'}\nruns-dir: {tmp_path / 'runs'}\nray-address: {ray_cluster.address}\n"
+        f"env:\n  forward: [LAB_SITE_*]\n  set:\n    STANDIN_STEP_S: '{STEP_S}'\n    STANDIN_MARK: from-site\n"
+    )
+    (tmp_path / "site.yaml").write_text(text)
+    return tmp_path
+
+
+def harness(cluster: MultiNodeRay, *args: str) -> list[str]:
+    return cluster.in_ns(sys.executable, "-m", "harness", *args)
+
+
+def steps_on_disk(runs: Path) -> int:
+    return sum(path.read_text().count('"kind": "step"') for path in runs.glob("*/metrics.jsonl"))
+
+
+def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, site):
+    run_args = ("run", "--stage", "p0", "--rung", "fp8-plus-filters", "--backend", "vime", "--site", str(site / "site.yaml"))
+    run_args += ("--set", f"num-rollout={ROLLOUTS}")
+    env = dict(os.environ, LAB_SITE_TOKEN="forwarded")
+    first = subprocess.Popen(harness(ray_cluster, *run_args), cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = site / "runs"
+    deadline = time.time() + 60
+    while steps_on_disk(runs) < 2 and first.poll() is None and time.time() < deadline:
+        time.sleep(0.3)
+    assert first.poll() is None, first.communicate()
+    assert steps_on_disk(runs) >= 2, "the job logged fewer than 2 steps within 60 s"
+    first.send_signal(signal.SIGINT)  # Ctrl-C: the harness stops following; the job is the cluster's
+    out, err = first.communicate(timeout=30)
+    assert first.returncode == 130, err[-2000:]
+    (run_path,) = [path for path in runs.iterdir() if path.is_dir()]
+    run_id = run_path.name
+    assert f"ray job stop {run_id} --address {ray_cluster.address}" in err, err[-2000:]
+    status = json.loads((run_path / "status.json").read_text())
+    assert status["state"] == "interrupted" and "still runs" in status["note"]
+
+    listed = subprocess.run(harness(ray_cluster, "status", "--site", str(site / "site.yaml")), capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    line = next((line for line in listed.stdout.splitlines() if line.startswith(run_id)), None)
+    assert line is not None, listed.stdout
+    assert f"Ray job {run_id} at" in line and "last rollout " in line and f"/{ROLLOUTS})" in line and "ETA" in line, line
+
+    again = subprocess.run(harness(ray_cluster, *run_args), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip().splitlines()[-1] == str(run_path)
+    run = RunDir(run_path).load()
+    assert run.status.state == "finished" and run.steps() == list(range(ROLLOUTS))
+    log = (run_path / "log.txt").read_text()
+    assert log.splitlines()[0] == f"# attached to Ray job {run_id} at {ray_cluster.address} (attached: submitted earlier)"
+    assert json.loads((run_path / "trainer.json").read_text())["ray_job"] == run_id  # the submission id is the run id
+    # The job started in the site's working directory, received the site's variables, and wrote
+    # its dumps under the shared runs directory (its own argument print says where).
+    assert f"working directory: {site / 'work'}" in log and "STANDIN_MARK=from-site" in log
+    assert f"{run_path / 'dumps'}/rollout_{{rollout_id}}.pt" in log
+
+    jobs = subprocess.run(
+        ray_cluster.in_ns(
+            sys.executable,
+            "-c",
+            f"from ray.job_submission import JobSubmissionClient as C; print(sorted(j.submission_id for j in C({ray_cluster.address!r}).list_jobs()))",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert jobs.stdout.strip() == repr([run_id]), jobs.stdout + jobs.stderr[-2000:]  # one job: never submitted twice
+    after = subprocess.run(harness(ray_cluster, "status", "--site", str(site / "site.yaml")), capture_output=True, text=True, timeout=60)
+    assert "no runs in flight" in after.stdout, after.stdout

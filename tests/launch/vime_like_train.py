@@ -1,0 +1,45 @@
+"""A stand-in for VIME's train.py, as a Ray job sees it, for launcher tests (standard library only:
+the job runs it with the cluster's python3).
+
+Like VIME: it prints its arguments at start in Megatron's block, then per rollout the trainer's
+`step N: {...}` and `rollout N: {...}` lines with Ray actor prefixes, the rollout manager's
+`perf N: {...}`, and ends without any end line (VIME's loop just returns). It also says where it
+started (the job's working directory) and which site variables reached it, for the test to check.
+STANDIN_STEP_S (from the site's env) sets the seconds per rollout.
+"""
+
+import os
+import sys
+import time
+from datetime import datetime
+
+
+def parse(argv: list[str]) -> dict[str, str]:
+    args, i = {}, 0
+    while i < len(argv):
+        name = argv[i].lstrip("-").replace("-", "_")
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            args[name], i = argv[i + 1], i + 2
+        else:
+            args[name], i = "True", i + 1
+    return args
+
+
+def log(actor: str, message: str) -> None:
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    print(f"({actor} pid={os.getpid()}) [{stamp}] train.py:1 - {message}", flush=True)
+
+
+args = parse(sys.argv[1:])
+print("------------------------ arguments ------------------------", flush=True)
+for name in sorted(args):
+    print(f"  {name} {'.' * max(2, 48 - len(name))} {args[name]}", flush=True)
+print("-------------------- end of arguments ---------------------", flush=True)
+print(f"working directory: {os.getcwd()}", flush=True)
+print(f"site variable STANDIN_MARK={os.environ.get('STANDIN_MARK', '(not set)')}", flush=True)
+step_s = float(os.environ.get("STANDIN_STEP_S", "0.5"))
+for n in range(int(args.get("num_rollout", "3"))):
+    time.sleep(step_s)
+    log("RolloutManager", f"perf {n}: {{'perf/rollout_time': {step_s / 2}}}")
+    log("MegatronTrainRayActor", f"rollout {n}: {{'rollout/raw_reward': 0.3, 'rollout/response_len/mean': 12.0}}")
+    log("MegatronTrainRayActor", f"step {n}: {{'train/train_rollout_logprob_abs_diff': 0.0123, 'train/loss': 0.5, 'train/step': {n}}}")
