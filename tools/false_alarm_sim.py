@@ -8,7 +8,7 @@ step-to-step CV (read from a recorded near-aligned run in --runs-dir when one is
 (the P1 family: 7 rungs judged against a parent), judges each child against the parent with
 harness.judge.stats and harness.judge.outcome, exactly as harness.judge.ladder does, and counts:
 
-  old rule    the rule before issue 14: an effect when the 95% interval excludes zero, |delta| >=
+  old rule    the ladder's earlier two-outcome rule: an effect when the 95% interval excludes zero, |delta| >=
               rung_min_abs_delta and |delta| > rung_flat_max_rel_delta x parent mean
   new, 95%    three outcomes at 95% without Holm (one decision alone)
   new + Holm  three outcomes at the Holm-adjusted level of the family of 7

@@ -1,4 +1,4 @@
-"""The experiment page (issue 20), checked as a reviewer meets it: a record built from runs judged
+"""The experiment page (what a reviewer opens first), checked as a reviewer meets it: a record built from runs judged
 by the real judge, the page drawn from it, opened in headless Chromium at 1400 x 1000. Every row
 of the seed's table, the ladder figure and all five A/B answers must end on that first screen;
 the screenshot is kept as an Allure attachment; the file stays under 2 MB. And a pytest session
