@@ -1,10 +1,18 @@
 """Operator bench CLI: measure every available selected-logprob operator, write JSON, print a table.
 
-    python tools/bench_operators.py --device cuda --shape production --out reports/bench/h200.json
+    python tools/bench_operators.py --device cuda --shape production --regime matched --out reports/bench/h200-peers-matched.json
     python tools/bench_operators.py --device cpu --shape 256,256,4096 --out /tmp/cpu.json
-    python tools/bench_operators.py --device cuda --bundle probe.safetensors --out reports/bench/probe.json
+    python tools/bench_operators.py --device cuda --bundle dumps/probe_3.pt --out /tmp/capture.json
+    python tools/bench_operators.py --device cuda --shape production --precision --out reports/bench/h200-grad-precision.json
+    python tools/bench_operators.py --device cuda --megatron-step --out reports/bench/h200-megatron-step.json
 
 --shape is ``production`` (T=8192, H=2048, V=151936), ``small`` (T=256, H=256, V=4096) or T,H,V.
+--regime picks the synthetic inputs (harness/operators/regimes.py); --bundle reads a captured bundle
+(an embedded run's probe_N.pt, or safetensors with hidden, weight, targets). Every record holds the
+inputs' measured statistics (entropy, target probability, logit spread) beside each row.
+--precision: each backward plan's gradient error over every row against fp64, in bf16 and fp32, with its
+cost (harness/operators/precision.py). --megatron-step: a megatron-core GPTModel training step with its
+log-prob path native, fused and Cut Cross-Entropy (harness/operators/megatron_step.py).
 """
 
 from __future__ import annotations
@@ -42,21 +50,31 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, help="calls of each side per timing (default: bench.DEFAULT_REPS, 100 on cuda, 10 on cpu)")
     p.add_argument("--sweep", action="store_true", help="also time the fused kernel's candidate configs (cuda)")
     p.add_argument("--tokens", help="comma-separated T values: one bench per T (same H, V, seed), rows of all in one record")
+    p.add_argument("--regime", default="default", help="synthetic inputs: default, matched, high-entropy (regimes.py)")
+    p.add_argument("--precision", action="store_true", help="gradient error of each backward plan over every row vs fp64, with its cost")
+    p.add_argument("--megatron-step", action="store_true", help="a megatron-core GPT training step, log-prob path native / fused / CCE")
+    p.add_argument("--megatron-shape", default="2,2048,151936,2,2048", help="layers,H,V,batch,seq for --megatron-step")
     args = p.parse_args(argv)
 
     import torch
 
     from harness.operators import bench, registry, render
-    from harness.operators.bundles import BundleError, BundleShape, load_bundle, synthetic_bundle
+    from harness.operators.bundles import BundleError, BundleShape, load_bundle
+    from harness.operators.regimes import RegimeError, regime_bundle
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_operators: --device cuda, but torch sees no CUDA device here", file=sys.stderr)
         return 2
+    if args.megatron_step:
+        return megatron_step(args)
     try:
-        bundle = load_bundle(args.bundle) if args.bundle else synthetic_bundle(BundleShape(*args.shape, seed=args.seed))
-    except BundleError as exc:
+        bundle = load_bundle(args.bundle) if args.bundle else regime_bundle(args.regime, BundleShape(*args.shape, seed=args.seed))
+    except (BundleError, RegimeError) as exc:
         print(f"bench_operators: {exc}", file=sys.stderr)
         return 2
+    regime = "capture" if args.bundle else args.regime
+    if args.precision:
+        return precision(args, bundle, regime)
     names = args.names.split(",") if args.names else None
     unknown = [n for n in names or [] if n not in registry.names()]
     if unknown:
@@ -81,10 +99,14 @@ def main(argv=None) -> int:
             print(f"bench_operators: --tokens: expected comma-separated integers; got {args.tokens!r}", file=sys.stderr)
             return 2
         t, h, v = args.shape
-        bundles = [synthetic_bundle(BundleShape(n, h, v, seed=args.seed)) for n in tokens]
-        record = bench.run_token_sweep(bundles, args.device, names, args.temperature, args.warmup, args.reps, out_path=args.out, on_row=progress)
+        bundles = [regime_bundle(args.regime, BundleShape(n, h, v, seed=args.seed)) for n in tokens]
+        record = bench.run_token_sweep(
+            bundles, args.device, names, args.temperature, args.warmup, args.reps, out_path=args.out, on_row=progress, regime=regime
+        )
     else:
-        record = bench.run_bench(bundle, args.device, names, args.temperature, args.warmup, args.reps, out_path=args.out, on_row=progress)
+        record = bench.run_bench(
+            bundle, args.device, names, args.temperature, args.warmup, args.reps, out_path=args.out, on_row=progress, regime=regime
+        )
     if args.sweep and args.device == "cuda":
         from harness.operators.impl_reference import reference_logprobs
         from harness.operators.sweep import sweep
@@ -100,6 +122,64 @@ def main(argv=None) -> int:
     render.print_table(record)
     if args.markdown:
         Path(args.markdown).write_text(render.markdown(record))
+    return 0
+
+
+def _header(device) -> dict:
+    import datetime as dt
+
+    import torch
+
+    from harness.operators import bench
+
+    return {"created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **bench.environment(torch.device(device))}
+
+
+def precision(args, bundle, regime) -> int:
+    from harness.operators import bench
+    from harness.operators.precision import gradient_precision
+    from harness.operators.regimes import input_stats
+
+    b = bundle.to(args.device)
+    record = _header(args.device) | {
+        "bundle": {"source": b.source, **b.shape},
+        "regime": regime,
+        "input_stats": input_stats(b.hidden, b.weight, b.targets, args.temperature),
+    }
+    record |= gradient_precision(b, args.temperature, warmup=max(1, args.warmup - 1), reps=args.reps or 10)
+    bench.write_record(record, args.out)
+    for r in record["plans"]:
+        print(
+            f"{r['plan']:5s} grads in {r['grad_dtype']:8s}: rel err h {r['grad_rel_err_hidden']:.2e} W {r['grad_rel_err_weight']:.2e}; "
+            f"fwd+bwd {r['fwd_bwd_ms_median']:.2f} ms = {r['fwd_bwd_x_gemm']:.2f}x GEMM; peak extra {(r['peak_extra_bytes'] or 0) / 2**20:.0f} MiB"
+        )
+    return 0
+
+
+def megatron_step(args) -> int:
+    from harness.operators import bench
+    from harness.operators.megatron_step import megatron_step_record
+
+    try:
+        layers, h, v, batch, seq = (int(x) for x in args.megatron_shape.split(","))
+    except ValueError:
+        print(f"bench_operators: --megatron-shape: expected layers,H,V,batch,seq integers; got {args.megatron_shape!r}", file=sys.stderr)
+        return 2
+    names = args.names.split(",") if args.names else None
+    record = _header(args.device) | megatron_step_record(args.device, layers, h, v, batch, seq, reps=args.reps or 10, warmup=args.warmup, paths=names)
+    bench.write_record(record, args.out)
+    for r in record["paths"]:
+        if not r["available"]:
+            print(f"{r['path']}: not measured ({r['why_unavailable']})")
+            continue
+        peak = r["peak_extra_bytes"]
+        print(
+            f"{r['path']:18s} step {r['step_ms_median']:8.2f} ms  peak extra {'-' if peak is None else f'{peak / 2**30:.2f} GiB'}  "
+            f"loss {r['loss_mean']:.6f} (max err vs fp64 {r.get('loss_max_abs_err_vs_fp64', float('nan')):.1e})  "
+            f"grad vs native max rel {r.get('grad_rel_diff_vs_native_max', 0):.1e}"
+        )
+    print("LM-head grad batch invariance (rows of sample 0 differing alone vs in batch):", record.get("lm_head_grad_batch_invariance"))
+    print("decoder hidden states batch invariant:", record.get("decoder_batch_invariant"))
     return 0
 
 

@@ -89,7 +89,16 @@ def caption(record: dict) -> str:
     else:
         dims = f"T={b['T']} H={b['H']} V={b['V']} {b['dtype']}, {b['source']}"
         gemm = f"bf16 GEMM {record['gemm_ms_median']:.2f} ms"
-    return f"{where}; {dims}; {gemm}; torch {record['libraries']['torch']}, triton {record['libraries'].get('triton')}; {record['created_utc']}"
+    stats = record.get("input_stats")
+    regime = (
+        f"; regime {record.get('regime')}: entropy {stats['mean_entropy_nats']:.2f} nats, p(target) {stats['mean_target_prob']:.2f}, "
+        f"logit spread {stats['logit_spread']:.1f}"
+        if stats
+        else ""
+    )
+    return (
+        f"{where}; {dims}{regime}; {gemm}; torch {record['libraries']['torch']}, triton {record['libraries'].get('triton')}; {record['created_utc']}"
+    )
 
 
 def markdown(record: dict) -> str:
