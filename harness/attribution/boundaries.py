@@ -63,15 +63,33 @@ class BoundaryTable:
     notes: list[str] = field(default_factory=list)
     precisions: dict = field(default_factory=dict)
     capture_fidelity: dict = field(default_factory=dict)
+    # How much of the logged drift the captured tokens carry (capture_coverage); None: not measured.
+    coverage: dict = field(default_factory=dict)
 
     @property
     def localised(self) -> BoundaryRow | None:
         return next((r for r in self.rows if r.breaks), None)
 
     @property
+    def not_comparable(self) -> list[str]:
+        """Boundaries whose ratio is NaN (a NaN in either engine's tensors or the envelope): such a
+        row is not within its envelope, and the table cannot say where the drift starts."""
+        return [r.boundary for r in self.rows if math.isnan(r.ratio)]
+
+    @property
+    def decides(self) -> bool:
+        """A table classes something only when every row is comparable and its captures carry the
+        drift being classified."""
+        return self.status == "checked" and not self.not_comparable and bool(self.coverage.get("carries_drift"))
+
+    @property
     def reason(self) -> str:
         if self.status != "checked":
             return f"boundary table not checked: {'; '.join(self.notes) or 'no capture'}"
+        if self.not_comparable:
+            return f"boundary table classes nothing: not comparable (NaN) at {', '.join(self.not_comparable)}"
+        if not self.decides:
+            return f"boundary table classes nothing: {self.coverage.get('reason') or 'capture coverage not measured'}"
         hit = self.localised
         if hit is None:
             worst = max(self.rows, key=lambda r: r.ratio)
@@ -89,6 +107,8 @@ class BoundaryTable:
             "notes": self.notes,
             "precisions": self.precisions,
             "capture_fidelity": self.capture_fidelity,
+            "coverage": self.coverage,
+            "decides": self.decides,
             "rows": [vars(r) for r in self.rows],
         }
 
@@ -102,14 +122,27 @@ class BoundaryTable:
         return "\n".join([head, *lines])
 
 
+def _absdiff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b|, 0 where both are the same value: two -inf processed log-probs (a token outside both
+    sides' top-k/top-p set) agree. A NaN stays NaN."""
+    return torch.where(a == b, torch.zeros_like(a), (a - b).abs())
+
+
 def _stats(values: torch.Tensor, reference: torch.Tensor | None = None) -> dict:
     v = values.double().reshape(-1)
-    v = v[torch.isfinite(v)]
-    if v.numel() == 0:
-        return {"max": float("nan"), "mean": float("nan"), "p99": float("nan"), "relative": float("nan")}
+    if v.numel() == 0 or not bool(torch.isfinite(v).all()):
+        # A NaN/inf divergence or envelope is not comparable: its mean is NaN, never left out.
+        return {
+            "max": float("nan"),
+            "mean": float("nan"),
+            "p99": float("nan"),
+            "relative": float("nan"),
+            "nonfinite": int((~torch.isfinite(v)).sum()),
+        }
     out = {"max": float(v.max()), "mean": float(v.mean()), "p99": float(torch.quantile(v, 0.99)) if v.numel() > 1 else float(v.max())}
     if reference is not None:
-        scale = float(reference.double().abs().mean())
+        ref = reference.double().reshape(-1)
+        scale = float(ref[torch.isfinite(ref)].abs().mean()) if bool(torch.isfinite(ref).any()) else 0.0
         out["relative"] = out["mean"] / scale if scale else float("inf") if out["mean"] else 0.0
     return out
 
@@ -172,11 +205,11 @@ def _measure(bundle: dict, pooled: dict) -> None:
             with torch.no_grad():
                 exact = {side: op(x[side], weights, FP64, policy).double() for side in sides}
                 declared = {side: op(x[side], weights, prec[side], policy).double() for side in sides}
-            envelope = (exact["rollout"] - exact["trainer"]).abs()
+            envelope = _absdiff(exact["rollout"], exact["trainer"])
             for side in sides:
-                envelope = envelope + (declared[side] - exact[side]).abs()
+                envelope = envelope + _absdiff(declared[side], exact[side])
             y = {side: sides[side][name].double() for side in sides}
-            pieces = {name: ((y["rollout"] - y["trainer"]).abs(), envelope, y["trainer"])}
+            pieces = {name: (_absdiff(y["rollout"], y["trainer"]), envelope, y["trainer"])}
             if name == "logits":
                 targets = sample["trainer"]["targets"][:, None]
                 top = y["trainer"].topk(min(TOPK_SLICE, y["trainer"].shape[-1]), -1).indices
@@ -195,7 +228,7 @@ def _fidelity(bundles: list[dict]) -> dict:
     out = {}
     for side, key in (("rollout", "processed_logprob"), ("trainer", "selected_logprob")):
         diffs = [
-            (s[side][key] - s[side]["recorded_logprob"]).abs()
+            _absdiff(s[side][key].double(), s[side]["recorded_logprob"].double())
             for b in bundles
             for s in b["samples"]
             if s.get(side) is not None and not (side == "trainer" and b["policy"].get("replay_processed"))
@@ -205,8 +238,55 @@ def _fidelity(bundles: list[dict]) -> dict:
     return out
 
 
-def boundary_table(run_dir: Path, k: float, run_id: str | None = None) -> BoundaryTable:
-    """The run's table from every dumps/capture_*.pt; status "not checked" (with why) when there is none usable."""
+def captured_drift(bundle: dict) -> dict:
+    """The step's drift as the capture holds it: VIME's sample-mean (harness.layout.sample_mean, the
+    reduction of the logged abs-diff) of |trainer - rollout| selected log-prob, each side's own op
+    on its own captured logits, over the captured samples' response tokens."""
+    from harness.layout.sample_mean import masked_sample_mean
+
+    rows = [(s["trainer"]["selected_logprob"] - s["rollout"]["selected_logprob"]).abs().double() for s in bundle["samples"]]
+    value = float(masked_sample_mean(rows, [torch.ones_like(r) for r in rows])) if rows else float("nan")
+    return {"captured": value, "samples": len(rows), "tokens": int(sum(r.numel() for r in rows))}
+
+
+def capture_coverage(bundles: list[dict], logged: dict[int, float] | None, minimum: float) -> dict:
+    """Per captured step: the captured selected-log-prob drift over the logged abs-diff of the same
+    step (train/train_rollout_logprob_abs_diff). The table carries the drift only when every
+    captured step reaches ``minimum`` (thresholds.boundary_capture_min_coverage); a step whose
+    logged value is missing or not finite leaves coverage not measured, never assumed."""
+    steps, problems = {}, []
+    for bundle in bundles:
+        rid = int(bundle["rollout_id"])
+        row = captured_drift(bundle)
+        value = (logged or {}).get(rid)
+        if value is None or not math.isfinite(value) or not math.isfinite(row["captured"]):
+            problems.append(f"rollout {rid}: no finite logged abs-diff to compare the capture with")
+            steps[rid] = {**row, "logged": value, "coverage": None}
+            continue
+        ratio = row["captured"] / value if value else (1.0 if row["captured"] == 0.0 else float("inf"))
+        steps[rid] = {**row, "logged": value, "coverage": ratio}
+    measured = [s["coverage"] for s in steps.values() if s["coverage"] is not None]
+    low = {rid: s["coverage"] for rid, s in steps.items() if s["coverage"] is not None and s["coverage"] < minimum}
+    carries = bool(steps) and not problems and not low
+    if problems:
+        reason = "capture coverage not measured (" + "; ".join(problems) + ")"
+    elif low:
+        reason = (
+            "capture coverage "
+            + ", ".join(f"{c:.3g} at rollout {rid}" for rid, c in sorted(low.items()))
+            + (f" < {minimum:g}: the captured tokens do not carry the logged drift")
+        )
+    else:
+        reason = f"capture coverage {min(measured):.3g} .. {max(measured):.3g} (>= {minimum:g})"
+    return {"per_step": steps, "min": min(measured) if measured else None, "minimum": minimum, "carries_drift": carries, "reason": reason}
+
+
+def boundary_table(
+    run_dir: Path, k: float, run_id: str | None = None, logged: dict[int, float] | None = None, min_coverage: float | None = None
+) -> BoundaryTable:
+    """The run's table from every dumps/capture_*.pt; status "not checked" (with why) when there is none usable.
+    ``logged``: the run's logged abs-diff by rollout id, for the capture coverage; without it (or
+    without ``min_coverage``) the coverage is not measured and the table classes nothing."""
     run_dir = Path(run_dir)
     table = BoundaryTable(run_id or run_dir.name, NOT_CHECKED, k)
     files = sorted((run_dir / "dumps").glob("capture_*.pt"))
@@ -241,6 +321,10 @@ def boundary_table(run_dir: Path, k: float, run_id: str | None = None) -> Bounda
         torch.set_num_threads(threads)
     table.precisions = {side: p.describe() for side, p in precisions(bundles[0]["policy"]).items()}
     table.capture_fidelity = _fidelity(bundles)
+    if min_coverage is None:
+        table.coverage = {"carries_drift": False, "reason": "capture coverage not measured (no minimum coverage given)"}
+    else:
+        table.coverage = capture_coverage(bundles, logged, min_coverage)
     for name, (d, e, ref) in pooled.items():
         d, e, ref = torch.cat(d), torch.cat(e), torch.cat(ref)
         div, env = _stats(d, ref), _stats(e, ref)
@@ -258,16 +342,28 @@ def _ratio(divergence: float, envelope: float) -> float:
     return divergence / envelope
 
 
+def logged_abs_diff(run) -> dict[int, float]:
+    """The run's logged train/train_rollout_logprob_abs_diff by rollout id (one train step a rollout;
+    with more, a logged step covers part of a rollout and no step is comparable with a capture)."""
+    if int(run.spec.flag("num-steps-per-rollout", 1)) != 1:
+        return {}
+    return {int(n): float(v) for n, v in run.series("train/train_rollout_logprob_abs_diff")}
+
+
 def run_boundary_table(run, knobs) -> BoundaryTable:
-    """The table of a loaded run, k from the knobs (thresholds.boundary_envelope_k)."""
-    return boundary_table(run.path, knobs.threshold("boundary_envelope_k"), run.id)
+    """The table of a loaded run, k from the knobs (thresholds.boundary_envelope_k), its capture
+    coverage against the run's logged abs-diff (thresholds.boundary_capture_min_coverage)."""
+    return boundary_table(
+        run.path, knobs.threshold("boundary_envelope_k"), run.id, logged_abs_diff(run), knobs.threshold("boundary_capture_min_coverage")
+    )
 
 
 def boundary_status(run, knobs) -> tuple[str, str, str | None]:
     """(status, reason, boundary) for the ladder: "within" (every boundary inside its envelope),
-    "breaks" (with the localised boundary), or "not checked" (no usable capture, and why)."""
+    "breaks" (with the localised boundary), or "not checked" (no usable capture, a capture that
+    does not carry the logged drift, and why)."""
     table = run_boundary_table(run, knobs)
-    if table.status != "checked":
+    if not table.decides:
         return NOT_CHECKED, table.reason, None
     hit = table.localised
     return ("breaks", table.reason, hit.boundary) if hit is not None else ("within", table.reason, None)
@@ -287,17 +383,38 @@ class EvidenceClass:
         return f"undecided: needs {', '.join(self.needs)}" if self.drift_class == "undecided" else self.drift_class
 
 
-def classify(table: BoundaryTable, framework: list, contract) -> EvidenceClass:
-    """The seed's order: framework probes (1, 2), then the contract (6), then the boundary table.
-    ``framework``/``contract``: ProbeVerdicts (harness.attribution.probes). A check that could not
-    run leaves the class undecided and says what it needs; it never passes."""
-    for probe in [*framework, contract]:
+def classify(table: BoundaryTable, framework: list, contract, measured: list = (), drift: dict | None = None) -> EvidenceClass:
+    """The one evidence path (``harness attribute`` and the ladder's checks): the seed's order,
+    framework probes (1, 2), then the contract (6), then the measured numerical evidence (probe 5
+    where a TP run recorded its shards; the boundary table). ``framework``/``contract``/``measured``:
+    ProbeVerdicts (harness.attribution.probes). A framework failure is a finding on its own; every
+    later class needs every probe before it to have passed: a probe not checked leaves the class
+    undecided and says what it needs. A probe "not measured" (computed from declarations) decides
+    nothing. ``drift``: {"max": the run's largest logged abs-diff, "floor": the fp32 floor}; a run
+    whose drift never leaves the fp32 floor has nothing to attribute (class none)."""
+    for probe in framework:
         if probe.status == "fail":
-            kind = "semantic" if probe.number == 6 else "framework"
-            return EvidenceClass(kind, f"probe {probe.number} ({probe.name})", probe.verdict)
-    needs = [f"probe {p.number} ({p.name})" for p in [*framework, contract] if p.status != "pass"]
+            return EvidenceClass("framework", f"probe {probe.number} ({probe.name})", probe.verdict)
+    needs = [f"probe {p.number} ({p.name})" for p in framework if p.status != "pass"]
+    if contract.status == "fail" and not needs:
+        return EvidenceClass("semantic", f"probe {contract.number} ({contract.name})", contract.verdict)
+    if contract.status not in ("pass", "fail"):
+        needs.append(f"probe {contract.number} ({contract.name})")
+    if needs:  # what comes after cannot be a class: say everything the class lacks
+        needs += [f"probe {p.number} ({p.name})" for p in measured if p.status != "pass"]
+        return EvidenceClass("undecided", None, f"{'; '.join(needs)} (contract: {contract.verdict})", needs)
+    for probe in measured:
+        if probe.status == "fail":
+            return EvidenceClass("candidate-operator", f"probe {probe.number} ({probe.name})", probe.verdict)
+    needs = [f"probe {p.number} ({p.name})" for p in measured if p.status == NOT_CHECKED]
+    if drift and drift.get("max") is not None and math.isfinite(drift["max"]) and drift["max"] <= drift["floor"] and not needs:
+        return EvidenceClass(
+            "none", "logged abs-diff", f"the logged abs-diff never exceeds the fp32 floor ({drift['max']:.3g} <= {drift['floor']:g})"
+        )
     if table.status != "checked":
         needs.append(f"the boundary table ({'; '.join(table.notes) or 'no capture'})")
+    elif not table.decides:
+        needs.append(f"a boundary table whose captures carry the drift ({table.reason})")
     if needs:
         return EvidenceClass("undecided", None, "; ".join(needs), needs)
     hit = table.localised
@@ -324,21 +441,39 @@ def main(argv: list[str] | None = None) -> int:
     if not run_dir.is_dir():
         print(f"error: {run_dir}: no such run directory (expected reports/runs/<id>/ with dumps/)", file=sys.stderr)
         return 2
-    k = args.k
-    if k is None:
-        try:
-            k = load_knobs(Path(args.knobs)).threshold("boundary_envelope_k")
-        except SpecError as err:
-            print("error: " + "; ".join(err.problems), file=sys.stderr)
-            return 2
+    try:
+        knobs = load_knobs(Path(args.knobs))
+        k = knobs.threshold("boundary_envelope_k") if args.k is None else args.k
+        min_coverage = knobs.threshold("boundary_capture_min_coverage")
+    except SpecError as err:
+        print("error: " + "; ".join(err.problems), file=sys.stderr)
+        return 2
     if not k > 0:
         print(f"error: --k {k}: expected a positive envelope multiple", file=sys.stderr)
         return 2
-    result = boundary_table(run_dir, k)
+    result = boundary_table(run_dir, k, run_dir.name, _logged_of_dir(run_dir), min_coverage)
     print(result.reason)
     print(result.markdown())
-    print(json.dumps({"precisions": result.precisions, "capture_fidelity": result.capture_fidelity, "notes": result.notes}, indent=1))
+    print(
+        json.dumps(
+            {"precisions": result.precisions, "capture_fidelity": result.capture_fidelity, "coverage": result.coverage, "notes": result.notes},
+            indent=1,
+            default=str,
+        )
+    )
     return 0
+
+
+def _logged_of_dir(run_dir: Path) -> dict[int, float]:
+    """The logged abs-diff of a run directory; none (coverage not measured) where it is not a loadable run."""
+    from harness.records.rundir import RunDir
+
+    if not (run_dir / "spec.yaml").is_file():
+        return {}
+    try:
+        return logged_abs_diff(RunDir(run_dir).load())
+    except Exception:  # noqa: BLE001 - an unreadable run's coverage is "not measured", said in the table's reason
+        return {}
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from harness.arguments import existing_dir
 from harness.records.rundir import RunDir
 from harness.spec import SpecError, load_knobs
 
-STATUS_STYLE = {"pass": "green", "fail": "red", "not checked": "yellow"}
+STATUS_STYLE = {"pass": "green", "fail": "red", "not checked": "yellow", "not measured": "dim"}
 
 
 def register(subparsers) -> None:
@@ -74,28 +74,15 @@ def cmd_attribute(args: argparse.Namespace) -> int:
             print(f"class: undecided: no readable dump ({reasons})")
         return 1
     audit = audit_run(run)
-    boundaries = _boundary_evidence(run, knobs, report)
     if args.json:
         data = report.to_json()
         data["audit"] = _audit_summary(audit)
-        data["boundary_table"] = boundaries
         data["warnings"] = sorted(set(report.warnings) | set(audit.warnings), key=(report.warnings + audit.warnings).index)
         print(json.dumps(data, indent=1, default=str))
         return 0
     _print_text(report, audit)
-    print(f"boundary table: {boundaries['reason']}; class from the table and probes 1, 2, 6: {boundaries['class']}")
+    print(f"boundary table: {report.boundary_table.get('reason')}")
     return 0
-
-
-def _boundary_evidence(run, knobs, report) -> dict:
-    """Both engines' tensors at every boundary (capture bundles) against their measured envelopes,
-    and the class they decide with probes 1, 2 and 6 (harness.attribution.boundaries)."""
-    from harness.attribution.boundaries import classify, run_boundary_table
-
-    table = run_boundary_table(run, knobs)
-    by_number = {p.number: p for p in report.probes}
-    decided = classify(table, [by_number[1], by_number[2]], by_number[6])
-    return {**table.to_json(), "class": decided.label, "decided_by": decided.decided_by}
 
 
 def _print_text(report, audit) -> None:
@@ -110,7 +97,7 @@ def _print_text(report, audit) -> None:
         style = STATUS_STYLE[probe.status]
         table.add_row(str(probe.number), probe.name, f"[{style}]{probe.status}[/{style}]", probe.verdict)
     console.print(table)
-    decided = f"probe {report.decided_by}" if report.decided_by else "no probe failed" if report.drift_class != "undecided" else "no probe"
+    decided = report.decided_by_evidence or "nothing"
     console.print(f"class: [bold]{report.label}[/bold] (decided by {decided})" + (f"; boundary: {report.boundary}" if report.boundary else ""))
     steps = Table(title="dlogp audit per step (token-weighted rlk_audit_* and VIME's sample-mean)")
     for column in ("rollout", "tokens", "|dlogp| mean", "p50", "p90", "p99", "max", "sample-mean", "logged", "match"):

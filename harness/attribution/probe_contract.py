@@ -12,6 +12,8 @@ that with the rollout dump's own in_top_k / in_top_p flags where present.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -96,6 +98,12 @@ def probe_contract(bundle: ProbeBundle, settings, floor: float, min_removed: flo
     differs = gap_mean > floor and trainer_contract != declared
     failed = bool(differs and observed > floor and removed is not None and removed >= min_removed)
     evidence["contract_differs"] = differs
+    # The two sides follow the same contract on these tokens: the trainer's and the rollout's log-probs
+    # are closest to the declared one, or the candidate contracts coincide here (gap within the floor).
+    evidence["contract_agrees"] = bool(gap_mean <= floor or trainer_contract == rollout_contract == declared)
+    # A NaN or inf anywhere in what the verdict rests on: not comparable, never an agreement.
+    figures = [observed, gap_mean, *trainer_fit.values(), *rollout_fit.values()]
+    evidence["comparable"] = all(math.isfinite(v) for v in figures)
     return {
         "failed": failed,
         "evidence": evidence,

@@ -24,6 +24,7 @@ blocks no class). Otherwise the class is `undecided` and the report names what i
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Literal
@@ -37,8 +38,19 @@ from harness.records.runload import Run
 from harness.spec.load import Knobs
 from harness.spec.schema import DriftClass
 
-NOT_CHECKED = "not checked"  # the probe could not run; never counted as a pass
-Status = Literal["pass", "fail", "not checked"]
+NOT_CHECKED = "not checked"  # the probe could not run or its bundles disagree; never counted as a pass
+# Computed from what a run declared (dtypes, simulated LM-head paths, the registry's paths), not from
+# both engines' own tensors: shown as evidence, never a pass or a fail, never deciding a class.
+NOT_MEASURED = "not measured"
+Status = Literal["pass", "fail", "not checked", "not measured"]
+# Probes 3, 4 and 7 recompute each side's LM head from the trainer's hidden states at the side's
+# declared dtype (and the registry's paths on them): neither engine's own logits. The boundary
+# table (harness.attribution.boundaries) measures those boundaries from both engines' tensors.
+FROM_DECLARATIONS = {
+    3: "each side's LM-head path is simulated at its declared dtype on the trainer's hidden states",
+    4: "the log-sum-exp / selected-logit split of LM-head paths simulated from the declared dtypes",
+    7: "the registry's operator paths run here on the trainer's hidden states, not what each engine ran",
+}
 PROBE_NAMES = {
     1: "sample and token identity",
     2: "model state",
@@ -66,10 +78,14 @@ class ProbeReport(BaseModel):
     run: str
     probes: list[ProbeVerdict]
     drift_class: DriftClass
-    decided_by: int | None
+    decided_by: int | None  # the probe that decided the class, when a probe did
+    # What decided it, in words: "probe 6 (...)", "boundary table", "boundary layer.0.mlp", "logged abs-diff".
+    decided_by_evidence: str | None = None
+    reason: str = ""
     boundary: str | None = None
-    # False when a probe was not checked.
+    # False when a probe was not checked or not measured.
     complete: bool = True
+    boundary_table: dict = Field(default_factory=dict)
     # What an `undecided` class lacks ("probe 6 (top-p/top-k ...)", "a readable dump").
     needs: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
@@ -286,7 +302,9 @@ def contract_check(run: Run, knobs: Knobs) -> ProbeVerdict:
     comparison = compare_sides(dumps, bundles)
     results = [{"file": b.path.name, **probe_contract(b, settings, limits["floor"], limits["min_removed"])} for b in bundles]
     results += [{"file": p.split(":")[0], "skipped": p, "evidence": {}} for p in problems]
-    return _contract_verdict(results, flag_membership(dumps, settings), settings, comparison.group("contract"), limits["one_sided"])
+    return _contract_verdict(
+        results, flag_membership(dumps, settings), settings, comparison.group("contract"), limits["one_sided"], limits["min_removed"]
+    )
 
 
 def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdict:
@@ -294,16 +312,20 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
     evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results]}
     if not evaluated:
         reasons = "; ".join(sorted({r.get("skipped", "") for r in results})) or "no probe bundle"
-        # A boundary the run never crossed (probe 5 at TP=1): still not checked, but it blocks no class.
+        # A boundary the run never crossed (probe 5 at TP=1): nothing was measured, and it blocks no class.
         evidence["not_applicable"] = bool(results) and all(r.get("not_applicable") for r in results)
-        return _verdict(number, NOT_CHECKED, f"{what}: not evaluated ({reasons})", evidence)
+        status = NOT_MEASURED if evidence["not_applicable"] else NOT_CHECKED
+        return _verdict(number, status, f"{what}: not {'measured' if evidence['not_applicable'] else 'evaluated'} ({reasons})", evidence)
     localised = [r for r in evaluated if r["localised"]]
     skipped = len(results) - len(evaluated)
-    what = (
-        f"{what} ({skipped} of {len(results)} bundles not evaluated: {results[0].get('skipped') or next(r['skipped'] for r in results if r.get('skipped'))})"
-        if skipped
-        else what
-    )
+    incomparable = [r for r in evaluated if not _finite_figures(r["evidence"])]
+    if skipped or incomparable:
+        # A probe passes only when every bundle passes: one that could not be evaluated, or whose
+        # figures hold a NaN/inf (not comparable), leaves it not checked, whatever the others say.
+        why = next((r["skipped"] for r in results if r.get("skipped")), None) or "a NaN/inf in its figures (not comparable)"
+        return _verdict(
+            number, NOT_CHECKED, f"{what}: {skipped + len(incomparable)} of {len(results)} bundles not evaluated or not comparable ({why})", evidence
+        )
     if localised and len(localised) == len(evaluated):
         # The boundary most bundles point to (bundles hold a few samples each; one may disagree).
         votes = Counter(r["boundary"] for r in localised)
@@ -318,8 +340,38 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
             evidence,
             boundary,
         )
-    tail = f" (a difference in only {len(localised)} of {len(evaluated)} bundles is not a stable boundary)" if localised else ""
-    return _verdict(number, "pass", f"{what}: within the fp32 floor on every bundle{tail}", evidence)
+    if localised:
+        return _verdict(
+            number,
+            NOT_CHECKED,
+            f"{what}: a boundary in {len(localised)} of {len(evaluated)} bundles only: neither a stable boundary nor a pass",
+            evidence,
+        )
+    return _verdict(number, "pass", f"{what}: within the fp32 floor on every bundle", evidence)
+
+
+def _finite_figures(evidence) -> bool:
+    """False when a NaN or inf sits anywhere among a bundle's figures (nested stats included)."""
+    if isinstance(evidence, dict):
+        return all(_finite_figures(v) for v in evidence.values())
+    if isinstance(evidence, (list, tuple)):
+        return all(_finite_figures(v) for v in evidence)
+    if isinstance(evidence, float):
+        return math.isfinite(evidence)
+    return True
+
+
+def _declared_only(verdict: ProbeVerdict) -> ProbeVerdict:
+    """A probe computed from declarations: its figures stay as evidence, its status is not measured."""
+    if verdict.number not in FROM_DECLARATIONS or verdict.status == NOT_CHECKED and not verdict.evidence.get("bundles"):
+        return verdict
+    verdict.evidence["would_have_said"] = {"status": verdict.status, "verdict": verdict.verdict, "boundary": verdict.boundary}
+    return _verdict(
+        verdict.number,
+        NOT_MEASURED,
+        f"not measured: {FROM_DECLARATIONS[verdict.number]} (the boundary table measures both engines' own tensors)",
+        verdict.evidence,
+    )
 
 
 def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, limits: dict, dumps: RunDumps, comparison=None) -> list[ProbeVerdict]:
@@ -343,15 +395,20 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
             "own trainer log-probs within the fp32 floor (a weight captured after the optimizer step?); "
             "probe 3 cannot localise drift upstream of the LM head (code: bundle_inconsistent)"
         )
-    verdicts = {n: _numeric_verdict(n, per_probe[n], PROBE_NAMES[n]) for n in (3, 4, 5, 7)}
+    verdicts = {n: _declared_only(_numeric_verdict(n, per_probe[n], PROBE_NAMES[n])) for n in (3, 4, 5, 7)}
     contract_mismatches = comparison.group("contract") if comparison is not None else []
-    verdicts[6] = _contract_verdict(per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches, limits["one_sided"])
+    verdicts[6] = _contract_verdict(
+        per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches, limits["one_sided"], limits["min_removed"]
+    )
     return [verdicts[n] for n in (3, 4, 5, 6, 7)]
 
 
-def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, mismatches: list, one_sided: float = 1.0) -> ProbeVerdict:
+def _contract_verdict(
+    results: list[dict], flags: dict, settings: RunSettings, mismatches: list, one_sided: float = 1.0, min_removed: float = 1.0
+) -> ProbeVerdict:
     evidence = {
         "bundles": [{"file": r["file"], **r["evidence"]} for r in results],
+        "pooled_tokens": sum(int(r["evidence"].get("tokens") or 0) for r in results if not r.get("skipped")),
         "dump_filter_flags": flags,
         "recorded_contract_mismatches": [m.line() for m in mismatches[:MAX_LINES]],
     }
@@ -365,10 +422,33 @@ def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, m
             "sampling contract (recorded sampling parameters)",
         )
     evaluated = [r for r in results if not r.get("skipped")]
-    failed = [r for r in evaluated if r.get("failed")]
-    if evaluated and len(failed) == len(evaluated):
+    comparable = [r for r in evaluated if r["evidence"].get("comparable", True)]
+    differing = [r for r in comparable if r["evidence"].get("contract_differs")]
+    removed = pooled_removed_fraction(comparable)
+    evidence["pooled"] = {
+        "bundles": len(results),
+        "comparable": len(comparable),
+        "contract_differs": len(differing),
+        "contract_agrees": sum(bool(r["evidence"].get("contract_agrees")) for r in comparable),
+        "removed_fraction": removed,
+        "removed_fraction_per_bundle": _spread([r["evidence"].get("removed_fraction") for r in differing]),
+        "min_removed_fraction": min_removed,
+    }
+    if differing and len(differing) == len(comparable) and removed is not None and removed >= min_removed:
+        # Every bundle that can be compared puts the trainer on another contract than the rollout's,
+        # and replaying the rollout's contract removes at least min_removed of the drift over all of
+        # the run's probe tokens: the quantity the threshold is defined on (a 2-sample bundle's own
+        # fraction spreads 0.54-1.0 on a top-p run; one of 30 crossing 0.5 decides nothing).
+        first = differing[0]["evidence"]
         return _verdict(
-            6, "fail", f"semantic: {failed[0]['verdict']}", evidence, "sampling contract (temperature / top-k / top-p processed log-probs)"
+            6,
+            "fail",
+            f"semantic: in all {len(differing)} comparable bundles the trainer follows '{first['trainer_follows']}' but the "
+            f"rollout's declared contract is '{first['declared_rollout_contract']}'; replaying it removes {removed:.0%} of the drift "
+            f"over their {evidence['pooled_tokens']} tokens (per bundle {evidence['pooled']['removed_fraction_per_bundle']['min']:.0%} "
+            f"to {evidence['pooled']['removed_fraction_per_bundle']['max']:.0%})",
+            evidence,
+            "sampling contract (temperature / top-k / top-p processed log-probs)",
         )
     if flags["sampled_outside_flagged_set"] and settings.filters_on:
         return _verdict(
@@ -392,41 +472,61 @@ def _contract_verdict(results: list[dict], flags: dict, settings: RunSettings, m
         )
     if not evaluated:
         return _verdict(6, NOT_CHECKED, "no probe bundle with both sides' log-probs; contract not checked", evidence)
-    return _verdict(6, "pass", "trainer and rollout follow the same sampling contract (temperature, top-k/top-p)", evidence)
+    if len(comparable) < len(results):
+        return _verdict(
+            6,
+            NOT_CHECKED,
+            f"contract not checked: {len(results) - len(comparable)} of {len(results)} bundles not comparable "
+            "(not evaluated, or a NaN/inf in their log-probs or contract fits)",
+            evidence,
+        )
+    if all(r["evidence"].get("contract_agrees") for r in comparable):
+        return _verdict(
+            6, "pass", f"trainer and rollout follow the same sampling contract (temperature, top-k/top-p) in all {len(comparable)} bundles", evidence
+        )
+    share = f"{removed:.0%}" if removed is not None else "an unmeasured share"
+    return _verdict(
+        6,
+        NOT_CHECKED,
+        f"contract not decided: the trainer follows another contract than the rollout's in {len(differing)} of {len(comparable)} "
+        f"bundles; replaying it removes {share} of the drift (semantic needs every bundle and >= {min_removed:.0%})",
+        evidence,
+    )
+
+
+def pooled_removed_fraction(results: list[dict]) -> float | None:
+    """1 - replayed / observed drift over every token of the given bundles (token-weighted means):
+    how much of the run's probe-token drift replaying the rollout's contract on the trainer removes."""
+    observed = replayed = 0.0
+    for r in results:
+        e = r["evidence"]
+        if e.get("observed_mean_abs_dlogp") is None or e.get("replayed_mean_abs_dlogp") is None:
+            return None
+        observed += e["observed_mean_abs_dlogp"] * e["tokens"]
+        replayed += e["replayed_mean_abs_dlogp"] * e["tokens"]
+    return 1.0 - replayed / observed if observed > 0 else None
+
+
+def _spread(values: list) -> dict:
+    finite = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not finite:
+        return {"min": float("nan"), "median": float("nan"), "max": float("nan"), "n": 0}
+    return {"min": finite[0], "median": finite[len(finite) // 2], "max": finite[-1], "n": len(finite)}
 
 
 def probe_label(number: int) -> str:
     return f"probe {number} ({PROBE_NAMES[number]})"
 
 
-def decide(verdicts: list[ProbeVerdict], settings: RunSettings) -> tuple[DriftClass, int | None, str | None, list[str]]:
-    """(class, deciding probe, boundary, what an undecided class needs)."""
+def decide(verdicts: list[ProbeVerdict], table, drift: dict | None = None):
+    """The class from measured evidence only, by the same path as the ladder's checks
+    (harness.attribution.boundaries.classify): probes 1, 2, 6, probe 5 where it was measured, the
+    boundary table. Probes 3, 4 and 7 are not measured (computed from declarations) and decide nothing."""
+    from harness.attribution.boundaries import classify
+
     by_number = {v.number: v for v in verdicts}
-    unchecked: list[int] = []  # probes before the current one in decision order that could not run
-    for number in DECISION_ORDER:
-        verdict = by_number.get(number)
-        if verdict is not None and verdict.status == NOT_CHECKED and verdict.evidence.get("not_applicable"):
-            continue  # the run has no such boundary (probe 5 at TP=1): nothing upstream to rule out
-        if verdict is None or verdict.status == NOT_CHECKED:
-            unchecked.append(number)
-            continue
-        if verdict.status != "fail":
-            continue
-        if number in (1, 2):
-            return "framework", number, verdict.boundary or verdict.name, []
-        if number == 6:  # a contract the two sides do not share is a finding whatever else could not run
-            return "semantic", number, verdict.boundary, []
-        if unchecked:
-            # A numerical boundary is only a class once framework, contract and the boundaries
-            # upstream of it are ruled out; one of them could not be checked.
-            return "undecided", number, verdict.boundary, [probe_label(n) for n in unchecked]
-        policy = verdict.evidence.get("policy")
-        if policy in REDUCED_POLICIES:
-            return "expected-numerical", number, verdict.boundary, []
-        return "candidate-operator", number, verdict.boundary, []
-    if unchecked:
-        return "undecided", None, None, [probe_label(n) for n in unchecked]
-    return "none", None, None, []
+    measured = [by_number[5]] if by_number[5].status != NOT_MEASURED else []
+    return classify(table, [by_number[1], by_number[2]], by_number[6], measured, drift)
 
 
 def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
@@ -439,9 +539,19 @@ def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
     verdicts = framework_probes(dumps, bundles, comparison)
     verdicts += bundle_probes(bundles, problems, settings, limits, dumps, comparison)
     verdicts.sort(key=lambda v: v.number)
-    drift_class, decided_by, boundary, needs = decide(verdicts, settings)
+    from harness.attribution.boundaries import logged_abs_diff, run_boundary_table
+
+    table = run_boundary_table(run, knobs)
+    logged = list(logged_abs_diff(run).values())
+    drift = {"max": max(logged) if logged and all(math.isfinite(v) for v in logged) else None, "floor": limits["floor"]}
+    decided = decide(verdicts, table, drift)
+    drift_class, needs, evidence = decided.drift_class, decided.needs, decided.decided_by
+    decided_by = int(evidence.split()[1]) if evidence and evidence.startswith("probe ") else None
+    boundary = next((v.boundary for v in verdicts if v.number == decided_by), None) if decided_by else None
+    if drift_class == "candidate-operator" and table.localised is not None and decided_by is None:
+        boundary = table.localised.boundary
     if not any(step.files for step in dumps.steps.values()):  # no rollout_*.pt / train_*.pt could be read
-        drift_class, decided_by, boundary, needs = "undecided", None, None, ["a readable dump"]
+        drift_class, decided_by, boundary, needs, evidence = "undecided", None, None, ["a readable dump"], None
     warnings = list(dumps.warnings) + problems + [f"run: {p}" for p in run.problems]
     if not bundles and not problems:
         warnings.append(f"{run.path}/dumps: no probe_<rollout_id>.pt bundles; probes 3-7 not checked (code: probe_bundle_missing)")
@@ -450,8 +560,11 @@ def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
         probes=verdicts,
         drift_class=drift_class,
         decided_by=decided_by,
+        decided_by_evidence=evidence,
+        reason=decided.reason,
         boundary=boundary,
-        complete=all(v.status != NOT_CHECKED for v in verdicts),
+        complete=all(v.status == "pass" or v.status == "fail" for v in verdicts),
         needs=needs,
         warnings=warnings,
+        boundary_table=table.to_json(),
     )

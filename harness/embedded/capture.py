@@ -1,6 +1,6 @@
-"""Both engines' own tensors at every boundary, for the probe samples, on the same tokens.
+"""Both engines' own tensors at every boundary, for every sample of a captured step, on the same tokens.
 
-What a capture holds, per probe sample and per side (``trainer`` = Megatron, ``rollout`` = vLLM):
+What a capture holds, per sample and per side (``trainer`` = Megatron, ``rollout`` = vLLM):
 
     embedding                 [L-1, H]  token embeddings (positions 0..L-2 of prompt+response)
     layer.{i}.attention       [L-1, H]  the attention block's output (o_proj / linear_proj)
@@ -314,7 +314,7 @@ class CapturedSample:
 
 def holds_text(num_layers: int) -> str:
     return (
-        f"per probe sample, trainer (Megatron, forward hooks on the recompute) and rollout (vLLM's own model, prefill "
+        f"per sample of the step, trainer (Megatron, forward hooks on the recompute) and rollout (vLLM's own model, prefill "
         f"of prompt+response[:-1]) tensors at: {', '.join(boundary_names(num_layers))}, recorded_logprob; hidden "
         "boundaries at positions 0..L-2, logits and log-probs at the response positions; weights: the trainer's "
         "HF state dict at the recompute (what the engine was synced with)"
@@ -322,7 +322,7 @@ def holds_text(num_layers: int) -> str:
 
 
 def write_capture(path: Path, rollout_id: int, samples: list[CapturedSample], policy: dict, weights: dict | None, unavailable: list[str]) -> Path:
-    """capture_{rollout_id}.pt: small (probe samples only) and self-describing (``holds``)."""
+    """capture_{rollout_id}.pt: self-describing (``holds``); every sample of the step (~1 MB on the miniature)."""
     num_layers = int(policy.get("num_layers", 0))
     data = {
         "format": FORMAT,
@@ -363,22 +363,24 @@ def read_capture(path: Path) -> dict:
 # ---------------------------------------------------------------- the embedded trainer's step
 def start(run, rollout_id: int, samples: list) -> TrainerTaps | None:
     """Hooks on before the recompute, at a capture rollout with probe samples on (else None).
-    Keeps the forward calls (micro-batches, packed as the recompute packs them) of the probe samples."""
+    Keeps the forward calls (micro-batches, packed as the recompute packs them) of every sample of
+    the step: the logged abs-diff is a mean over all of them, so a capture of a few samples (one
+    prompt's group) need not carry the drift it is meant to localise (coverage, boundaries.py)."""
     from harness.embedded.policy import micro_batches
 
     s = run.s
     if not run.is_main or s.probe_samples <= 0 or not capture_due(rollout_id) or run._probe_dir(rollout_id) is None:
         return None
     batches = micro_batches([len(x.tokens) + 1 for x in samples], s.max_tokens_per_micro_batch)
-    where = {i: (m, off) for m, idx in enumerate(batches) for off, i in enumerate(idx) if i < s.probe_samples}
+    where = {i: (m, off) for m, idx in enumerate(batches) for off, i in enumerate(idx)}
     taps = TrainerTaps(run.policy.model, keep_calls={m for m, _ in where.values()})
     taps.where = where
     return taps
 
 
 def finish(run, taps: TrainerTaps | None, rollout_id: int, samples: list, spec, views: list) -> Path | None:
-    """After the recompute (before the optimizer moves the weights): both sides of each probe
-    sample, written next to the probe bundle as capture_{rollout_id}.pt."""
+    """After the recompute (before the optimizer moves the weights): both sides of every sample of
+    the step, written next to the probe bundle as capture_{rollout_id}.pt."""
     if taps is None:
         return None
     taps.close()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.attribution import boundary_ops as ops
-from harness.attribution.boundaries import BoundaryTable, boundary_table, classify
+from harness.attribution.boundaries import BoundaryTable, boundary_table, captured_drift, classify
 from harness.attribution.boundary_ops import Precision, Qwen3Weights
 from harness.attribution.probes import PROBE_NAMES, ProbeVerdict
 from harness.embedded.capture import FORMAT, CaptureProblem, read_capture, write_capture
@@ -29,6 +29,7 @@ CONFIG = {
     "tie_word_embeddings": False,
 }
 K = 4.0
+MIN_COVERAGE = 0.5
 
 
 @pytest.fixture(autouse=True)
@@ -93,9 +94,11 @@ def _side(weights: Qwen3Weights, tokens: list[int], prompt_len: int, prec: Preci
     return out
 
 
-def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32", trainer_down=None) -> BoundaryTable:
+def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32", trainer_down=None, logged_scale: float | None = 1.0) -> BoundaryTable:
     """``trainer_down(x, weight, prec)``: the trainer side's MLP output projection, in place of the
-    reference's one GEMM (the table itself always measures with the reference)."""
+    reference's one GEMM (the table itself always measures with the reference). ``logged_scale``:
+    the run's logged abs-diff as a multiple of what the capture carries (1: coverage 1; None: no
+    logged value)."""
     state = _weights()
     weights = Qwen3Weights(state, CONFIG)
     tokens, prompt_len = [(7 * i + 3) % CONFIG["vocab_size"] for i in range(24)], 10
@@ -125,8 +128,9 @@ def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32", 
         trainer = _side(weights, tokens, prompt_len, Precision("float32"))
     rollout = _side(weights, tokens, prompt_len, Precision(rollout_dtype), fault)
     sample = CapturedSample(0, tokens, prompt_len, len(tokens) - prompt_len, trainer, rollout)
-    write_capture(tmp_path / "dumps" / "capture_2.pt", 2, [sample], policy, state, [])
-    return boundary_table(tmp_path, K)
+    path = write_capture(tmp_path / "dumps" / "capture_2.pt", 2, [sample], policy, state, [])
+    logged = None if logged_scale is None else {2: captured_drift(read_capture(path))["captured"] * logged_scale}
+    return boundary_table(tmp_path, K, logged=logged, min_coverage=MIN_COVERAGE)
 
 
 def test_aligned_sides_stay_within_every_envelope(tmp_path):
@@ -180,6 +184,29 @@ def test_class_follows_the_evidence(tmp_path):
     assert missing.drift_class == "undecided" and "boundary table" in missing.label
 
 
+def test_a_capture_that_does_not_carry_the_logged_drift_classes_nothing(tmp_path):
+    """Coverage = captured selected-log-prob drift / logged abs-diff of the same step: a table whose
+    tokens carry a tenth of the drift being classified decides nothing, and says the number."""
+    ok = [_probe(1, "pass"), _probe(2, "pass")]
+    carried = _bundle(tmp_path / "carried", rollout_dtype="bfloat16")
+    assert carried.coverage["per_step"][2]["coverage"] == pytest.approx(1.0) and carried.decides
+    assert classify(carried, ok, _probe(6, "pass")).drift_class == "expected-numerical"
+    low = _bundle(tmp_path / "low", rollout_dtype="bfloat16", logged_scale=10.0)
+    assert low.coverage["per_step"][2]["coverage"] == pytest.approx(0.1) and not low.decides
+    decided = classify(low, ok, _probe(6, "pass"))
+    assert decided.drift_class == "undecided" and "capture coverage 0.1 at rollout 2 < 0.5" in decided.label, decided.label
+    unmeasured = _bundle(tmp_path / "unmeasured", rollout_dtype="bfloat16", logged_scale=None)
+    assert not unmeasured.decides and "coverage not measured" in unmeasured.reason
+    assert classify(unmeasured, ok, _probe(6, "pass")).drift_class == "undecided"
+
+
+def test_a_nan_row_is_not_comparable_never_within(tmp_path):
+    table = _bundle(tmp_path, rollout_dtype="bfloat16")
+    table.rows[3].ratio = float("nan")
+    assert not table.decides and table.not_comparable == [table.rows[3].boundary] and "not comparable" in table.reason
+    assert classify(table, [_probe(1, "pass"), _probe(2, "pass")], _probe(6, "pass")).drift_class == "undecided"
+
+
 def test_bad_capture_is_one_line(tmp_path):
     bad = tmp_path / "capture_0.pt"
     torch.save({"format": "something-else"}, bad)
@@ -217,4 +244,6 @@ def test_command_line_bad_input_is_one_line(tmp_path, capsys):
     assert len(errors) == 2 and "no such run directory" in errors[0] and "--k 0.0" in errors[1]
     _bundle(tmp_path)
     assert main([str(tmp_path)]) == 0  # k from knobs/thresholds.yaml
-    assert "every boundary within 4x its envelope" in capsys.readouterr().out
+    # a directory with no run records: no logged abs-diff, so the coverage is not measured and said
+    out = capsys.readouterr().out
+    assert out.startswith("boundary table classes nothing: capture coverage not measured") and "| layer.0.mlp |" in out, out[:400]

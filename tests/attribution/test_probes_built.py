@@ -7,6 +7,7 @@ inputs whose cause is known by construction (test the tester).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -20,19 +21,24 @@ from harness.records.rundir import RunDir
 
 pytestmark = pytest.mark.attribution
 
+# Built runs carry probe bundles and logged metrics but no capture: what survives the framework
+# and contract probes has no measured numerical evidence (probes 3, 4, 7 recompute each side's LM
+# head from declarations: "not measured"), so it is undecided and needs the boundary table.
 CASES = {
+    # drift within the fp32 floor on every logged step: nothing to attribute
     "aligned-fp32": (dict(), "none", None),
-    "bf16-rollout": (dict(rollout_dtype=torch.bfloat16), "expected-numerical", 3),
+    "bf16-rollout": (dict(rollout_dtype=torch.bfloat16), "undecided", None),
     "top-p-processed": (dict(top_p=0.8), "semantic", 6),
     "top-p-and-bf16": (dict(top_p=0.8, rollout_dtype=torch.bfloat16), "semantic", 6),
     "trainer-ignores-temperature": (dict(temperature=0.7, trainer_temperature=1.0), "semantic", 6),
     "token-shift": (dict(fault="token-shift"), "framework", 1),
     "mask-off-by-one": (dict(fault="mask-off-by-one"), "framework", 1),
     "stale-weights": (dict(fault="stale-weights", rollout_dtype=torch.bfloat16), "framework", 2),
-    # fp32 declared on both sides, yet the rollout's hidden states diverge: nothing declared explains it.
-    "fp32-upstream-divergence": (dict(hidden_noise=1e-2), "candidate-operator", 3),
-    "bf16-upstream-divergence": (dict(hidden_noise=1e-2, rollout_dtype=torch.bfloat16), "expected-numerical", 3),
+    # fp32 declared on both sides, yet the rollout's hidden states diverge: no capture, so no class
+    "fp32-upstream-divergence": (dict(hidden_noise=1e-2), "undecided", None),
+    "bf16-upstream-divergence": (dict(hidden_noise=1e-2, rollout_dtype=torch.bfloat16), "undecided", None),
 }
+DECLARED = (3, 4, 7)  # probes computed from declarations: never a pass
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -40,21 +46,28 @@ def test_built_fault_decides_its_class(tmp_path, case, knobs):
     kwargs, expected_class, expected_probe = CASES[case]
     report = run_probes(RunDir(build_run(tmp_path, **kwargs)).load(), knobs)
     statuses = {p.number: p.status for p in report.probes}
-    assert (report.drift_class, report.decided_by) == (expected_class, expected_probe), (statuses, report.boundary)
-    if expected_probe is None:
-        # The built runs are TP=1: no vocab-parallel merge ran, so probe 5 is not checked (never a
-        # pass), marked not applicable so that it blocks no class.
-        assert statuses.pop(5) == "not checked" and report.probes[4].evidence["not_applicable"]
-        assert set(statuses.values()) == {"pass"}
-    else:
+    assert (report.drift_class, report.decided_by) == (expected_class, expected_probe), (statuses, report.reason)
+    # Every probe is measured or says it is not; 3, 4, 7 are never a pass (computed from declarations),
+    # nor is probe 5 on a TP=1 run (no merge ran: not measured, blocking no class).
+    assert all(statuses[n] == "not measured" for n in (*DECLARED, 5)), statuses
+    assert report.probes[4].evidence["not_applicable"] and report.complete is False
+    if expected_class == "undecided":
+        assert any("boundary table" in need for need in report.needs), report.needs
+    elif expected_probe is not None:
         assert statuses[expected_probe] == "fail"
         assert report.probes[expected_probe - 1].evidence  # the deciding verdict carries its evidence
+    else:
+        assert {statuses[n] for n in (1, 2, 6)} == {"pass"} and report.decided_by_evidence == "logged abs-diff"
 
 
-def test_bf16_boundary_is_the_rollouts_lm_head(tmp_path, knobs):
+def test_a_declared_boundary_is_evidence_not_a_verdict(tmp_path, knobs):
+    """Probe 3 still shows where the declared bf16 LM head would put the drift, as evidence only."""
     report = run_probes(RunDir(build_run(tmp_path, rollout_dtype=torch.bfloat16)).load(), knobs)
-    assert report.boundary == "LM-head GEMM / bf16 logits of the rollout path"
+    probe3 = report.probes[2]
+    assert probe3.status == "not measured" and probe3.boundary is None
+    assert probe3.evidence["would_have_said"]["boundary"] == "LM-head GEMM / bf16 logits of the rollout path"
     assert all(report.probes[n - 1].status == "pass" for n in (1, 2, 6))
+    assert report.drift_class == "undecided" and report.boundary is None
 
 
 def test_framework_checks_are_probes_one_and_two(tmp_path):
@@ -90,7 +103,7 @@ def test_cli_json_has_class_and_decided_by(tmp_path):
 def test_cli_text_and_bad_run_dir(tmp_path):
     path = build_run(tmp_path, top_p=0.8)
     out = subprocess.run([sys.executable, "-m", "harness", "attribute", str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "class: semantic (decided by probe 6)" in out.stdout
+    assert out.returncode == 0 and "class: semantic (decided by probe 6 (" in out.stdout, out.stdout[-3000:]
     bad = subprocess.run(
         [sys.executable, "-m", "harness", "attribute", str(tmp_path / "nope")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
     )
@@ -117,7 +130,7 @@ def test_malformed_probe_bundle_is_named_and_skips_only_bundle_probes(tmp_path, 
     report = run_probes(RunDir(path).load(), knobs)
     assert any("probe_0.pt" in w and "malformed_probe_bundle" in w for w in report.warnings)
     assert (report.drift_class, report.decided_by) == ("framework", 1)  # the dumps still show the shift
-    assert {p.number: p.status for p in report.probes}[3] == "not checked"
+    assert {p.number: p.status for p in report.probes}[3] == "not measured"
 
 
 def _train_metadata(path, steps, make):
@@ -172,31 +185,79 @@ def test_bundle_that_does_not_reproduce_its_trainer_is_not_used_to_localise(tmp_
     # An upstream divergence that a faithful bundle would localise, but the bundle's weight is one
     # AdamW step (1e-4 per element) away from the weight that produced its trainer log-probs.
     report = run_probes(RunDir(build_run(tmp_path, hidden_noise=1e-2, bundle_weight_step=1e-4)).load(), knobs)
-    assert {p.number: p.status for p in report.probes}[3] == "not checked"
+    assert {p.number: p.status for p in report.probes}[3] == "not measured"
+    assert report.probes[2].evidence["would_have_said"]["status"] == "not checked"
     assert any("bundle_inconsistent" in w for w in report.warnings)
     assert report.drift_class != "candidate-operator"
 
 
-def test_a_numerical_boundary_with_the_contract_unchecked_is_undecided(tmp_path, knobs):
-    # fp32 upstream divergence (candidate-operator when every probe runs), but probe 6 could not run:
-    # the boundary is reported, the class is not promoted.
-    from harness.attribution.probe_run import RunSettings
-    from harness.attribution.probes import NOT_CHECKED, decide
-
-    report = run_probes(RunDir(build_run(tmp_path, hidden_noise=1e-2)).load(), knobs)
-    verdicts = [p.model_copy(update={"status": NOT_CHECKED}) if p.number == 6 else p for p in report.probes]
-    drift_class, decided_by, boundary, needs = decide(verdicts, RunSettings())
-    assert (drift_class, decided_by) == ("undecided", 3) and boundary == report.boundary
-    assert needs == ["probe 6 (top-p/top-k retained sets and processed-logprob contract)"]
-
-
-def test_a_framework_or_contract_failure_decides_even_with_probes_unchecked(tmp_path, knobs):
-    from harness.attribution.probe_run import RunSettings
+def test_an_unchecked_framework_probe_leaves_the_class_undecided(tmp_path, knobs):
+    # A contract failure is semantic only once probes 1 and 2 passed; a framework failure is a
+    # finding whatever else could not run.
+    from harness.attribution.boundaries import boundary_table
     from harness.attribution.probes import NOT_CHECKED, decide
 
     report = run_probes(RunDir(build_run(tmp_path, top_p=0.8)).load(), knobs)
-    verdicts = [p.model_copy(update={"status": NOT_CHECKED}) if p.number in (2, 3) else p for p in report.probes]
-    assert decide(verdicts, RunSettings(top_p=0.8))[:2] == ("semantic", 6)
+    table = boundary_table(tmp_path / "no-capture", 4.0)
+    assert decide(report.probes, table).drift_class == "semantic"
+    unchecked = [p.model_copy(update={"status": NOT_CHECKED}) if p.number == 2 else p for p in report.probes]
+    decided = decide(unchecked, table)
+    assert decided.drift_class == "undecided" and decided.needs == ["probe 2 (model state)"], decided
+    failed = [p.model_copy(update={"status": "fail"}) if p.number == 1 else p for p in unchecked]
+    assert decide(failed, table).drift_class == "framework"
+
+
+def test_mixed_bundles_are_neither_pass_nor_fail():
+    """A probe passes only when every bundle passes; a NaN figure is not comparable, never within."""
+    from harness.attribution.probes import NOT_CHECKED, _numeric_verdict
+
+    ok = {"file": "probe_0.pt", "localised": False, "evidence": {"mean": 1e-7}}
+    hit = {"file": "probe_1.pt", "localised": True, "boundary": "b", "side": "rollout", "policy": "float32", "evidence": {"mean": 1e-3}}
+    nan = {"file": "probe_2.pt", "localised": False, "evidence": {"mean": float("nan")}}
+    assert _numeric_verdict(3, [ok, ok], "x").status == "pass"
+    assert _numeric_verdict(3, [hit, hit], "x").status == "fail"
+    assert _numeric_verdict(3, [ok, hit], "x").status == NOT_CHECKED
+    assert _numeric_verdict(3, [ok, nan], "x").status == NOT_CHECKED
+
+
+def _contract_result(differs: bool, agrees: bool, observed: float, replayed: float, tokens: int = 40) -> dict:
+    evidence = {
+        "contract_differs": differs,
+        "contract_agrees": agrees,
+        "comparable": all(map(math.isfinite, (observed, replayed))),
+        "observed_mean_abs_dlogp": observed,
+        "replayed_mean_abs_dlogp": replayed,
+        "removed_fraction": 1 - replayed / observed,
+        "tokens": tokens,
+        "trainer_follows": "raw T=1",
+        "declared_rollout_contract": "processed T=1 top_p=0.95",
+    }
+    return {"file": "probe.pt", "evidence": evidence}
+
+
+def test_probe_6_decides_from_the_pooled_replay_not_one_bundle():
+    """The AVX2 failure: one 40-token bundle of 30 whose own replay removes < 50% made probe 6 pass.
+    Now every bundle must show the trainer on another contract, and the replay's share is taken
+    over all bundles' tokens; a bundle that disagrees leaves the probe not checked, never a pass."""
+    from harness.attribution.probe_run import RunSettings
+    from harness.attribution.probes import NOT_CHECKED, _contract_verdict
+
+    flags = {"sampled_outside_flagged_set": 0}
+    settings = RunSettings(top_p=0.95)
+    # removed per bundle: 0.45 (below the threshold on its own), 0.9, 0.9; pooled 1 - 3.0e-3 / 12e-3 = 75%
+    bundles = [_contract_result(True, False, 4e-3, 2.2e-3), _contract_result(True, False, 4e-3, 0.4e-3), _contract_result(True, False, 4e-3, 0.4e-3)]
+    verdict = _contract_verdict(bundles, flags, settings, [], 0.95, 0.5)
+    assert verdict.status == "fail" and verdict.evidence["pooled"]["removed_fraction"] == pytest.approx(0.75), verdict.verdict
+    # the trainer on the declared contract in one bundle: neither semantic nor a pass
+    mixed = _contract_verdict([*bundles[:2], _contract_result(False, True, 1e-3, 1e-3)], flags, settings, [], 0.95, 0.5)
+    assert mixed.status == NOT_CHECKED, mixed.verdict
+    # replaying removes less than half over all tokens: the contracts differ, but that is no pass
+    small = _contract_result(True, False, 4e-3, 3e-3)
+    assert _contract_verdict([small, small], flags, settings, [], 0.95, 0.5).status == NOT_CHECKED
+    # a NaN in one bundle: not comparable, so never a pass
+    same = _contract_result(False, True, 1e-3, 1e-3)
+    assert _contract_verdict([same, _contract_result(False, True, float("nan"), 1e-3)], flags, settings, [], 0.95, 0.5).status == NOT_CHECKED
+    assert _contract_verdict([same, same], flags, settings, [], 0.95, 0.5).status == "pass"
 
 
 def test_cli_on_a_run_without_a_readable_dump_is_undecided_and_fails(tmp_path):
