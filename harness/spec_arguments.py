@@ -66,3 +66,10 @@ def spec_from_args(args: argparse.Namespace):
     knobs = knobs_from_args(args)
     spec = resolve(knobs, args.stage, args.rung, args.mode, args.backend)
     return knobs, validate(spec, knobs)
+
+
+def site_default(value, site, key: str, fallback=None):
+    """An option's value: given on the command line, else the site file's, else the fallback."""
+    if value is not None:
+        return value
+    return getattr(site, key, None) or fallback

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness import DEFAULT_RUNS_DIR
 from harness.arguments import existing_dir, positive_seconds, writable_dir
 from harness.spec import SpecError
-from harness.spec_arguments import add_spec_arguments, spec_from_args
+from harness.spec_arguments import add_spec_arguments, site_default, spec_from_args
 
 
 def check_embedded_flags(spec) -> None:
@@ -25,13 +25,6 @@ def check_embedded_flags(spec) -> None:
         names = [name for name in spec.flags if f"--{name}" in str(err).split(";")[0].split()]
         where = f" (set by {origin[names[0]]})" if names else ""
         raise SpecError(f"--backend embedded: {err}{where}") from None
-
-
-def site_default(value, site, key: str, fallback=None):
-    """An option's value: given on the command line, else the site file's, else the fallback."""
-    if value is not None:
-        return value
-    return getattr(site, key, None) or fallback
 
 
 def cmd_run(args: argparse.Namespace) -> int:

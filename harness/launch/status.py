@@ -119,8 +119,7 @@ def in_flight(runs_dir: Path, ray_address: str | None = None) -> list[InFlight]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from harness.arguments import existing_dir
-    from harness.launch.command import site_default
-    from harness.spec_arguments import site_from_args
+    from harness.spec_arguments import site_default, site_from_args
 
     site = site_from_args(args)
     runs_dir = Path(site_default(args.runs_dir, site, "runs_dir", str(DEFAULT_RUNS_DIR)))
