@@ -2,10 +2,11 @@
 
 Against `ray.cluster_utils.Cluster` (2 nodes, one CPU each, loopback only: ray_cluster.py) and a
 stand-in VIME train.py (vime_like_train.py: arguments printed at start, VIME's log lines, no end
-line), driven through the command line with a site file, as a user on a login node would:
-submit; interrupt the harness (Ctrl-C) while the job runs; the job keeps running and
-`harness status` lists it with its last rollout and ETA; the same command again attaches to the
-job (its submission id is the run id) instead of submitting a second one, and finishes the run.
+line), driven with a site file as a user on a login node would: pytest submits the run; Ctrl-C stops
+pytest while the job runs; the job keeps running, pytest says how to stop it, and `harness status`
+lists it with its last rollout and ETA; `harness run` of the same spec attaches to the job (its
+submission id is the run id, whichever front end asks) instead of submitting a second one, and
+finishes the run.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from harness import REPO_ROOT
 from harness.records.rundir import RunDir
 
 HERE = Path(__file__).parent
-ROLLOUTS = 8
-STEP_S = 1.0
+ROLLOUTS = 20
+STEP_S = 0.75
 
 
 @pytest.fixture
@@ -59,32 +60,43 @@ def steps_on_disk(runs: Path) -> int:
     return sum(path.read_text().count('"kind": "step"') for path in runs.glob("*/metrics.jsonl"))
 
 
+# A test file for the pytest front end: one run through the session's get_run fixture.
+PYTEST_FILE = f"""
+def test_the_run(get_run):
+    run = get_run("p0", "fp8-plus-filters", "colocate", **{{"num-rollout": {ROLLOUTS}}})
+    assert run.status.state == "finished"
+"""
+
+
 def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, site):
-    run_args = ("run", "--stage", "p0", "--rung", "fp8-plus-filters", "--backend", "vime", "--site", str(site / "site.yaml"))
-    run_args += ("--set", f"num-rollout={ROLLOUTS}")
-    env = dict(os.environ, LAB_SITE_TOKEN="forwarded")
-    first = subprocess.Popen(harness(ray_cluster, *run_args), cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    site_file = str(site / "site.yaml")
+    (site / "test_one_run.py").write_text(PYTEST_FILE)
+    plugins = ("-p", "fixtures.options", "-p", "fixtures.knobs", "-p", "fixtures.runs", "-p", "no:randomly", "-p", "no:cacheprovider")
+    pytest_args = (sys.executable, "-m", "pytest", "-q", *plugins, str(site / "test_one_run.py"), "--backend", "vime", "--site", site_file)
+    env = dict(os.environ, LAB_SITE_NAME="forwarded", LAB_PRIVATE="not-forwarded", PYTHONPATH=str(REPO_ROOT))
+    first = subprocess.Popen(ray_cluster.in_ns(*pytest_args), cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     runs = site / "runs"
     deadline = time.time() + 60
     while steps_on_disk(runs) < 2 and first.poll() is None and time.time() < deadline:
         time.sleep(0.3)
-    assert first.poll() is None, first.communicate()
+    assert first.poll() is None, first.communicate()[0][-3000:]
     assert steps_on_disk(runs) >= 2, "the job logged fewer than 2 steps within 60 s"
-    first.send_signal(signal.SIGINT)  # Ctrl-C: the harness stops following; the job is the cluster's
-    out, err = first.communicate(timeout=30)
-    assert first.returncode == 130, err[-2000:]
+    first.send_signal(signal.SIGINT)  # Ctrl-C: pytest stops following; the job is the cluster's
+    out, _ = first.communicate(timeout=30)
     (run_path,) = [path for path in runs.iterdir() if path.is_dir()]
     run_id = run_path.name
-    assert f"ray job stop {run_id} --address {ray_cluster.address}" in err, err[-2000:]
+    assert "KeyboardInterrupt" in out and "Ray jobs left running" in out, out[-3000:]
+    assert f"Ray job {run_id} still runs" in out and f"ray job stop {run_id} --address {ray_cluster.address}" in out, out[-3000:]
     status = json.loads((run_path / "status.json").read_text())
     assert status["state"] == "interrupted" and "still runs" in status["note"]
 
-    listed = subprocess.run(harness(ray_cluster, "status", "--site", str(site / "site.yaml")), capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(harness(ray_cluster, "status", "--site", site_file), capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr[-2000:]
     line = next((line for line in listed.stdout.splitlines() if line.startswith(run_id)), None)
     assert line is not None, listed.stdout
     assert f"Ray job {run_id} at" in line and "last rollout " in line and f"/{ROLLOUTS})" in line and "ETA" in line, line
 
+    run_args = ("run", "--stage", "p0", "--rung", "fp8-plus-filters", "--backend", "vime", "--site", site_file, "--set", f"num-rollout={ROLLOUTS}")
     again = subprocess.run(harness(ray_cluster, *run_args), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.strip().splitlines()[-1] == str(run_path)
@@ -93,9 +105,10 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
     log = (run_path / "log.txt").read_text()
     assert log.splitlines()[0] == f"# attached to Ray job {run_id} at {ray_cluster.address} (attached: submitted earlier)"
     assert json.loads((run_path / "trainer.json").read_text())["ray_job"] == run_id  # the submission id is the run id
-    # The job started in the site's working directory, received the site's variables, and wrote
+    # The job started in the site's working directory, received the site's variables only, and wrote
     # its dumps under the shared runs directory (its own argument print says where).
-    assert f"working directory: {site / 'work'}" in log and "STANDIN_MARK=from-site" in log
+    assert f"working directory: {site / 'work'}" in log
+    assert "variable STANDIN_MARK=from-site" in log and "variable LAB_SITE_NAME=forwarded" in log and "variable LAB_PRIVATE=(not set)" in log
     assert f"{run_path / 'dumps'}/rollout_{{rollout_id}}.pt" in log
 
     jobs = subprocess.run(
@@ -109,5 +122,5 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
         timeout=60,
     )
     assert jobs.stdout.strip() == repr([run_id]), jobs.stdout + jobs.stderr[-2000:]  # one job: never submitted twice
-    after = subprocess.run(harness(ray_cluster, "status", "--site", str(site / "site.yaml")), capture_output=True, text=True, timeout=60)
+    after = subprocess.run(harness(ray_cluster, "status", "--site", site_file), capture_output=True, text=True, timeout=60)
     assert "no runs in flight" in after.stdout, after.stdout

@@ -36,7 +36,8 @@ for name in sorted(args):
     print(f"  {name} {'.' * max(2, 48 - len(name))} {args[name]}", flush=True)
 print("-------------------- end of arguments ---------------------", flush=True)
 print(f"working directory: {os.getcwd()}", flush=True)
-print(f"site variable STANDIN_MARK={os.environ.get('STANDIN_MARK', '(not set)')}", flush=True)
+for name in ("STANDIN_MARK", "LAB_SITE_NAME", "LAB_PRIVATE"):
+    print(f"variable {name}={os.environ.get(name, '(not set)')}", flush=True)
 step_s = float(os.environ.get("STANDIN_STEP_S", "0.5"))
 for n in range(int(args.get("num_rollout", "3"))):
     time.sleep(step_s)
