@@ -7,7 +7,10 @@ Two views, named apart (docs/attribution.md):
   `dlogp_mean` and, over the run, `signed` (harness.attribution.signed_dlogp: signed and absolute
   dlogp against entropy, or the rollout log-prob as its proxy, and response position);
 * sample-mean (`sample_mean_abs_diff`): VIME's own reduction of the logged
-  `train/train_rollout_logprob_abs_diff` (harness.layout.sample_mean), compared with the logged value.
+  `train/train_rollout_logprob_abs_diff` (harness.layout.sample_mean), compared with the logged value;
+* other frameworks' gates on the same tokens (harness.attribution.gate_metrics): verl's
+  rollout-correction set (`verl_*`) and NeMo-RL's `nemo_rl_gen_kl_error`, `nemo_rl_token_mult_prob_error`,
+  per step and over the run (`gate_metrics`).
 
 Bad input never becomes a silent zero: each problem is a warning with RL-Align's code where it has
 one (missing_rollout_log_probs, zero_active_tokens, non_finite_dlogp, shape_mismatch, ...).
@@ -19,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from harness.attribution.consistency import compare_run, tokenizer_checks
+from harness.attribution.gate_metrics import gate_metrics
 from harness.attribution.probe_context import correlations, worst_tokens
 from harness.attribution.run_dumps import RunDumps, SamplePair, read_run_dumps
 from harness.attribution.signed_dlogp import signed_view
@@ -52,6 +56,16 @@ class StepAudit(BaseModel):
     sample_mean_abs_diff: float | None = None
     logged_abs_diff: float | None = None
     matches_logged: bool | None = None
+    # Other frameworks' gates on the same tokens (harness.attribution.gate_metrics).
+    verl_kl: float | None = None
+    verl_k3_kl: float | None = None
+    verl_chi2_token: float | None = None
+    verl_chi2_seq: float | None = None
+    verl_log_ppl_diff: float | None = None
+    verl_log_ppl_abs_diff: float | None = None
+    verl_probs_pearson_corr: float | None = None
+    nemo_rl_token_mult_prob_error: float | None = None
+    nemo_rl_gen_kl_error: float | None = None
 
 
 class Audit(BaseModel):
@@ -71,6 +85,8 @@ class Audit(BaseModel):
     worst_tokens: list[dict] = Field(default_factory=list)
     correlations: dict[str, dict] = Field(default_factory=dict)
     signed: dict = Field(default_factory=dict)
+    # verl's and NeMo-RL's mismatch gates over every step's tokens (harness.attribution.gate_metrics).
+    gate_metrics: dict = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
 
     def table(self) -> list[dict]:
@@ -84,6 +100,7 @@ class TokenRows:
     def __init__(self) -> None:
         self.dlogp: list[np.ndarray] = []
         self.where: list[tuple[SamplePair, np.ndarray]] = []  # (pair, response positions)
+        self.pairs: list[tuple[np.ndarray, np.ndarray]] = []  # per sample (trainer, rollout) on its active tokens
 
 
 def _token_stats(dlogp: np.ndarray) -> dict:
@@ -143,7 +160,7 @@ def _logged_by_step(run) -> dict[int, float]:
 
 
 def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, tokens: TokenRows, warnings: list[str]) -> StepAudit:
-    step_d, diffs, masks = [], [], []
+    step_d, diffs, masks, step_pairs = [], [], [], []
     total = zero_active = 0
     for pair in pairs:
         arrays = _sample_arrays(pair, warnings)
@@ -166,9 +183,11 @@ def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, t
                 "dlogp values, left out of the token view (code: non_finite_dlogp)"
             )
             d, active = d[finite], active[finite]
+        step_pairs.append((train_lp[active], rollout_lp[active]))
         step_d.append(d)
         tokens.dlogp.append(d)
         tokens.where.append((pair, active))
+        tokens.pairs.append(step_pairs[-1])
     dlogp = np.concatenate(step_d) if step_d else np.zeros(0)
     sample_mean = None
     if diffs:
@@ -198,6 +217,7 @@ def audit_step(rollout_id: int, pairs: list[SamplePair], logged: float | None, t
         logged_abs_diff=logged,
         matches_logged=matches,
         **_token_stats(dlogp),
+        **(gate_metrics(step_pairs) if step_pairs else {}),
     )
 
 
@@ -241,6 +261,7 @@ def audit_dumps(name: str, dumps: RunDumps, run=None, tokenizer=None, model_voca
         worst_tokens=worst_tokens(tokens, tokenizer),
         correlations=correlations(tokens),
         signed=signed_view(tokens),
+        gate_metrics=gate_metrics(tokens.pairs) if tokens.pairs else {},
         warnings=warnings,
         **_token_stats(dlogp),
     )

@@ -128,6 +128,8 @@ def _print_text(report, audit) -> None:
             f"|dlogp| mean {signed['dlogp_abs_mean']:.3g}; Spearman: {rhos or 'none computable'} "
             f"(entropy: {signed['entropy_source'] or 'none'})"
         )
+    if audit.gate_metrics:  # verl's and NeMo-RL's gates on the abs-diff's own tokens (harness.attribution.gate_metrics)
+        console.print("other frameworks' gates on the same tokens: " + ", ".join(f"{k} {fmt(v)}" for k, v in audit.gate_metrics.items()))
     for token in audit.worst_tokens[:3]:
         console.print(
             f"worst token: rollout {token['rollout_id']} sample {token['sample_position']} position "
