@@ -57,7 +57,9 @@ def skip_reason(knobs, rung: Rung, backend: str) -> str | None:
     caveat = caveat_for(knobs, rung, backend)
     if caveat is not None and caveat.action == "skip":
         return f"{where}: on-vime: not run on VIME ({vime_line(knobs)}): {caveat.reason.strip()}"
-    return None
+    from harness.spec.models import dense_model_skip
+
+    return dense_model_skip(knobs, rung, backend)  # an MoE rung on a dense model
 
 
 def equivalence_note(knobs, rung: Rung, backend: str) -> str | None:

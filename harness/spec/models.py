@@ -27,6 +27,14 @@ class Source(Strict):
     note: str = ""
 
 
+# Flags that only mean something for a mixture-of-experts model. base.yaml sets them for its MoE
+# model; a dense model removes them (Megatron stops at --expert-model-parallel-size > 1 without
+# --num-experts, and vLLM's expert parallelism and DeepEP all-to-all have no experts to place).
+EXPERT_ONLY_FLAGS = ("vllm-enable-expert-parallel", "vllm-all2all-backend", "expert-model-parallel-size", "expert-tensor-parallel-size")
+# Flags a rung may set that need one (VIME replays the routed experts vLLM returns per token).
+MOE_ONLY_RUNG_FLAGS = ("use-rollout-routing-replay", "use-routing-replay")
+
+
 class ModelFile(Strict):
     id: str
     title: str
@@ -37,6 +45,11 @@ class ModelFile(Strict):
 
     def model_post_init(self, _context) -> None:
         check_flag_names(self.flags)
+
+    @property
+    def is_moe(self) -> bool:
+        experts = self.flags.get("num-experts")
+        return isinstance(experts, int) and not isinstance(experts, bool) and experts > 0
 
 
 def model_path(knobs_root: Path, model_id: str) -> Path:
@@ -77,8 +90,39 @@ def model_for(knobs, backend: str) -> ModelFile | None:
 
 
 def model_flags(knobs, backend: str) -> tuple[str, dict[str, FlagValue]]:
-    """(layer name, flags) to merge for `backend`: empty where the model is not rendered there."""
+    """(layer name, flags) to merge for `backend`: empty where the model is not rendered there. A
+    dense model's layer also removes the expert-only flags (None deletes a flag in a layer)."""
     model = model_for(knobs, backend)
     if model is None or backend not in model.rendered_on:
         return "", {}
-    return f"model:{model.id}", dict(model.flags)
+    dense = {} if model.is_moe else dict.fromkeys(EXPERT_ONLY_FLAGS)
+    return f"model:{model.id}", {**dense, **model.flags}
+
+
+def dense_model_skip(knobs, rung, backend: str) -> str | None:
+    """Why `rung` is not run on `backend`'s model when that model is dense and the rung needs an MoE
+    (it, or a rung above it, sets an MoE-only flag; or it is the baseline of rungs that all do)."""
+    model = model_for(knobs, backend)
+    if model is None or backend not in model.rendered_on or model.is_moe:
+        return None
+    need = _needs_moe(knobs, rung.id, backend)
+    if need is None:
+        return None
+    from harness.spec.load import _relative
+
+    return (
+        f"{_relative(Path(knobs.root) / 'ladder' / f'{rung.id}.yaml')}: needs a mixture-of-experts model ({need}); "
+        f"the {backend} model is {model.id} ({_relative(model_path(knobs.root, model.id))}), which is dense"
+    )
+
+
+def _needs_moe(knobs, rung_id: str, backend: str) -> str | None:
+    for ancestor in knobs.chain(rung_id):
+        for section in ancestor.changes.for_backend(backend):
+            for flag in MOE_ONLY_RUNG_FLAGS:
+                if section.get(flag):
+                    return f"ladder/{ancestor.id}.yaml sets --{flag}"
+    children = [r.id for r in knobs.rungs.values() if r.parent == rung_id]
+    if children and all(_needs_moe(knobs, child, backend) for child in children):
+        return f"it is the baseline of {', '.join(children)}, which need one"
+    return None
