@@ -178,7 +178,7 @@ def _command(spec: RunSpec, options: LaunchOptions) -> tuple[list[str], Path]:
     directory on the cluster (else its VIME root, else this machine's), which need not exist here."""
     site = options.site
     on_cluster = bool(options.ray_address)
-    vime_root = options.vime_root or (getattr(site, "vime_root", None) if on_cluster else None)
+    vime_root = options.vime_root or getattr(site, "vime_root", None)
     command, cwd = trainer_command(spec.backend, vime_root, on_cluster=on_cluster)
     if options.trainer:
         command = list(options.trainer)
@@ -210,8 +210,11 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
         try:
             run_dir.write_spec(spec.to_dict())
             run_dir.write_argv(command + argv)  # written redacted; the trainer gets the values
-            environment = collect_environment(Path(options.vime_root) if options.vime_root else None, options.image)
+            vime_root = options.vime_root or getattr(options.site, "vime_root", None)  # its commit, where this machine sees it
+            environment = collect_environment(Path(vime_root) if vime_root and Path(vime_root).is_dir() else None, options.image)
             environment["harness"] = harness_commit().as_dict()
+            if options.ray_address:  # where the job runs, and which variables it was given (names: values may be secrets)
+                environment["ray_job"] = {"address": options.ray_address, "working_dir": str(cwd), "env": sorted(_job_env(options))}
             run_dir.write_environment(environment)
             run_dir.set_status("running")
             env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -241,8 +244,10 @@ def attach(spec: RunSpec, run_dir: RunDir, job_id: str, options: LaunchOptions) 
         try:
             for name in (RunDir.LOG, RunDir.METRICS):
                 run_dir.file(name).unlink(missing_ok=True)
-            if not run_dir.file(RunDir.SPEC).exists():
+            if not run_dir.file(RunDir.SPEC).exists():  # attached from a runs directory the launch did not write
                 run_dir.write_spec(spec.to_dict())
+                command, _ = _command(spec, options)
+                run_dir.write_argv(command + render_argv(spec.flags) + output_flags(run_dir.path, spec.backend))
             run_dir.set_status("running")
             source = RayJob.attach(options.ray_address, job_id)
             atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())

@@ -111,6 +111,9 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
     assert "variable STANDIN_MARK=from-site" in log and "variable LAB_SITE_NAME=forwarded" in log and "variable LAB_PRIVATE=(not set)" in log
     assert f"{run_path / 'dumps'}/rollout_{{rollout_id}}.pt" in log
 
+    launched = json.loads((run_path / "environment.json").read_text())["ray_job"]
+    assert launched["working_dir"] == str(site / "work") and "LAB_SITE_NAME" in launched["env"] and "LAB_PRIVATE" not in launched["env"]
+
     jobs = subprocess.run(
         ray_cluster.in_ns(
             sys.executable,
