@@ -8,9 +8,10 @@ the precision of every step is explicit:
 - ``Precision("bfloat16")``: operands and outputs in bf16; norms, rotary, softmax and log-softmax
   accumulate in fp32 and round once (Megatron with attention_softmax_in_fp32, vLLM's sampler);
 - ``Precision("float32")``: everything in fp32;
-- ``fp8=True`` (the rollout's emulated e4m3, harness/embedded/fp8.py): the weights of the attention
-  and MLP linears rounded in 128x128 blocks, their input activations in 1x128 groups; embeddings,
-  norms and the LM head stay unquantised;
+- ``fp8=True`` (the rollout's e4m3 recipe): the weights of the attention and MLP linears rounded in
+  128x128 blocks, their input activations in 1x128 groups; embeddings, norms and the LM head stay
+  unquantised. Rounded by the reference quantiser written from the format's definition
+  (harness/attribution/fp8_reference.py), not by the engine's emulation the table judges;
 - ``FP64``: the reference, on the same (unquantised) weights the trainer held.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.embedded import fp8 as fp8_emulation
+from harness.attribution import fp8_reference
 from harness.embedded.logprobs import processed_mask
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
@@ -62,7 +63,7 @@ class Qwen3Weights:
         w = self.state[name]
         if prec.fp8 and quantised:
             if name not in self._fp8:
-                self._fp8[name] = fp8_emulation.quantize_weight_blockwise(w.float())
+                self._fp8[name] = fp8_reference.quantize_weight_blockwise(w.float())
             w = self._fp8[name]
         return w.to(prec.dtype)
 
@@ -76,7 +77,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, prec: Precision)
 def linear(x: torch.Tensor, w: Qwen3Weights, name: str, prec: Precision, quantised: bool = True) -> torch.Tensor:
     x = x.to(prec.dtype)
     if prec.fp8 and quantised:
-        x = fp8_emulation.quantize_activation_groups(x)
+        x = fp8_reference.quantize_activation_groups(x)
     return F.linear(x, w.get(name, prec, quantised))
 
 
