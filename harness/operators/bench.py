@@ -120,15 +120,18 @@ def measure_operator(name, bundle, device, temperature, ref_cache, gemm, warmup,
         row["ms_median"], row["gemm_ms_paired"] = measure.time_ms_paired(call, gemm_call, device, warmup, reps)
         row |= measure.queued_fields(measure.time_ms_paired_queued(call, gemm_call, device, 0, reps))
         row["peak_extra_bytes"] = measure.peak_extra_bytes(call, device)
-    row |= measure.backward_parity(op, bundle, temperature, backward_rows)
-    row |= measure.fwd_bwd_time_and_memory(op, bundle, temperature, max(1, warmup - 1), max(3, reps // 2), gemm_call)
-    row |= measure.backward_checks(op, bundle, temperature)
+    try:  # an operator whose backward refuses this shape keeps its forward figures
+        row |= measure.backward_parity(op, bundle, temperature, backward_rows)
+        row |= measure.fwd_bwd_time_and_memory(op, bundle, temperature, max(1, warmup - 1), max(3, reps // 2), gemm_call)
+        row |= measure.backward_checks(op, bundle, temperature)
+    except Exception as exc:
+        row["backward_error"] = f"{type(exc).__name__}: {exc}"
     # Ratios against the GEMM timed alternately with the operator (measure.time_ms_paired): the
     # card's clock drifts with load, so the run's first GEMM timing (gemm_ms_first) is context only.
     row["gemm_ms_first"] = gemm
     row["gemm_ms_median"] = row["gemm_ms_paired"]
     row["x_gemm"] = row["ms_median"] / row["gemm_ms_paired"]
-    fb, fb_gemm = row["fwd_bwd_ms_median"], row.get("fwd_bwd_gemm_ms_median")
+    fb, fb_gemm = row.get("fwd_bwd_ms_median"), row.get("fwd_bwd_gemm_ms_median")
     row["fwd_bwd_x_gemm"] = fb / fb_gemm if fb and fb_gemm else None
     return row | {"available": True}
 

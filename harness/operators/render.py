@@ -51,7 +51,13 @@ def rows(record: dict) -> list[tuple[str, ...]]:
         if "error" in r:
             out.append((r["name"], *(["failed: " + r["error"][:80]] + [""] * _N)[:_N]))
             continue
-        bwd = "-" if r.get("grad_rel_err_hidden") is None else f"{r['grad_rel_err_hidden']:.1e} / {r['grad_rel_err_weight']:.1e}"
+        bwd = (
+            ("failed: " + r["backward_error"][:60])
+            if r.get("backward_error")
+            else "-"
+            if r.get("grad_rel_err_hidden") is None
+            else f"{r['grad_rel_err_hidden']:.1e} / {r['grad_rel_err_weight']:.1e}"
+        )
         if r.get("grad_rel_err_hidden_fp32") is not None:
             bwd += f" (fp32: {r['grad_rel_err_hidden_fp32']:.1e} / {r['grad_rel_err_weight_fp32']:.1e})"
         extra = r.get("peak_extra_bytes")
