@@ -210,7 +210,7 @@ def settings_layers(knobs, stage: str, backend: str) -> list[tuple[str, dict[str
     if site is not None:
         if backend != "embedded" and stage in site.stages:
             layers.append((f"site:{site.source} stages.{stage}", site.stages[stage].flags()))
-        if backend != "embedded" and site.wandb is not None:
+        if site.wandb is not None:  # the embedded trainer logs through the same flags (harness/embedded/tracking.py)
             layers.append((f"site:{site.source} wandb", site.wandb.flags()))
         if site.flags:
             layers.append((f"site:{site.source} flags", dict(site.flags)))

@@ -73,11 +73,22 @@ def test_placeholders_are_one_line_each_on_vime_only():
     assert launch_problems(resolve(KNOBS, "p1", "near-aligned", "colocate", "embedded"), None) == []
 
 
-def test_the_embedded_backend_is_unchanged_by_a_site(tmp_path):
-    text = PATHS + "stages:\n  p1:\n    gpus-per-node: 4\n    actor-nodes: 2\nwandb:\n  project: lab\n"
+def test_the_embedded_backend_is_unchanged_by_a_site_s_cluster_paths_and_shapes(tmp_path):
+    text = PATHS + "stages:\n  p1:\n    gpus-per-node: 4\n    actor-nodes: 2\nray-address: http://head:8265\n"
     plain = resolve(KNOBS, "p1", "near-aligned", "colocate", "embedded")
     with_site = resolve(with_settings(KNOBS, site(tmp_path, text)), "p1", "near-aligned", "colocate", "embedded")
     assert with_site.run_id == plain.run_id
+
+
+def test_the_site_s_wandb_reaches_the_embedded_trainer_too(tmp_path):
+    """The embedded trainer logs through VIME's W&B flags, so a site's W&B project applies to it."""
+    from harness.embedded import flags as embedded_flags
+    from harness.spec import render_argv
+
+    knobs = with_settings(KNOBS, site(tmp_path, "wandb:\n  project: lab\n  mode: offline\n"))
+    spec = resolve(knobs, "p1", "near-aligned", "colocate", "embedded")
+    assert spec.flags["use-wandb"] is True and spec.flags["wandb-mode"] == "offline"
+    embedded_flags.parse(render_argv(spec.flags))  # the embedded trainer's own flag table takes them
 
 
 def test_stage_shape_and_wandb_render_on_vime(tmp_path):
