@@ -204,7 +204,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
     interrupted with every step it logged (a Ray job is left running: `_record_interrupt`); the
     exception then goes on to the caller."""
     command, cwd = _command(spec, options)
-    argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend)
+    argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend, spec.flags)
     source = None
     with _signals_raise():
         try:
@@ -247,7 +247,7 @@ def attach(spec: RunSpec, run_dir: RunDir, job_id: str, options: LaunchOptions) 
             if not run_dir.file(RunDir.SPEC).exists():  # attached from a runs directory the launch did not write
                 run_dir.write_spec(spec.to_dict())
                 command, _ = _command(spec, options)
-                run_dir.write_argv(command + render_argv(spec.flags) + output_flags(run_dir.path, spec.backend))
+                run_dir.write_argv(command + render_argv(spec.flags) + output_flags(run_dir.path, spec.backend, spec.flags))
             run_dir.set_status("running")
             source = RayJob.attach(options.ray_address, job_id)
             atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())

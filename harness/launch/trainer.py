@@ -31,8 +31,10 @@ def trainer_command(backend: str, vime_root: str | Path | None, on_cluster: bool
     raise SpecError(f"backend {backend!r} does not launch runs: --backend records only reads existing runs from --runs-dir")
 
 
-def output_flags(run_path: Path, backend: str) -> list[str]:
-    """VIME's debug-dump flags (both backends) and, for the miniature, where to put its record."""
+def output_flags(run_path: Path, backend: str, spec_flags: dict | None = None) -> list[str]:
+    """VIME's debug-dump flags (both backends), and for the miniature where to put its record. On
+    VIME, a run that logs to TensorBoard or W&B without saying where writes into its run directory
+    too (the shared runs directory on a cluster), beside its dumps."""
     dumps = run_path / "dumps"
     flags = [
         "--save-debug-rollout-data",
@@ -41,5 +43,11 @@ def output_flags(run_path: Path, backend: str) -> list[str]:
         str(dumps / "train_{rollout_id}_{rank}.pt"),
     ]
     if backend == "embedded":
-        flags += ["--embedded-output-dir", str(run_path)]
+        flags += ["--embedded-output-dir", str(run_path)]  # its TensorBoard and W&B default to this directory
+        return flags
+    spec_flags = spec_flags or {}
+    if spec_flags.get("use-tensorboard") and "tensorboard-dir" not in spec_flags:
+        flags += ["--tensorboard-dir", str(run_path / "tensorboard")]
+    if spec_flags.get("use-wandb") and "wandb-dir" not in spec_flags:
+        flags += ["--wandb-dir", str(run_path)]
     return flags

@@ -47,6 +47,9 @@ def site(ray_cluster, tmp_path):
         f"paths:\n{paths}"
         f"vime-root: {vime}\nworking-dir: {tmp_path / 'work'}\nruns-dir: {tmp_path / 'runs'}\nray-address: {ray_cluster.address}\n"
         f"env:\n  forward: [LAB_SITE_*]\n  set:\n    STANDIN_STEP_S: '{STEP_S}'\n    STANDIN_MARK: from-site\n"
+        # The jobs' python3 is this environment's (it has tensorboard), as a VIME image's is VIME's.
+        f"    PATH: '{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}'\n"
+        "flags:\n  use-tensorboard: true\n"
     )
     (tmp_path / "site.yaml").write_text(text)
     return tmp_path
@@ -111,6 +114,13 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
     assert "variable STANDIN_MARK=from-site" in log and "variable LAB_SITE_NAME=forwarded" in log and "variable LAB_PRIVATE=(not set)" in log
     assert f"{run_path / 'dumps'}/rollout_{{rollout_id}}.pt" in log
 
+    # TensorBoard events written by the job into the run directory (the launcher's --tensorboard-dir),
+    # read back by the records' reader as the same steps.
+    from harness.records.tbevents import read_event_file
+
+    (event_file,) = (run_path / "tensorboard").glob("*tfevents*")
+    records, _ = read_event_file(event_file)
+    assert sorted(r.n for r in records if r.kind == "step") == list(range(ROLLOUTS))
     launched = json.loads((run_path / "environment.json").read_text())["ray_job"]
     assert launched["working_dir"] == str(site / "work") and "LAB_SITE_NAME" in launched["env"] and "LAB_PRIVATE" not in launched["env"]
 

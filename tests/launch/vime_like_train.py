@@ -5,7 +5,9 @@ Like VIME: it prints its arguments at start in Megatron's block, then per rollou
 `step N: {...}` and `rollout N: {...}` lines with Ray actor prefixes, the rollout manager's
 `perf N: {...}`, and ends without any end line (VIME's loop just returns). It also says where it
 started (the job's working directory) and which site variables reached it, for the test to check.
-STANDIN_STEP_S (from the site's env) sets the seconds per rollout.
+STANDIN_STEP_S (from the site's env) sets the seconds per rollout. With --use-tensorboard it writes
+TensorBoard events as VIME's adapter does (add_scalar per key against train/step or rollout/step)
+into --tensorboard-dir, where the tensorboard package is importable (else it says so).
 """
 
 import os
@@ -38,9 +40,38 @@ print("-------------------- end of arguments ---------------------", flush=True)
 print(f"working directory: {os.getcwd()}", flush=True)
 for name in ("STANDIN_MARK", "LAB_SITE_NAME", "LAB_PRIVATE"):
     print(f"variable {name}={os.environ.get(name, '(not set)')}", flush=True)
+
+
+class Events:
+    """TensorBoard scalars through tensorboard's own event writer (no torch needed)."""
+
+    def __init__(self, directory):
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._event, self._summary, self._writer = Event, Summary, EventFileWriter(directory)
+
+    def add(self, metrics: dict, step: int) -> None:
+        values = [self._summary.Value(tag=tag, simple_value=value) for tag, value in metrics.items()]
+        self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=self._summary(value=values)))
+        self._writer.flush()
+
+
+events = None
+if args.get("use_tensorboard") == "True":
+    try:
+        events = Events(args.get("tensorboard_dir") or os.environ.get("TENSORBOARD_DIR", "tensorboard"))
+    except ImportError as err:
+        print(f"TensorBoard: not written ({err})", flush=True)
 step_s = float(os.environ.get("STANDIN_STEP_S", "0.5"))
 for n in range(int(args.get("num_rollout", "3"))):
     time.sleep(step_s)
+    rollout = {"rollout/raw_reward": 0.3, "rollout/response_len/mean": 12.0}
+    train = {"train/train_rollout_logprob_abs_diff": 0.0123, "train/loss": 0.5}
     log("RolloutManager", f"perf {n}: {{'perf/rollout_time': {step_s / 2}}}")
-    log("MegatronTrainRayActor", f"rollout {n}: {{'rollout/raw_reward': 0.3, 'rollout/response_len/mean': 12.0}}")
-    log("MegatronTrainRayActor", f"step {n}: {{'train/train_rollout_logprob_abs_diff': 0.0123, 'train/loss': 0.5, 'train/step': {n}}}")
+    log("MegatronTrainRayActor", f"rollout {n}: {rollout}")
+    log("MegatronTrainRayActor", f"step {n}: { ({**train, 'train/step': n}) }")
+    if events is not None:
+        events.add(rollout, n)
+        events.add(train, n)
