@@ -36,12 +36,15 @@ def format_eta(seconds: float | None) -> str:
 
 
 class RunProgress:
-    def __init__(self, run_id: str, total_steps: int | None, enabled: bool | None = None, started: float | None = None):
+    def __init__(self, run_id: str, total_steps: int | None, enabled: bool | None = None, started: float | None = None, sink=None):
+        """enabled: the bar (None: on a terminal). sink: where plain lines go instead of stderr (the
+        pytest plugin's terminal writer); with a sink, lines are written whatever `enabled` says."""
         console = Console(file=sys.stderr)
         self._run_id, self._total = run_id, total_steps
         self._bar = console.is_terminal if enabled is None else enabled
-        # Plain lines only where nobody chose: `progress=False` (pytest) stays quiet.
-        self._lines = enabled is None and not console.is_terminal
+        # Plain lines where nobody chose and no bar shows, or where a front end asked for them.
+        self._lines = sink is not None or (enabled is None and not console.is_terminal)
+        self._sink = sink or (lambda line: print(line, file=sys.stderr, flush=True))
         self._started = started if started is not None else time.time()
         self._last_line = 0.0
         self._progress = Progress(
@@ -86,4 +89,4 @@ class RunProgress:
         self._last_line = now
         total = self._total if self._total else "?"
         eta = format_eta(eta_s(self._started, len(self._steps), self._total, now))
-        print(f"{self._run_id}: rollout {n + 1}/{total}, {eta}", file=sys.stderr, flush=True)
+        self._sink(f"{self._run_id}: rollout {n + 1}/{total}, {eta}")

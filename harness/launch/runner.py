@@ -64,6 +64,8 @@ class LaunchOptions:
     site: object | None = None
     # Where the time limit came from, for the log line that reports it.
     timeout_why: str = ""
+    # A callable taking one progress line (rollout i/N, ETA), for a front end that owns the terminal.
+    progress_sink: object | None = None
 
 
 # Ray jobs this process stopped following while they still ran (Ctrl-C, a signal): job id ->
@@ -306,7 +308,7 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
     deadline = started + options.timeout_s
     run_dir.append_log(f"# time limit {options.timeout_s:.0f} s" + (f" ({options.timeout_why})" if options.timeout_why else ""))
     total = spec.flags.get("num-rollout") if isinstance(spec.flags.get("num-rollout"), int) else None
-    with RunProgress(spec.run_id, total, options.progress, started=started) as progress:
+    with RunProgress(spec.run_id, total, options.progress, started=started, sink=options.progress_sink) as progress:
         while True:
             for line in source.poll(POLL_SECONDS):
                 run_dir.append_log(line.rstrip("\n"))

@@ -89,6 +89,7 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
     (run_path,) = [path for path in runs.iterdir() if path.is_dir()]
     run_id = run_path.name
     assert "KeyboardInterrupt" in out and "Ray jobs left running" in out, out[-3000:]
+    assert f"{run_id}: rollout 1/{ROLLOUTS}, ETA" in out, out[-3000:]  # the progress line, past pytest's capture
     assert f"Ray job {run_id} still runs" in out and f"ray job stop {run_id} --address {ray_cluster.address}" in out, out[-3000:]
     status = json.loads((run_path / "status.json").read_text())
     assert status["state"] == "interrupted" and "still runs" in status["note"]
