@@ -17,6 +17,7 @@ from harness.arguments import writable_dir
 from harness.records.atomic import to_json
 from harness.records.ingest import content_hash, ingest, is_run_directory
 from harness.records.rundir import written_by_harness
+from harness.records.wandb_run import online_path
 from harness.spec.errors import SpecError
 
 
@@ -57,7 +58,11 @@ def register(subparsers) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("path", type=Path, help="a log file, a directory, event files or .pt dumps, or a run directory")
+    parser.add_argument(
+        "path",
+        help="a log file, a directory (logs, TensorBoard events, W&B offline runs, .pt dumps), a run directory, "
+        "or an online W&B run: wandb:ENTITY/PROJECT/RUN_ID or its URL",
+    )
     parser.add_argument("--json", action="store_true", help="print records as JSON lines instead of writing a run directory")
     parser.add_argument("--out", type=Path, default=None, help="run directory to write (default reports/runs/ingested-<hash>)")
     parser.add_argument("--runs-dir", type=Path, default=None, help="where the default run directory goes")
@@ -97,13 +102,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.runs_dir is not None and not args.json:
         writable_dir(args.runs_dir, "--runs-dir")
     out = None
+    online = online_path(args.path)  # a W&B run by path: not a file name (a URL's // must survive)
+    path = args.path if online else Path(args.path)
     if not args.json:
         if args.out is not None:
             out = args.out
-        elif args.path.exists() and not is_run_directory(args.path):
-            out = (args.runs_dir or default_runs_dir()) / f"ingested-{content_hash(args.path)}"
+        elif online:
+            out = (args.runs_dir or default_runs_dir()) / f"ingested-wandb-{online.replace('/', '-')}"
+        elif path.exists() and not is_run_directory(path):
+            out = (args.runs_dir or default_runs_dir()) / f"ingested-{content_hash(path)}"
     labels = {k: getattr(args, k) for k in ("rung", "stage", "mode") if getattr(args, k)}
-    result = ingest(args.path, out, trust_dumps=args.trust_dumps, labels=labels or None, num_rollout=args.num_rollout)
+    result = ingest(path, out, trust_dumps=args.trust_dumps, labels=labels or None, num_rollout=args.num_rollout)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in result.problems:
@@ -117,6 +126,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             print(to_json(record.to_json_dict(), indent=None))
     elif result.run_dir is not None:
         print(result.run_dir)
-    elif is_run_directory(args.path):
-        print(args.path.resolve())
+    elif not online and is_run_directory(path):
+        print(path.resolve())
     return 2 if result.problems else 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.records.redact import REDACTED
 
-ENV_PREFIXES = ("NCCL_", "CUDA_", "VLLM_", "NVTE_", "TORCH_", "PYTORCH_", "NVSHMEM_")
+ENV_PREFIXES = ("NCCL_", "CUDA_", "VLLM_", "NVTE_", "TORCH_", "PYTORCH_", "NVSHMEM_", "WANDB_", "TENSORBOARD_")
 SECRET_KEY_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 
 # Distributions to report, by role; the first installed name of each group wins.
@@ -193,3 +193,52 @@ def collect_environment(vime_root: Path | None, image: str | None) -> dict:
         "os": {"platform": platform.platform(), "kernel": platform.release()},
         "env": redact_env(environ),
     }
+
+
+# --- where the run's metrics also went: its W&B run and TensorBoard directory
+_RUN_URL = re.compile(r"^https?://[^/\s]+/(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/runs/(?P<run_id>[^/?#\s]+)")
+_RUN_DIR = re.compile(r"(?:offline-)?run-\d{8}_\d{6}-(?P<run_id>\w+)$")
+
+
+def tracking_record(flags: dict, printed: dict, run_path: Path | None = None, environ: dict[str, str] | None = None) -> dict:
+    """`wandb`, `tensorboard` and `links` for the environment record of a run launched with `flags`.
+
+    `printed` is what the log said (logparse's ParseResult.tracking: W&B's own banner lines, which
+    name the run's local directory and, online, its URL). A W&B path (entity/project/run_id) comes
+    from the URL; an offline run has a directory and an id until `wandb sync` uploads it."""
+    environ = dict(os.environ if environ is None else environ)
+    record: dict = {}
+    if flags.get("use-wandb"):
+        url, directory = printed.get("wandb_url"), printed.get("wandb_dir")
+        found = _RUN_URL.match(url or "")
+        named = _RUN_DIR.search(directory or "")
+        wandb = {
+            "mode": "offline"
+            if Path(directory or "").name.startswith("offline-run-")
+            else flags.get("wandb-mode") or environ.get("WANDB_MODE") or ("online" if url else None),
+            "project": found.group("project") if found else flags.get("wandb-project") or environ.get("WANDB_PROJECT"),
+            "entity": found.group("entity") if found else flags.get("wandb-team") or flags.get("wandb-entity") or environ.get("WANDB_ENTITY"),
+            "group": flags.get("wandb-group"),
+            "run_id": found.group("run_id") if found else named.group("run_id") if named else None,
+            "path": "/".join(found.group("entity", "project", "run_id")) if found else None,
+            "url": url,
+            "dir": directory,
+        }
+        if not url and not directory:
+            wandb["note"] = "the log names no W&B run (no 'wandb:' banner line): the run may not have reached init_tracking"
+        record["wandb"] = wandb
+    if flags.get("use-tensorboard"):
+        tb_dir = flags.get("tensorboard-dir") or environ.get("TENSORBOARD_DIR")
+        if tb_dir is None and run_path is not None and (Path(run_path) / "tensorboard").is_dir():
+            tb_dir = str(Path(run_path) / "tensorboard")  # the embedded trainer's default
+        record["tensorboard"] = {"dir": tb_dir} if tb_dir else {"dir": None, "note": "no --tensorboard-dir or TENSORBOARD_DIR given"}
+    links = {}
+    if record.get("wandb", {}).get("url"):
+        links["W&B"] = record["wandb"]["url"]
+    elif record.get("wandb", {}).get("dir"):
+        links["W&B (offline run)"] = Path(record["wandb"]["dir"]).resolve().as_uri()
+    if record.get("tensorboard", {}).get("dir"):
+        links["TensorBoard logs"] = Path(record["tensorboard"]["dir"]).resolve().as_uri()
+    if links:
+        record["links"] = links
+    return record

@@ -1,8 +1,9 @@
 """`harness ingest`: turn what a VIME run left behind into records or a run directory.
 
 Accepted inputs: a raw log file; a directory of them (and/or TensorBoard event files written with
-`--use-tensorboard`, and/or `--save-debug-*` dumps); an existing run directory (re-read, e.g. to
-judge it). Bad input is reported as one line per problem in `IngestResult.problems`, every
+`--use-tensorboard`, W&B offline runs written with `--use-wandb`, and/or `--save-debug-*` dumps);
+an online W&B run by path (`wandb:entity/project/run_id` or its URL; wandb_run.py); an existing
+run directory (re-read, e.g. to judge it). Bad input is reported as one line per problem in `IngestResult.problems`, every
 readable record is kept, and a run directory is written completely or not at all (it is built
 next to its destination and renamed into place).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,6 +29,7 @@ from harness.records.models import Failure, Record
 from harness.records.redact import redact_text
 from harness.records.rundir import RunDir, utc_now, written_by_harness
 from harness.records.tbevents import is_event_file, read_event_file
+from harness.records.wandb_run import WandbRun, is_wandb_file, online_path, read_offline, read_online
 from harness.spec.errors import SpecError
 
 
@@ -36,7 +39,8 @@ class IngestResult(BaseModel):
     failures: list[Failure] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)  # bad input: `harness ingest` exits 2
-    inputs: dict[str, list[str]] = Field(default_factory=lambda: {"logs": [], "events": [], "dumps": []})
+    inputs: dict[str, list[str]] = Field(default_factory=lambda: {"logs": [], "events": [], "dumps": [], "wandb": []})
+    tracking: dict = Field(default_factory=dict)  # the W&B run the records came from (path, id, project)
     stopped_at: int | None = None
     # How many rollouts the run was launched with (its argument print, the user's --num-rollout,
     # or a run directory's spec) and how far its records go (completion.py).
@@ -84,10 +88,18 @@ def _is_text(path: Path) -> bool:
 
 
 def ingest(
-    path: Path, out: Path | None = None, *, trust_dumps: bool = False, labels: dict | None = None, num_rollout: int | None = None
+    path: Path | str, out: Path | None = None, *, trust_dumps: bool = False, labels: dict | None = None, num_rollout: int | None = None
 ) -> IngestResult:
     """Read `path`; with `out`, also write a run directory there (replacing one that exists).
     `num_rollout`: how many rollouts the run was launched with, where its log does not print it."""
+    online = online_path(str(path))
+    if online is not None:
+        result = IngestResult(source=Path(f"wandb:{online}"))
+        _take_wandb(read_online(online), result)
+        _judge_length(result.source, result, num_rollout)
+        if out is not None and (result.records or result.failures):
+            result.run_dir = write_run_directory(result, Path(out), labels)
+        return result
     path = Path(path)
     result = IngestResult(source=path)
     if not path.exists():
@@ -100,7 +112,8 @@ def ingest(
         _judge_length(path, result, num_rollout)
     if not result.records and not result.failures and not result.problems:
         result.problems.append(
-            f"{path}: no step/rollout/perf/eval records and no failure signatures: expected VIME log text, TensorBoard events or --save-debug-* dumps"
+            f"{path}: no step/rollout/perf/eval records and no failure signatures: expected VIME log text, TensorBoard events, "
+            f"a W&B run or --save-debug-* dumps"
         )
     if out is not None and (result.records or result.failures):
         result.run_dir = write_run_directory(result, Path(out), labels)
@@ -158,8 +171,16 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
     log_records: list[Record] = []
     event_records: list[Record] = []
     dump_files: list[Path] = []
+    wandb_records: list[Record] = []
     for file in _input_files(path):
-        if is_event_file(file):
+        if is_wandb_file(file):
+            before = len(result.records)
+            _take_wandb(read_offline(file), result)
+            wandb_records += result.records[before:]
+            del result.records[before:]
+        elif _wandb_side_file(file):
+            continue  # a W&B run's own logs and files: its records are in the .wandb file
+        elif is_event_file(file):
             records, warnings = read_event_file(file)
             event_records.extend(records)
             result.warnings.extend(warnings)
@@ -190,6 +211,8 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
                 )
             elif printed is not None and printed.num_rollout != result.length.num_rollout:
                 result.problems.append(f"{file}: {printed.source}, but {result.length.source}: the logs are of runs of different lengths")
+            if parsed.tracking:
+                result.tracking.setdefault("printed", parsed.tracking)  # W&B's banner lines in the log
             result.logged_span = _widen(result.logged_span, parsed.first_timestamp, parsed.last_timestamp)
             result.inputs["logs"].append(str(file))
         else:
@@ -203,6 +226,13 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
         result.warnings.append(
             f"{path}: both logs and TensorBoard events found; records taken from the logs (events store float32 and would conflict)"
         )
+        event_records = []
+    if wandb_records and log_records:
+        result.warnings.append(f"{path}: both logs and a W&B run found; records taken from the logs")
+        wandb_records = []
+    elif wandb_records and event_records:
+        # W&B keeps the logged float64 values; the events' float32 copies would conflict with them.
+        result.warnings.append(f"{path}: both TensorBoard events and a W&B run found; records taken from the W&B run")
         event_records = []
 
     def loaded_dumps():
@@ -218,7 +248,34 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
     dump_derived, dump_warnings, dump_problems = dump_records(loaded_dumps())
     result.warnings.extend(dump_warnings)
     result.problems.extend(dump_problems)
-    result.records = log_records + event_records + dump_derived
+    result.records = log_records + event_records + wandb_records + dump_derived
+
+
+_WANDB_RUN_DIR = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-\w+$")
+
+
+def _wandb_side_file(file: Path) -> bool:
+    """A file W&B writes beside its runs (debug logs, config, requirements): not a VIME log."""
+    parts = file.parts
+    return any(_WANDB_RUN_DIR.match(part) for part in parts[:-1]) or ("wandb" in parts[:-1] and file.name.startswith("debug"))
+
+
+def _take_wandb(run: WandbRun, result: IngestResult) -> None:
+    """A W&B run's records, problems and length (its config's num_rollout) into the result."""
+    result.records.extend(run.records)
+    result.warnings.extend(run.warnings)
+    result.problems.extend(run.problems)
+    if run.problems and not run.records:
+        return
+    result.inputs["wandb"].append(run.source)
+    result.tracking["wandb"] = {"path": run.path, "run_id": run.run_id, "project": run.project, "entity": run.entity, "source": run.source}
+    n = run.num_rollout()
+    if n is not None and result.length is None:
+        result.length = Length(n, f"the W&B run's config (num_rollout {n})")
+    if run.exit_code is None:
+        result.warnings.append(f"{run.source}: the W&B run has no exit record (killed, or still running)")
+    elif run.exit_code != 0:
+        result.failures.append(Failure(signature="nonzero-exit", line=0, text=f"{run.source}: the W&B run exited with code {run.exit_code}"))
 
 
 def _widen(span, first, last):
@@ -264,6 +321,7 @@ def write_run_directory(result: IngestResult, out: Path, labels: dict | None = N
             {
                 "source": str(result.source),
                 "inputs": result.inputs,
+                "tracking": result.tracking,
                 "ingested_at": utc_now(),
                 "warnings": result.warnings,
                 "problems": result.problems,

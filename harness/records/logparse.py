@@ -42,6 +42,12 @@ _ARGUMENTS_CLOSE = re.compile(r"^-{3,} end of [\w ]*arguments -{3,}$")
 _ARGUMENT = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*) \.{2,} (?P<value>.*)$")
 _RECORD = re.compile(r"^(?P<kind>step|rollout|perf|eval) (?P<n>-?\d+): (?P<payload>\{.*)$")
 _DIGITS = re.compile(r"\d+")
+# W&B's own banner (stderr, merged into the log): where the run's data is, and its page when online.
+_WANDB_LINES = (
+    ("wandb_dir", re.compile(r"^wandb: Run data is saved locally in (?P<value>\S+)")),
+    ("wandb_url", re.compile(r"^wandb: \W*View run .* at: (?P<value>https?://\S+)")),
+    ("wandb_project_url", re.compile(r"^wandb: \W*View project at: (?P<value>https?://\S+)")),
+)
 _BINARY_PROBE_BYTES = 8192
 
 
@@ -93,6 +99,11 @@ class LogParser:
         if _ARGUMENTS_OPEN.match(line.message):
             self._arguments_of = (line.source,)
             return []
+        if line.message.startswith("wandb: "):
+            for key, pattern in _WANDB_LINES:
+                found = pattern.match(line.message)
+                if found and key not in self.result.tracking:
+                    self.result.tracking[key] = found.group("value")
         return self._failure(line)
 
     def finish(self) -> ParseResult:

@@ -78,6 +78,9 @@ class ParseResult(BaseModel):
     # name -> value text as printed, and the line of each; empty when the log has no such print.
     arguments: dict[str, str] = Field(default_factory=dict)
     argument_lines: dict[str, int] = Field(default_factory=dict)
+    # Where the run's metrics also went, as W&B's banner lines name it: wandb_dir, wandb_url,
+    # wandb_project_url (environment.tracking_record makes the environment record's entry of it).
+    tracking: dict[str, str] = Field(default_factory=dict)
 
     def argument_int(self, name: str) -> int | None:
         """A printed argument read as an integer; None when absent or printed as None / non-integer."""

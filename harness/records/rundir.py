@@ -99,6 +99,17 @@ class RunDir:
     def write_environment(self, environment: dict) -> None:
         atomic_write_json(self.file(self.ENVIRONMENT), environment)
 
+    def record_tracking(self, tracking: dict) -> None:
+        """Add the run's W&B run and TensorBoard directory (environment.tracking_record) to
+        environment.json, known only once the trainer has started them."""
+        if not tracking:
+            return
+        try:
+            environment = json.loads(self.file(self.ENVIRONMENT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            environment = {}
+        self.write_environment({**(environment if isinstance(environment, dict) else {}), **tracking})
+
     def write_ingest_info(self, info: dict) -> None:
         atomic_write_json(self.file(self.INGEST), info)
 
