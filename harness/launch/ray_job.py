@@ -117,10 +117,10 @@ class RayJob:
 
     # --- the log, read on a thread of its own from Ray's log stream
     def _pump(self) -> None:
-        seen = 0  # characters of the log already passed on: a reopened stream starts from the top
+        self._seen = 0  # characters of the log already passed on: a reopened stream starts from the top
         while True:
             try:
-                seen = asyncio.run(self._tail(seen))
+                asyncio.run(self._tail())
             except Exception:  # the stream broke (a dashboard restart, a dropped connection)
                 pass
             try:
@@ -130,7 +130,7 @@ class RayJob:
             if status in TERMINAL:
                 # The stream ends with the job; anything it had not sent yet is in the stored log.
                 try:
-                    rest = self._client.get_job_logs(self.job_id)[seen:]
+                    rest = self._client.get_job_logs(self.job_id)[self._seen :]
                 except Exception:
                     rest = ""
                 if rest:
@@ -140,18 +140,19 @@ class RayJob:
                 return
             time.sleep(RECONNECT_S)
 
-    async def _tail(self, seen: int) -> int:
+    async def _tail(self) -> None:
+        """One pass of Ray's log stream; `_seen` counts what was passed on, so a pass that breaks
+        midway and the next one (which starts from the top again) never repeat a character."""
         skipped = 0
         async for chunk in self._client.tail_job_logs(self.job_id):
-            if skipped < seen:  # already passed on before the stream was reopened
-                drop = min(len(chunk), seen - skipped)
+            if skipped < self._seen:  # already passed on by an earlier pass
+                drop = min(len(chunk), self._seen - skipped)
                 skipped += drop
                 chunk = chunk[drop:]
             if chunk:
                 self._chunks.put(chunk)
-                seen += len(chunk)
-                skipped = seen
-        return seen
+                self._seen += len(chunk)
+                skipped = self._seen
 
     def poll(self, timeout: float) -> list[str]:
         """Whole lines that arrived within `timeout` seconds; a line still being written waits."""
