@@ -6,7 +6,9 @@ when a `rollout r` or `perf r` record names it and, where the argument print giv
 rollout (and the run trains: not --debug-rollout-only), every train step of it is logged (`step r*S .. r*S+S-1`, S = num_steps_per_rollout): VIME's rollout
 manager prints `perf r` before the trainer has trained on it, so a run killed in its last train
 step still has that line. A run is complete when every id in [start, N) is covered, N being
-`--num-rollout` as the run's own argument print (or its spec, or the user) gives it; a launched
+`--num-rollout` as the run's own argument print (or its spec, or the user) gives it, and start the
+printed `start_rollout_id` (VIME prints 0 for a fresh run and None when it resumes from a Megatron
+checkpoint, deciding the start only later: then the first rollout the log holds is the start); a launched
 run also needs its process or job to have exited 0, which the launcher knows and this does not.
 
 N unknown is "unknown length", never complete: the note says so.
@@ -26,7 +28,7 @@ class Length:
 
     num_rollout: int | None
     source: str  # "the log's arguments (line 43)", "--num-rollout", "spec.yaml", ...
-    start_rollout_id: int = 0
+    start_rollout_id: int | None = None  # None: not known before the run; the first logged rollout
     steps_per_rollout: int | None = None  # None: train steps are not checked (not known, or no training)
 
 
@@ -58,7 +60,7 @@ def length_from_arguments(arguments: dict[str, str], lines: dict[str, int]) -> L
     return Length(
         num_rollout=n,
         source=f"the log's arguments (line {lines.get('num_rollout', 0)}: num_rollout {n})",
-        start_rollout_id=as_int("start_rollout_id") or 0,
+        start_rollout_id=as_int("start_rollout_id"),
         steps_per_rollout=steps_per_rollout(
             as_int("num_steps_per_rollout"), as_int("rollout_batch_size"), as_int("n_samples_per_prompt"), as_int("global_batch_size")
         )
@@ -88,6 +90,11 @@ def completion(records: Iterable[Record], length: Length | None) -> Completion:
             tuple(named),
         )
     n, start, spr = length.num_rollout, length.start_rollout_id, length.steps_per_rollout
+    resumed = ""
+    if start is None:
+        start = min(named) if named else 0
+        if start:
+            resumed = f"; from rollout {start}, the first logged (the run resumed: no start_rollout_id before it)"
     steps = {r.n for r in records if r.kind == "step"}
     check_steps = spr is not None
 
@@ -101,10 +108,10 @@ def completion(records: Iterable[Record], length: Length | None) -> Completion:
     done = tuple(r for r in wanted if covered(r))
     missing = [r for r in wanted if not covered(r)]
     if not missing:
-        return Completion(True, f"all {len(wanted)} rollouts ({_ids(start, n - 1)}) logged, as {length.source} asks", done)
+        return Completion(True, f"all {len(wanted)} rollouts ({_ids(start, n - 1)}) logged, as {length.source} asks{resumed}", done)
     first = missing[0]
     why = "" if first not in named_set else f": its train steps {_ids(first * spr, (first + 1) * spr - 1)} are not all logged"
-    note = f"unfinished at rollout {first} of {n}{why} ({len(done)} of {len(wanted)} rollouts logged; {logged}; N from {length.source})"
+    note = f"unfinished at rollout {first} of {n}{why} ({len(done)} of {len(wanted)} rollouts logged; {logged}; N from {length.source}{resumed})"
     return Completion(False, note, done, first)
 
 

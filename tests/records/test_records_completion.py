@@ -25,7 +25,7 @@ def test_the_argument_print_gives_the_length_and_the_steps_per_rollout():
     parsed = parse_log_lines(argument_lines(5, steps_per_rollout=2))
     assert parsed.arguments["num_rollout"] == "5" and parsed.argument_lines["num_rollout"] == 3
     length = length_from_arguments(parsed.arguments, parsed.argument_lines)
-    assert (length.num_rollout, length.steps_per_rollout, length.start_rollout_id) == (5, 2, 0)
+    assert (length.num_rollout, length.steps_per_rollout, length.start_rollout_id) == (5, 2, None)
     assert "line 3" in length.source
     # Megatron prints without a logging prefix too (its own print), indented by two spaces.
     bare = parse_log_lines(["------------------------ arguments ------------------------", "  num_rollout ............ 7"])
@@ -82,6 +82,15 @@ def test_unknown_length_is_never_finished():
     assert completion(records, Length(3, "--num-rollout")).complete
     resumed = Length(5, "the log's arguments", start_rollout_id=2)
     assert completion([Record(kind="perf", n=n, metrics={}) for n in (2, 3, 4)], resumed).complete
+    # A resumed VIME run prints start_rollout_id None (the checkpoint decides it later): its log
+    # starts at the resume point, and a log cut before its end is still unfinished.
+    unknown_start = Length(5, "the log's arguments")
+    done = completion([Record(kind="perf", n=n, metrics={}) for n in (2, 3, 4)], unknown_start)
+    assert done.complete and "from rollout 2, the first logged" in done.note
+    cut = completion([Record(kind="perf", n=n, metrics={}) for n in (2, 3)], unknown_start)
+    assert cut.note.startswith("unfinished at rollout 4 of 5 (2 of 3 rollouts logged")
+    fresh = Length(5, "the log's arguments", start_rollout_id=0)
+    assert completion([Record(kind="perf", n=n, metrics={}) for n in (2, 3, 4)], fresh).note.startswith("unfinished at rollout 0 of 5")
 
 
 def test_a_finished_log_keeps_nan_and_inf_as_logged(tmp_path):
