@@ -147,3 +147,24 @@ def test_a_launched_embedded_run_with_wandb_and_tensorboard_on(tmp_path):
     RunDir(run_path).record_tracking(record)
     environment = json.loads((run_path / "environment.json").read_text())
     assert environment["wandb"]["run_id"] == wandb_dir.name.rsplit("-", 1)[1] and "hardware" in environment
+
+
+def test_an_online_runs_banner_gives_its_path_and_link_for_the_environment_record():
+    from harness.records import parse_log_lines
+
+    parsed = parse_log_lines(
+        [
+            "wandb: Tracking run with wandb version 0.31.0",
+            "wandb: Run data is saved locally in /shared/runs/r1/wandb/run-20261203_101500-abc123",
+            "wandb: Syncing run misty-sun-3",
+            "wandb: ⭐️ View project at: https://wandb.ai/ent/proj",
+            "\x1b[34m\x1b[1mwandb\x1b[0m: 🚀 View run misty-sun-3 at: https://wandb.ai/ent/proj/runs/abc123",
+        ]
+    )
+    assert parsed.tracking["wandb_url"] == "https://wandb.ai/ent/proj/runs/abc123" and parsed.records == []
+    record = tracking_record({"use-wandb": True, "wandb-project": "proj"}, parsed.tracking, environ={"WANDB_MODE": "online"})
+    assert record["wandb"]["path"] == "ent/proj/abc123" and record["wandb"]["mode"] == "online"
+    assert record["links"] == {"W&B": "https://wandb.ai/ent/proj/runs/abc123"} and "tensorboard" not in record
+    quiet = tracking_record({"use-wandb": True, "use-tensorboard": True}, {}, environ={})
+    assert "no 'wandb:' banner line" in quiet["wandb"]["note"] and quiet["tensorboard"]["dir"] is None
+    assert tracking_record({}, parsed.tracking) == {}  # W&B off: nothing claimed
