@@ -176,7 +176,7 @@ def megatron_step(args) -> int:
         print(
             f"{r['path']:18s} step {r['step_ms_median']:8.2f} ms  peak extra {'-' if peak is None else f'{peak / 2**30:.2f} GiB'}  "
             f"loss {r['loss_mean']:.6f} (max err vs fp64 {r.get('loss_max_abs_err_vs_fp64', float('nan')):.1e})  "
-            f"grad vs native max rel {r.get('grad_rel_diff_vs_native_max', 0):.1e}"
+            f"grad vs fp32-logits median/max rel {r.get('grad_rel_diff_vs_fp32-logits_median', 0):.1e}/{r.get('grad_rel_diff_vs_fp32-logits_max', 0):.1e}"
         )
     print("LM-head grad batch invariance (rows of sample 0 differing alone vs in batch):", record.get("lm_head_grad_batch_invariance"))
     print("decoder hidden states batch invariant:", record.get("decoder_batch_invariant"))

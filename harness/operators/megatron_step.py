@@ -7,10 +7,11 @@ One process, TP=1 (a one-rank group: NCCL on a GPU, gloo on CPU). The model is m
 untied output layer. The native path is the model's own (``output_layer`` materialises [S, B, V] bf16
 logits, ``vocab_parallel_cross_entropy`` takes the per-token loss); the other paths replace the output
 layer's forward so the model returns its final hidden states, and take the per-token loss from an
-operator of the registry on (hidden, output_layer.weight, labels). Each path: step time (forward +
-backward of the mean loss, median of ``reps`` steps, the paths interleaved step by step), peak memory
-above the model and its inputs, the loss against an fp64 log-softmax of the same hidden states, and
-every parameter's gradient against the native path's. Batch invariance: the LM head's gradient of
+operator of the registry on (hidden, output_layer.weight, labels); ``fp32-logits`` is the reference for the
+gradients (fp32 logits from the bf16 operands). Each path: step time (forward + backward of the mean loss,
+median of ``reps`` steps, the paths interleaved step by step), peak memory above the model and its inputs,
+the loss against an fp64 log-softmax of the same hidden states, and every parameter's gradient against
+the reference's and the native path's (relative L2 per tensor; max and median over tensors). Batch invariance: the LM head's gradient of
 sample 0's rows alone vs inside the micro-batch, on the same hidden states (the decoder's own GEMMs
 are cuBLAS's and not batch invariant; ``decoder_batch_invariant`` says whether its hidden states were).
 """
@@ -23,7 +24,17 @@ import time
 
 import torch
 
-PATHS = {"native": None, "fused": "fused-linear-logprob", "fused-lean": "fused-linear-logprob-lean", "cut-cross-entropy": "cut-cross-entropy"}
+# path -> registry operator; None: the model's own output layer and loss; FP32_LOGITS: the reference for the
+# gradients, logits in fp32 from the bf16 operands (error ~2e-6 in a log-prob against fp64) then log_softmax.
+FP32_LOGITS = "fp32 logits"
+PATHS = {
+    "native": None,
+    "fp32-logits": FP32_LOGITS,
+    "fused": "fused-linear-logprob",
+    "fused-lean": "fused-linear-logprob-lean",
+    "cut-cross-entropy": "cut-cross-entropy",
+}
+REFERENCE = "fp32-logits"
 
 
 def _init(device: torch.device) -> None:
@@ -98,7 +109,11 @@ def _loss(model, path, ids, pos, mask, labels, temperature=1.0):
     hidden = model(ids, pos, mask, fp32_output=False)  # [B, S, H], bf16
     b, s, h = hidden.shape
     flat = hidden.reshape(b * s, h)
-    logp = registry.get(PATHS[path]).selected_logprobs(flat, model.module.output_layer.weight, labels.reshape(-1), temperature)
+    weight = model.module.output_layer.weight
+    if PATHS[path] == FP32_LOGITS:
+        logp = torch.log_softmax((flat.float() @ weight.float().T) / temperature, -1).gather(1, labels.reshape(-1, 1)).squeeze(1)
+    else:
+        logp = registry.get(PATHS[path]).selected_logprobs(flat, weight, labels.reshape(-1), temperature)
     return (-logp).view(b, s), hidden
 
 
@@ -135,6 +150,8 @@ def _lm_head_row_grads(op_name, hidden, weight, labels):
     w = weight.detach().clone().requires_grad_()
     if op_name is None:  # the native computation: bf16 logits, fp32 log-softmax
         logp = torch.log_softmax((h @ w.T).float(), -1).gather(1, labels.reshape(-1, 1)).squeeze(1)
+    elif op_name == FP32_LOGITS:
+        logp = torch.log_softmax(h.float() @ w.float().T, -1).gather(1, labels.reshape(-1, 1)).squeeze(1)
     else:
         logp = registry.get(op_name).selected_logprobs(h, w, labels.reshape(-1))
     (-logp).sum().backward()
@@ -159,7 +176,7 @@ def megatron_step_record(
     rows = {}
     for path in paths:
         op = PATHS[path]
-        ok, why = (True, "") if op is None else registry.get(op).available()
+        ok, why = (True, "") if op in (None, FP32_LOGITS) else registry.get(op).available()
         rows[path] = {"path": path, "operator": op, "available": ok} | ({} if ok else {"why_unavailable": why})
     live = [p for p in paths if rows[p]["available"]]
     for p in live:  # compile, warm
@@ -196,7 +213,7 @@ def megatron_step_record(
         row["step_ms_median"] = statistics.median(samples[p])
         row["step_ms_all"] = samples[p]
         row["peak_extra_bytes"] = int(torch.cuda.max_memory_allocated() - base) if device.type == "cuda" else None
-        row["loss_mean"] = float(loss.mean())
+        row["loss_mean"] = float(loss.detach().mean())
         grads[p] = _grads(model)
         if h is not None and hidden_states is None:
             hidden_states = h.detach()
@@ -209,10 +226,12 @@ def megatron_step_record(
             rows[p] |= {"loss_max_abs_err_vs_fp64": float(err.max()), "loss_mean_abs_err_vs_fp64": float(err.mean())}
     for p in live:
         rows[p].pop("_loss", None)
-        if p != "native" and "native" in grads:
-            per = {n: float((grads[p][n] - g).norm() / g.norm().clamp(min=1e-30)) for n, g in grads["native"].items()}
-            rows[p]["grad_rel_diff_vs_native_max"] = max(per.values())
-            rows[p]["grad_rel_diff_vs_native"] = per
+        for base in ("native", REFERENCE):
+            if p != base and base in grads:
+                per = {n: float((grads[p][n] - g).norm() / g.norm().clamp(min=1e-30)) for n, g in grads[base].items()}
+                rows[p][f"grad_rel_diff_vs_{base}_max"] = max(per.values())
+                rows[p][f"grad_rel_diff_vs_{base}_median"] = statistics.median(per.values())
+                rows[p][f"grad_rel_diff_vs_{base}"] = per
     out = {
         "model": {
             "layers": layers,
