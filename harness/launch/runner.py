@@ -300,6 +300,14 @@ def _record_interrupt(run_dir: RunDir, source, why: str) -> None:
     run_dir.set_status("interrupted", note=note)
 
 
+def _record_tracking(run_dir: RunDir, spec: RunSpec, parser: LogParser) -> None:
+    """The run's W&B run (path, URL, directory, from W&B's own lines in the log) and TensorBoard
+    directory, into its environment record (harness.records.environment.tracking_record)."""
+    from harness.records.environment import tracking_record
+
+    run_dir.record_tracking(tracking_record(spec.flags, parser.result.tracking, run_dir.path))
+
+
 def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> str:
     parser = LogParser()
     failures: list[Failure] = []
@@ -322,6 +330,7 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
             if code is not None:
                 break
             if time.time() > deadline:
+                _record_tracking(run_dir, spec, parser)
                 source.stop()
                 run_dir.append_log(f"# stopped by the harness after its {options.timeout_s:.0f} s time limit")
                 run_dir.set_status(
@@ -334,6 +343,7 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
                 )
                 return "interrupted"
     parser.finish()
+    _record_tracking(run_dir, spec, parser)
     if code == 0:
         run_dir.set_status("finished", exit_code=0)
         return "finished"

@@ -27,8 +27,9 @@ from harness import REPO_ROOT
 from harness.records.rundir import RunDir
 
 HERE = Path(__file__).parent
-ROLLOUTS = 20
-STEP_S = 0.75
+ROLLOUTS = 8
+STEP_S = 0.3
+HOLD_AT = 3  # the job waits before this rollout until the test releases it
 
 
 @pytest.fixture
@@ -47,9 +48,10 @@ def site(ray_cluster, tmp_path):
         f"paths:\n{paths}"
         f"vime-root: {vime}\nworking-dir: {tmp_path / 'work'}\nruns-dir: {tmp_path / 'runs'}\nray-address: {ray_cluster.address}\n"
         f"env:\n  forward: [LAB_SITE_*]\n  set:\n    STANDIN_STEP_S: '{STEP_S}'\n    STANDIN_MARK: from-site\n"
+        f"    STANDIN_HOLD_AT: '{HOLD_AT}'\n    STANDIN_RELEASE: {tmp_path / 'release'}\n"
         # The jobs' python3 is this environment's (it has tensorboard), as a VIME image's is VIME's.
         f"    PATH: '{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}'\n"
-        "flags:\n  use-tensorboard: true\n"
+        "flags:\n  use-tensorboard: true\nwandb:\n  project: lab-ci\n  mode: offline\n"
     )
     (tmp_path / "site.yaml").write_text(text)
     return tmp_path
@@ -100,6 +102,9 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
     assert line is not None, listed.stdout
     assert f"Ray job {run_id} at" in line and "last rollout " in line and f"/{ROLLOUTS})" in line and "ETA" in line, line
 
+    assert f"last rollout {HOLD_AT - 1} ({HOLD_AT}/{ROLLOUTS})" in line, line
+    (site / "release").touch()  # the job goes on
+
     run_args = ("run", "--stage", "p0", "--rung", "fp8-plus-filters", "--backend", "vime", "--site", site_file, "--set", f"num-rollout={ROLLOUTS}")
     again = subprocess.run(harness(ray_cluster, *run_args), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -122,7 +127,14 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
     (event_file,) = (run_path / "tensorboard").glob("*tfevents*")
     records, _ = read_event_file(event_file)
     assert sorted(r.n for r in records if r.kind == "step") == list(range(ROLLOUTS))
-    launched = json.loads((run_path / "environment.json").read_text())["ray_job"]
+    environment = json.loads((run_path / "environment.json").read_text())
+    # The run's W&B run (offline, written by the job under the run directory) and its TensorBoard
+    # directory, recorded from the job's own log.
+    assert environment["tensorboard"]["dir"] == str(run_path / "tensorboard")
+    wandb = environment["wandb"]
+    assert wandb["mode"] == "offline" and wandb["project"] == "lab-ci" and wandb["run_id"], wandb
+    assert Path(wandb["dir"]).resolve().is_relative_to(run_path.resolve()) and Path(wandb["dir"]).is_dir(), wandb
+    launched = environment["ray_job"]
     assert launched["working_dir"] == str(site / "work") and "LAB_SITE_NAME" in launched["env"] and "LAB_PRIVATE" not in launched["env"]
 
     jobs = subprocess.run(

@@ -5,9 +5,12 @@ Like VIME: it prints its arguments at start in Megatron's block, then per rollou
 `step N: {...}` and `rollout N: {...}` lines with Ray actor prefixes, the rollout manager's
 `perf N: {...}`, and ends without any end line (VIME's loop just returns). It also says where it
 started (the job's working directory) and which site variables reached it, for the test to check.
-STANDIN_STEP_S (from the site's env) sets the seconds per rollout. With --use-tensorboard it writes
+STANDIN_STEP_S (from the site's env) sets the seconds per rollout; with STANDIN_HOLD_AT=k and
+STANDIN_RELEASE=PATH it waits before rollout k until PATH exists (a test's way to keep the job
+running for as long as it looks at it, on a machine too loaded to time it). With --use-tensorboard it writes
 TensorBoard events as VIME's adapter does (add_scalar per key against train/step or rollout/step)
-into --tensorboard-dir, where the tensorboard package is importable (else it says so).
+into --tensorboard-dir; with --use-wandb a W&B run (VIME's init_tracking / log / finish_tracking)
+under --wandb-dir, in --wandb-mode; each where its package is importable (else it says so).
 """
 
 import os
@@ -64,8 +67,24 @@ if args.get("use_tensorboard") == "True":
         events = Events(args.get("tensorboard_dir") or os.environ.get("TENSORBOARD_DIR", "tensorboard"))
     except ImportError as err:
         print(f"TensorBoard: not written ({err})", flush=True)
+wandb_run = None
+if args.get("use_wandb") == "True":
+    try:
+        import wandb
+
+        mode = args.get("wandb_mode") or os.environ.get("WANDB_MODE", "offline")
+        wandb_run = wandb.init(
+            project=args.get("wandb_project"), dir=args.get("wandb_dir"), mode=mode, config={"num_rollout": args.get("num_rollout")}
+        )
+    except ImportError as err:
+        print(f"W&B: not logged ({err})", flush=True)
 step_s = float(os.environ.get("STANDIN_STEP_S", "0.5"))
+hold_at, release = int(os.environ.get("STANDIN_HOLD_AT", "-1")), os.environ.get("STANDIN_RELEASE", "")
 for n in range(int(args.get("num_rollout", "3"))):
+    if n == hold_at:
+        deadline = time.time() + 300
+        while not os.path.exists(release) and time.time() < deadline:
+            time.sleep(0.1)
     time.sleep(step_s)
     rollout = {"rollout/raw_reward": 0.3, "rollout/response_len/mean": 12.0}
     train = {"train/train_rollout_logprob_abs_diff": 0.0123, "train/loss": 0.5}
@@ -75,3 +94,8 @@ for n in range(int(args.get("num_rollout", "3"))):
     if events is not None:
         events.add(rollout, n)
         events.add(train, n)
+    if wandb_run is not None:
+        wandb_run.log({**rollout, "rollout/step": n})
+        wandb_run.log({**train, "train/step": n})
+if wandb_run is not None:
+    wandb_run.finish()
