@@ -47,7 +47,11 @@ def _run(knobs, runs_dir: Path, stage: str, rung: str, seed: int, mode: str = "c
     path, why = find_recorded_run(runs_dir, spec)
     if path is None:
         raise MissingRun(f"{rung} at seed {seed}{' with ' + str(overrides) if overrides else ''}: {why}")
-    return RunDir(path).load()
+    run = RunDir(path).load()
+    state = run.status.state if run.status else "unknown"
+    if state != "finished":
+        raise MissingRun(f"{rung} at seed {seed}: run {run.id} is {state}")
+    return run
 
 
 def _series(run, metric: str, warmup: int) -> list[float]:
@@ -55,8 +59,7 @@ def _series(run, metric: str, warmup: int) -> list[float]:
 
 
 def _mean_variance(values: list[float]) -> float:
-    low, high = stats.block_bootstrap_mean_ci(values, confidence=0.6827)  # +/- 1 SE (t with the series' df, near 1)
-    return ((high - low) / 2) ** 2
+    return stats.block_bootstrap_mean_se(values) ** 2
 
 
 def _side(knobs, runs_dir, stage, rung, seeds, metric, warmup, **overrides):

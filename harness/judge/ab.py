@@ -128,29 +128,54 @@ def what_changed(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     return lines
 
 
-def _incomplete(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> list[str]:
-    """Missing or non-finite steps on either side (thresholds.max_missing_steps, min_judged_steps)."""
-    return series_problems(baseline, metric, knobs, "baseline") + series_problems(candidate, metric, knobs, "candidate")
+Side = Run | list[Run]  # one run, or the replicates of one side (the same spec at seeds seed, seed + 1, ...)
 
 
-def _compare(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float]:
-    """The candidate-minus-baseline interval over the steps both logged after the warm-up, paired
-    step by step: the contract gives both runs the same seeds and prompts at each step, so what a
-    step's prompts do to the metric cancels in its difference (A/B rewards correlated 0.76-0.81
-    per step in colocate, docs/statistics.md)."""
-    warmup = int(knobs.threshold("warmup_steps"))
+def _replicates(side: Side) -> list[Run]:
+    return list(side) if isinstance(side, (list, tuple)) else [side]
+
+
+def _incomplete(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> list[str]:
+    """Missing or non-finite steps on either side, any replicate (thresholds.max_missing_steps, min_judged_steps)."""
+    problems = []
+    for index, (a, b) in enumerate(zip(_replicates(baseline), _replicates(candidate), strict=True)):
+        suffix = f" (seed {a.spec.flag('seed')})" if index else ""
+        problems += series_problems(a, metric, knobs, "baseline" + suffix) + series_problems(b, metric, knobs, "candidate" + suffix)
+    return problems
+
+
+def _paired_steps(baseline: Run, candidate: Run, metric: str, warmup: int) -> tuple[list[float], list[float]]:
     steps_a, values_a = after_warmup(baseline.series(metric), warmup)
     steps_b, values_b = after_warmup(candidate.series(metric), warmup)
     by_step_a, by_step_b = dict(zip(steps_a, values_a)), dict(zip(steps_b, values_b))
     common = sorted(by_step_a.keys() & by_step_b.keys())
-    if len(common) < 3:
+    return [by_step_a[s] for s in common], [by_step_b[s] for s in common]
+
+
+def _compare(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float]:
+    """The candidate-minus-baseline interval over the steps both logged after the warm-up, paired
+    step by step: the contract gives both runs the same seeds and prompts at each step, so what a
+    step's prompts do to the metric cancels in its difference (A/B rewards correlated 0.76-0.81
+    per step in colocate, docs/statistics.md). With replicates (one pair a seed) each pair's
+    per-step differences are one replicate of the difference, and the pairs' mean is judged over
+    seeds and steps the way a ladder side is (stats.replicate_side: the steps' noise, or the seeds'
+    spread when the seeds disagree beyond it)."""
+    warmup = int(knobs.threshold("warmup_steps"))
+    confidence = knobs.threshold("bootstrap_confidence")
+    pairs = [_paired_steps(a, b, metric, warmup) for a, b in zip(_replicates(baseline), _replicates(candidate), strict=True)]
+    if any(len(a) < 3 for a, _ in pairs):
         return None, float("nan"), float("nan")
-    a, b = [by_step_a[s] for s in common], [by_step_b[s] for s in common]
-    diff = stats.block_bootstrap_paired_diff_ci(a, b, confidence=knobs.threshold("bootstrap_confidence"))
-    return diff, float(np.mean(a)), float(np.mean(b))
+    mean_a = float(np.mean([np.mean(a) for a, _ in pairs]))
+    mean_b = float(np.mean([np.mean(b) for _, b in pairs]))
+    if len(pairs) == 1:
+        return stats.block_bootstrap_paired_diff_ci(*pairs[0], confidence=confidence), mean_a, mean_b
+    differences = [np.asarray(b) - np.asarray(a) for a, b in pairs]
+    side = stats.replicate_side(differences, 2000, np.random.default_rng(0), knobs.threshold("seed_effect_alpha"))
+    diff = stats.DiffCI.around(side.mean, float(np.sqrt(side.variance)), side.df, confidence, max(side.block_lengths), max(side.block_lengths))
+    return diff, mean_a, mean_b
 
 
-def _judged(baseline: Run, candidate: Run, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
+def _judged(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
     """_compare after the completeness check; when no interval can be judged, the reason why."""
     incomplete = _incomplete(baseline, candidate, metric, knobs)
     if incomplete:
@@ -167,7 +192,7 @@ DRIFT_VERDICTS = {
 }
 
 
-def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
+def drift_reduced(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     """Reduced when the difference's interval lies below -E (harness.judge.outcome, the ladder's
     rule), not merely below zero: a few percent either way is the runs' own spread. The evidence's
     `outcome` says which of up, down, flat or inconclusive it was; inconclusive is no answer."""
@@ -189,12 +214,14 @@ def drift_reduced(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
     return Answer(question, judged.direction == "down", message, evidence)
 
 
-def _sample(baseline: Run, candidate: Run, diff: stats.DiffCI) -> dict:
-    """What a paired A/B estimate rests on: one seed a side, the steps both logged after warm-up."""
-    return {"seeds_per_side": [1, 1], "paired_steps": int(round(diff.df + 1)) if diff.df == diff.df else None}
+def _sample(baseline: Side, candidate: Side, diff: stats.DiffCI) -> dict:
+    """What a paired A/B estimate rests on: seeds a side (one pair a seed), the steps paired in all."""
+    seeds = len(_replicates(baseline))
+    steps = sum(min(len(a.series(ABS_DIFF)), len(b.series(ABS_DIFF))) for a, b in zip(_replicates(baseline), _replicates(candidate), strict=True))
+    return {"seeds_per_side": [seeds, seeds], "paired_steps": steps}
 
 
-def _outcome_margin(direction: str, diff: stats.DiffCI, effect: float, baseline: Run, candidate: Run):
+def _outcome_margin(direction: str, diff: stats.DiffCI, effect: float, baseline: Side, candidate: Side):
     """The margin of the observed outcome (NaN for inconclusive: it has no side of a boundary)."""
     from harness.judge.margin import Margin
 
@@ -203,7 +230,7 @@ def _outcome_margin(direction: str, diff: stats.DiffCI, effect: float, baseline:
     return outcome_margin(direction, diff.diff, diff.se, effect, _sample(baseline, candidate, diff))
 
 
-def reward_preserved(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
+def reward_preserved(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     question = "Does it preserve or improve rollout/raw_reward?"
     diff, a, b, why = _judged(baseline, candidate, RAW_REWARD, knobs)
     if diff is None:
@@ -277,12 +304,14 @@ def cost_note(baseline: Run, candidate: Run, knobs: Knobs) -> str:
     return "median " + ", ".join(parts) if parts else "no timing logged by both sides"
 
 
-def timings(baseline: Run, candidate: Run, knobs: Knobs) -> Answer:
+def timings(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     """The candidate is no slower than the baseline beyond the allowed slowdown: the upper end of
     the difference's interval at most max(ab_timing_max_rel_slowdown, the baseline's A/A spread)
     x the baseline's mean, for each timing. A timing either side does not log is not judged, and
     fails: an unmeasured slowdown is not an absent one."""
     question = "Does it improve rollout throughput or logprob recomputation time?"
+    # Wall-clock is judged on the first pair (the judging seed): replicates share the machine in turn.
+    baseline, candidate = _replicates(baseline)[0], _replicates(candidate)[0]
     warmup = int(knobs.threshold("warmup_steps"))
     knob = knobs.threshold("ab_timing_max_rel_slowdown")
     parts, evidence, failed, unmeasured = [], {}, [], []

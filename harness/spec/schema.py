@@ -287,6 +287,9 @@ class ABCandidate(Strict):
 
 class ABFile(Strict):
     pair: ABPair
+    # Seeds a side for the judged questions (one pair a seed: seed, seed + 1, ...), sized by
+    # knobs/design.yaml; the contract and the summary rows read the first pair. None: one seed.
+    replicates: Replicates | None = None
     # backend -> expected answers (question -> passes?); a question not listed is expected to pass.
     expect: dict[str, ExpectedAnswers] = Field(default_factory=dict)
     # name -> a further candidate against pair.baseline at pair.stage (same questions, same contract).

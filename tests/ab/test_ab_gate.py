@@ -5,6 +5,7 @@ import pytest
 
 from fixtures.knobs import knobs_for
 from harness.judge import ab
+from harness.judge.ladder import replicate_runs
 
 pytestmark = [pytest.mark.ab, pytest.mark.p3]
 
@@ -29,6 +30,23 @@ def pair(get_run, pytestconfig, knobs):
     return get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.candidate, mode)
 
 
+def _replicate_count(knobs, backend: str) -> int:
+    """Seeds a side for the judged questions (knobs/ab.yaml replicates; one without it)."""
+    chosen = knobs.ab.replicates
+    return 1 if chosen is None else (chosen.embedded if backend == "embedded" else chosen.cluster)
+
+
+@pytest.fixture(scope="module")
+def sides(pair, get_run, pytestconfig, knobs):
+    """The pair at every replicate seed: (baseline runs, candidate runs), the judging seed first."""
+    mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
+    count = _replicate_count(knobs, pytestconfig.getoption("--backend"))
+    return (
+        replicate_runs(chosen.baseline, lambda rung, **o: get_run(chosen.stage, rung, mode, **o), count),
+        replicate_runs(chosen.candidate, lambda rung, **o: get_run(chosen.stage, rung, mode, **o), count),
+    )
+
+
 @pytest.fixture(scope="module")
 def contract(pair, knobs):
     return ab.contract_problems(*pair, knobs)
@@ -43,6 +61,16 @@ def extra_pair(extra, get_run, pytestconfig, knobs):
 
 
 @pytest.fixture(scope="module")
+def extra_sides(extra, get_run, pytestconfig, knobs):
+    """The further candidate's pair at every replicate seed (the baseline's runs are the pair's)."""
+    mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
+    count = _replicate_count(knobs, pytestconfig.getoption("--backend"))
+    flags = knobs.ab.candidates[extra].set
+    fetch = lambda rung, **o: get_run(chosen.stage, rung, mode, **o)  # noqa: E731
+    return replicate_runs(chosen.baseline, fetch, count), replicate_runs(chosen.baseline, lambda rung, **o: fetch(rung, **flags, **o), count)
+
+
+@pytest.fixture(scope="module")
 def extra_contract(extra_pair, knobs):
     return ab.contract_problems(*extra_pair, knobs)
 
@@ -54,12 +82,13 @@ def _check_contract(pair, contract, knobs, experiment_record, key):
     assert not contract, "A/B rejected:\n  " + "\n  ".join(contract)
 
 
-def _check_question(question, pair, contract, knobs, experiment_record, backend, candidate=None):
-    """The gate's answer, recorded under `question` (the pair) or `candidate:question`, then held to
-    knobs/ab.yaml: its expect (a no where one is expected), else its gated_on backends."""
+def _check_question(question, pair, contract, knobs, experiment_record, backend, candidate=None, sides=None):
+    """The gate's answer on `sides` (every replicate seed; the pair alone without them), recorded under
+    `question` (the pair) or `candidate:question`, then held to knobs/ab.yaml: its expect (a no where one
+    is expected, or reported only), else its gated_on backends."""
     if contract:
         pytest.fail(f"not judged: the A/B is rejected ({contract[0]})", pytrace=False)
-    answer = ab.QUESTIONS[question](*pair, knobs)
+    answer = ab.QUESTIONS[question](*(sides or pair), knobs)
     key = f"{candidate}:{question}" if candidate else question
     gate = knobs.ab.gated_on.get(question)
     expected, why = knobs.ab.expected_to_pass(question, backend, candidate)
@@ -101,8 +130,8 @@ def test_same_workload_contract(pair, contract, knobs, experiment_record):
 
 
 @pytest.mark.parametrize("question", sorted(ab.QUESTIONS))
-def test_question(question, pair, contract, knobs, experiment_record, pytestconfig):
-    _check_question(question, pair, contract, knobs, experiment_record, pytestconfig.getoption("--backend"))
+def test_question(question, pair, sides, contract, knobs, experiment_record, pytestconfig):
+    _check_question(question, pair, contract, knobs, experiment_record, pytestconfig.getoption("--backend"), sides=sides)
 
 
 def test_further_candidate_same_workload_contract(extra, extra_pair, extra_contract, knobs, experiment_record):
@@ -112,8 +141,9 @@ def test_further_candidate_same_workload_contract(extra, extra_pair, extra_contr
 
 
 @pytest.mark.parametrize("question", sorted(ab.QUESTIONS))
-def test_further_candidate_question(extra, question, extra_pair, extra_contract, knobs, experiment_record, pytestconfig):
-    _check_question(question, extra_pair, extra_contract, knobs, experiment_record, pytestconfig.getoption("--backend"), candidate=extra)
+def test_further_candidate_question(extra, question, extra_pair, extra_sides, extra_contract, knobs, experiment_record, pytestconfig):
+    backend = pytestconfig.getoption("--backend")
+    _check_question(question, extra_pair, extra_contract, knobs, experiment_record, backend, candidate=extra, sides=extra_sides)
 
 
 def test_consistent_between_colocate_and_non_colocate(get_run, knobs, experiment_record):

@@ -241,14 +241,22 @@ STEP = "[2026-11-20 10:00:0{n}] model.py:540 - step {n}: {{'train/loss': 0.0{n},
 END = "[2026-11-20 10:00:09] train.py:98 - training finished"
 
 
-def log_case(*lines: str, binary: bytes | None = None) -> Callable[[Path], list[str]]:
+# Megatron's argument print, as VIME's driver logs it at start (the run's length is read from it).
+ARGUMENTS_PRINT = (
+    "[2026-11-20 10:00:00] arguments.py:10 - ------------------------ arguments ------------------------",
+    "[2026-11-20 10:00:00] arguments.py:10 -   num_rollout ..................................... 3",
+    "[2026-11-20 10:00:00] arguments.py:10 - -------------------- end of arguments ---------------------",
+)
+
+
+def log_case(*lines: str, binary: bytes | None = None, extra: list[str] | None = None) -> Callable[[Path], list[str]]:
     def build(work: Path) -> list[str]:
         log = work / "vime.log"
         if binary is not None:
             log.write_bytes(binary)
         else:
             log.write_text("\n".join(lines) + "\n")
-        return ["ingest", str(log), "--out", str(work / "ingested")]
+        return ["ingest", str(log), "--out", str(work / "ingested"), *(extra or [])]
 
     return build
 
@@ -529,11 +537,13 @@ CORPUS: list[BadInput] = [
         ended=True,
     ),
     BadInput("log-tuple-key-last-line", "log", log_case(STEP.format(n=0), "step 1: {('a', 1): 2}"), "is a tuple"),
+    # A log without an end line is no longer bad input (VIME prints none): it is labelled finished or
+    # unfinished from its records. What is bad input: a length given that the log's own argument print denies.
     BadInput(
-        "log-killed-run",
+        "log-length-disagrees",
         "log",
-        log_case(STEP.format(n=0), STEP.format(n=1), STEP.format(n=2)),
-        "without the trainer's end line ('training finished'); last step 2 at line 3",
+        log_case(*ARGUMENTS_PRINT, STEP.format(n=0), STEP.format(n=1), STEP.format(n=2), extra=["--num-rollout", "5"]),
+        "--num-rollout 5, but the log's arguments (line 2: num_rollout 3)",
     ),
     BadInput(
         "log-truncated-record",

@@ -1,0 +1,87 @@
+"""Margins in standard errors (harness.judge.margin), the design's sample sizes (harness.judge.design),
+and the design file against the rung files and knobs/ab.yaml (knobs/design.yaml)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness import DEFAULT_KNOBS_DIR
+from harness.judge.design import needed_sample, relative_seed_spread, side_variance
+from harness.judge.margin import below_minimum, bound_margin, noninferiority_margin, outcome_margin
+from harness.spec import load_knobs
+from harness.spec.design_file import load_design
+
+KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
+DESIGN = load_design(DEFAULT_KNOBS_DIR)
+
+
+def test_a_margin_is_the_signed_distance_to_the_answers_boundary_in_standard_errors():
+    assert outcome_margin("up", 5.0, 1.0, 2.0).se_units == pytest.approx(3.0)
+    assert outcome_margin("down", -5.0, 1.0, 2.0).se_units == pytest.approx(3.0)
+    assert outcome_margin("flat", 0.5, 0.5, 2.0).se_units == pytest.approx(3.0)
+    assert outcome_margin("flat", -1.5, 0.5, 2.0).boundary == -2.0
+    # On the wrong side of its boundary the margin is negative: an "up" that is below +E.
+    assert outcome_margin("up", 1.0, 1.0, 2.0).se_units == pytest.approx(-1.0)
+    assert noninferiority_margin(-0.027, 0.021, 0.067).se_units == pytest.approx((0.067 - 0.027) / 0.021)
+    assert bound_margin(1.6e-7, 1e-8, 1e-5, upper=True).se_units > 900
+    assert math.isnan(outcome_margin("up", 1.0, float("nan"), 0.5).se_units)
+
+
+def test_an_answer_under_the_minimum_or_unmeasured_is_flagged():
+    assert below_minimum(outcome_margin("up", 4.0, 1.0, 2.0), 3.0)  # 2 SE
+    assert not below_minimum(outcome_margin("up", 6.0, 1.0, 2.0), 3.0)
+    assert below_minimum({"se_units": float("nan")}, 3.0)
+    assert not below_minimum(None, 3.0)
+
+
+def test_the_design_asks_for_more_seeds_the_closer_an_effect_sits_to_its_boundary():
+    parent = side_variance([1.0, 1.0, 1.0], [0.01, 0.01, 0.01], 28)
+    far = side_variance([2.0, 2.0, 2.0], [0.01, 0.01, 0.01], 28)
+    near = side_variance([1.4, 1.4, 1.4], [0.01, 0.01, 0.01], 28)
+    need_far = needed_sample("up", parent, far, 0.25, 4.65, 0.005)
+    need_near = needed_sample("up", parent, near, 0.25, 4.65, 0.005)
+    assert need_far.seeds is not None and need_near.seeds is not None and need_near.seeds > need_far.seeds
+    # At the seeds it found, the expected margin clears the target.
+    assert need_near.boundary_distance / need_near.se_at_need >= 4.65
+    # An effect on its boundary: no sample moves it off.
+    on_boundary = side_variance([1.25, 1.25, 1.25], [0.01, 0.01, 0.01], 28)
+    assert needed_sample("up", parent, on_boundary, 0.25, 4.65, 0.005).seeds is None
+
+
+def test_seeds_that_disagree_beyond_their_steps_noise_need_the_seed_variance():
+    steady = side_variance([1.0, 1.01, 0.99], [1e-4] * 3, 28)
+    spread = side_variance([0.7, 1.0, 1.3], [1e-4] * 3, 28)
+    assert steady.seed < spread.seed and spread.seed_effect
+    assert relative_seed_spread([spread]) == pytest.approx(float(np.std([0.7, 1.0, 1.3], ddof=1)))
+
+
+def test_every_rung_expectation_is_what_its_design_question_decided():
+    measured = DESIGN.measured.get("questions") or {}
+    if not measured:
+        pytest.fail("knobs/design.yaml has no measured questions: run tools/design_sample.py --write on the design seeds' runs")
+    problems = []
+    for rung in KNOBS.rungs.values():
+        if rung.parent is None or "p1" not in rung.stages:
+            continue
+        name = rung.expect.design
+        question = DESIGN.question(name)
+        if question is None or "missing" in question:
+            problems.append(f"ladder/{rung.id}.yaml: design {name!r} has no measurement in knobs/design.yaml")
+            continue
+        if question["expected"] and rung.expect.direction != question["answer"]:
+            problems.append(f"ladder/{rung.id}.yaml: expects {rung.expect.direction!r}, its design measured {question['answer']!r}")
+        if not question["expected"] and rung.expect.direction_expected:
+            problems.append(
+                f"ladder/{rung.id}.yaml: expects {rung.expect.direction!r}, but its design needs {question['seeds_needed']} seeds a side "
+                f"(affordable: {DESIGN.affordable.seeds_per_side}): it must be not-expected"
+            )
+    assert not problems, "\n  ".join(problems)
+
+
+def test_the_judging_seed_is_the_stage_seed_and_no_seed_range_is_shared():
+    seeds = {stage.embedded.get("seed") for stage in KNOBS.stages.values() if stage.embedded.get("seed") is not None}
+    assert seeds == {DESIGN.seeds.judging}, f"knobs/stages.yaml seeds {seeds} vs knobs/design.yaml seeds.judging {DESIGN.seeds.judging}"
+    assert DESIGN.seeds.design != DESIGN.seeds.judging
