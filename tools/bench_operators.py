@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--names", help="comma-separated operator names (default: all registered)")
-    p.add_argument("--out", required=True, help="JSON record path, e.g. reports/bench/h200-production.json")
+    p.add_argument("--out", required=True, help="JSON record path, e.g. reports/bench/h200-peers-matched.json")
     p.add_argument("--markdown", help="also write the table as markdown to this path")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, help="calls of each side per timing (default: bench.DEFAULT_REPS, 100 on cuda, 10 on cpu)")
