@@ -106,7 +106,8 @@ class Site(Strict):
     stages: dict[str, SiteStage] = Field(default_factory=dict)
     env: SiteEnv = Field(default_factory=SiteEnv)
     wandb: SiteWandb | None = None
-    # VIME flags for every run on this site (layered over knobs/, under --set).
+    # VIME flags for every run on this site's cluster (layered over knobs/, under --set; not on the
+    # embedded backend, whose trainer takes only the flags it implements).
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     # Flags that a rung sets which this site deliberately replaces (rule 2).
     overrides_rungs: list[str] = Field(default_factory=list, alias="overrides-rungs")
@@ -212,7 +213,7 @@ def settings_layers(knobs, stage: str, backend: str) -> list[tuple[str, dict[str
             layers.append((f"site:{site.source} stages.{stage}", site.stages[stage].flags()))
         if site.wandb is not None:  # the embedded trainer logs through the same flags (harness/embedded/tracking.py)
             layers.append((f"site:{site.source} wandb", site.wandb.flags()))
-        if site.flags:
+        if backend != "embedded" and site.flags:  # VIME flags: the miniature's own table lacks most of them
             layers.append((f"site:{site.source} flags", dict(site.flags)))
     if knobs.sets:
         layers.append(("--set", dict(knobs.sets)))

@@ -420,8 +420,8 @@ CORPUS: list[BadInput] = [
     BadInput(
         "site-overrides-a-rung-flag",
         "site file",
-        with_site("flags:\n  rollout-top-p: 0.9\n"),
-        "flags: rollout-top-p: rung top-p sets rollout-top-p",
+        with_site("flags:\n  rollout-temperature: 0.9\n", "argv", "--stage", "p1", "--rung", "temperature", "--backend", "vime"),
+        "flags: rollout-temperature: rung temperature sets rollout-temperature",
     ),
     BadInput(
         "site-placeholder-reaches-launch",

@@ -58,10 +58,11 @@ def test_a_site_that_says_so_may_replace_a_rung_flag(tmp_path):
 
 
 def test_site_flags_over_a_rung_flag_name_the_site_file(tmp_path):
-    knobs = with_settings(KNOBS, site(tmp_path, "flags:\n  rollout-top-p: 0.9\n"))
+    knobs = with_settings(KNOBS, site(tmp_path, "flags:\n  rollout-temperature: 0.9\n"))
     with pytest.raises(SpecError) as err:
-        resolve(knobs, "p1", "top-p", "colocate", "embedded")
-    assert "site.yaml flags: rollout-top-p: rung top-p sets rollout-top-p" in err.value.problems[0]
+        resolve(knobs, "p1", "temperature", "colocate", "vime")
+    assert "site.yaml flags: rollout-temperature: rung temperature sets rollout-temperature" in err.value.problems[0]
+    assert resolve(knobs, "p1", "temperature", "colocate", "embedded").flags["rollout-temperature"] != 0.9  # cluster flags only
 
 
 def test_placeholders_are_one_line_each_on_vime_only():
