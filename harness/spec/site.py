@@ -168,6 +168,8 @@ def load_site(path: str | Path) -> Site:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(f"{name}: expected a mapping of site keys ({', '.join(_allowed_keys(Site, ('x',)))}), got {type(data).__name__}")
+    if "source" in data:  # set by this loader, never by the file
+        raise SpecError(f"{name}: source: unknown site key; allowed here: {', '.join(_allowed_keys(Site, ('source',)))}")
     try:
         site = Site.model_validate(data)
     except ValidationError as err:
