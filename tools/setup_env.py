@@ -23,7 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".ready"
-DEFINING_FILES = ("pyproject.toml", "package.json", "package-lock.json", "tools/setup_env.py")
+# The example operator plug-in (docs/plugging-in-an-operator.md) is installed like a kernel author's package,
+# found by its entry point; its pyproject declares that entry point.
+EXAMPLE_PLUGIN = "examples/vime-example-operator"
+DEFINING_FILES = ("pyproject.toml", "package.json", "package-lock.json", "tools/setup_env.py", f"{EXAMPLE_PLUGIN}/pyproject.toml")
 MEDIA_PACKAGES_TO_REMOVE = ("torchvision", "torchaudio", "torchcodec")
 
 
@@ -62,6 +65,8 @@ def build_venv(extra: str) -> None:
     pip = [str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     run(pip + ["install", "-q", "--upgrade", "pip"])
     run(pip + ["install", "-q", "-e", f".[{extra}]"])
+    # --no-deps: it runs on the lab's torch; --no-build-isolation: setuptools is already in the venv
+    run(pip + ["install", "-q", "--no-deps", "--no-build-isolation", "-e", EXAMPLE_PLUGIN])
     if extra == "cpu":
         run(pip + ["uninstall", "-q", "-y", *MEDIA_PACKAGES_TO_REMOVE])
 
