@@ -9,10 +9,7 @@ docs/plugging-in-an-operator.md walks through the same steps.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
 
@@ -22,12 +19,11 @@ from tests.operators.conftest import threshold
 
 pytestmark = pytest.mark.operator
 
-ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "example-fp32-chunked"
 DIST = "vime-example-operator"
 # The A/B pair: the shortest P1 run of the near-aligned rung (BF16 on both sides, no filters), the
 # baseline on each engine's native log-probs and the candidate on the plug-in in both engines.
-ROLLOUTS = "3"
+ROLLOUTS = 3
 
 
 def _installed() -> bool:
@@ -61,23 +57,17 @@ def test_the_bench_measures_the_example_on_cpu(small_bundle_cpu):
     assert any(r[0].startswith(PLUGIN) for r in render.rows(record))
 
 
-def _run(*extra: str) -> Path:
-    cmd = [sys.executable, "-m", "harness", "run", "--stage", "p1", "--rung", "near-aligned", "--set", f"num-rollout={ROLLOUTS}", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return Path(proc.stdout.strip().splitlines()[-1])  # the run directory, printed last
-
-
 @needs_plugin
-def test_an_embedded_ab_with_the_example_as_the_candidate():
+def test_an_embedded_ab_with_the_example_as_the_candidate(get_run):
     from fixtures.knobs import session_knobs
     from harness.judge import ab
     from harness.judge.decisions import read_decisions
-    from harness.records.rundir import RunDir
-    from harness.records.runload import load_run
 
-    baseline = load_run(RunDir(_run()))
-    candidate = load_run(RunDir(_run("--set", f"embedded-logprob-operator={PLUGIN}")))
+    if get_run.backend != "embedded":
+        pytest.skip(f"the plug-in is the embedded backend's operator path; this session's backend is {get_run.backend!r}")
+    short = {"num-rollout": ROLLOUTS}
+    baseline = get_run("p1", "near-aligned", "colocate", **short)
+    candidate = get_run("p1", "near-aligned", "colocate", **short, **{"embedded-logprob-operator": PLUGIN})
     knobs = session_knobs()
     assert ab.contract_problems(baseline, candidate, knobs) == []  # one workload; the candidate logged its path, no fallback
     assert ab.what_changed(baseline, candidate, knobs) == [f"operator path: embedded-logprob-operator None -> '{PLUGIN}'"]
@@ -85,4 +75,4 @@ def test_an_embedded_ab_with_the_example_as_the_candidate():
     assert decisions and all(d.get("actual_backend") == PLUGIN for d in decisions), decisions[:2]
     metric = "train/train_rollout_logprob_abs_diff"
     for run in (baseline, candidate):
-        assert len(run.series(metric)) == int(ROLLOUTS), run.series(metric)
+        assert len(run.series(metric)) == ROLLOUTS, run.series(metric)
