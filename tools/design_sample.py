@@ -135,6 +135,8 @@ def measure(knobs, design, runs_dir: Path) -> dict:
                 answer = "flat" if abs(paired.diff) < effect else ("up" if paired.diff > 0 else "down")
                 need = _paired_need(answer, paired, effect, target, alpha, base_mean, n)
                 questions[f"ab/{name}/{question}"] = _entry(answer, need, effect, design, paired=paired, baseline_mean=base_mean)
+    questions.update(_acceptance(knobs, design, runs_dir, seeds[0]))
+    questions.update(_p3_ladder(knobs, design, runs_dir, seeds[0], e_rel, alpha, target))
     reward_cv = _reward_spread(knobs, runs_dir, seeds, warmup, side)
     return {
         "measured_on": {
@@ -145,13 +147,71 @@ def measure(knobs, design, runs_dir: Path) -> dict:
         },
         "seed_spread": {
             "abs_diff_relative": spread,
-            "abs_diff_sides": len(measured_sides),
+            "abs_diff_sides": len({id(x) for x in measured_sides}),
             "effect_of_interest_relative": e_rel,
             "reward_relative": reward_cv,
             "reward_allowed_drop_relative": design.reward_margin.z * reward_cv,
         },
         "questions": questions,
     }
+
+
+def _acceptance(knobs, design, runs_dir: Path, seed: int) -> dict:
+    """Each acceptance criterion with a statistic, judged by its own check on the design seed's runs:
+    its margin there is the design's measurement (one run a side, as the main job judges it)."""
+    from harness.judge.acceptance import CHECKS, JudgeContext
+
+    judged = knobs.acceptance.judges
+    out = {}
+    for criterion in knobs.acceptance.criteria:
+        name = f"acceptance/{criterion.id}"
+        try:
+            run = _run(knobs, runs_dir, judged["stage"], judged["rung"], seed)
+            context = JudgeContext(
+                run=run, knobs=knobs, fetch=lambda rung, **o: _run(knobs, runs_dir, judged["stage"], rung, o.pop("seed", seed), **o)
+            )
+            verdict = CHECKS[criterion.check](context)
+        except MissingRun as missing:
+            out[name] = {"missing": str(missing)}
+            continue
+        margin = (verdict.evidence or {}).get("margin")
+        if margin is None:  # no statistic: a check of what the run recorded
+            out[name] = {"answer": "pass", "statistic": False, "passed_at_design_seed": verdict.passed, "expected": verdict.passed}
+            continue
+        value = margin["se_units"]
+        out[name] = {
+            "answer": "pass",
+            "statistic": True,
+            "passed_at_design_seed": verdict.passed,
+            "margin_se_at_design_seeds": value,
+            "seeds_needed": 1 if value >= design.target_margin_se else "more than the check's one run a side",
+            "expected": bool(verdict.passed and value >= design.target_margin_se),
+        }
+    return out
+
+
+def _p3_ladder(knobs, design, runs_dir: Path, seed: int, e_rel: float, alpha: float, target: float) -> dict:
+    """The P3 rungs (judged in make test, one seed a side as P3 runs them): the design seed's pair."""
+    out = {}
+    warmup = int(knobs.threshold("warmup_steps"))
+    members = family_members(knobs, "p3", "embedded")
+    for rung_id in members:
+        rung = knobs.rungs[rung_id]
+        try:
+            child = _side(knobs, runs_dir, "p3", rung_id, [seed], ABS_DIFF, warmup)
+            parent = _side(knobs, runs_dir, "p3", rung.parent, [seed], ABS_DIFF, warmup)
+        except MissingRun as missing:
+            out[f"ladder/{rung_id}"] = {"missing": str(missing)}
+            continue
+        effect = max(knobs.threshold("rung_min_abs_delta"), e_rel * abs(parent.mean))
+        delta = child.mean - parent.mean
+        answer = "flat" if abs(delta) < effect else ("up" if delta > 0 else "down")
+        need = needed_sample(answer, parent, child, effect, target, alpha / max(1, len(members)))
+        entry = _entry(answer, need, effect, design, child=child, parent=parent)
+        # P3 judges one seed a side: an answer needing more is not expected there.
+        entry["expected"] = need.seeds == 1
+        out[f"ladder/{rung_id}"] = entry
+    return out
 
 
 def _reward_spread(knobs, runs_dir, seeds, warmup, side) -> float:
@@ -219,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, entry in measured["questions"].items():
         if "missing" in entry:
             print(f"{name:40s} missing: {entry['missing']}")
+            continue
+        if "delta" not in entry:
+            margin = entry.get("margin_se_at_design_seeds")
+            shown = f"margin {margin:+.1f} SE" if isinstance(margin, (int, float)) else "no statistic"
+            print(f"{name:40s} pass      {shown}  {'expected' if entry['expected'] else 'NOT expected'}")
             continue
         print(
             f"{name:40s} {entry['answer']:9s} delta {entry['delta']:+.3g} boundary {entry['effect_boundary']:.3g} "

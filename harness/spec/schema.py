@@ -214,6 +214,16 @@ class Criterion(Strict):
     check: str
     why: str = ""
     thresholds: list[str] = Field(default_factory=list)
+    # pass (the default), or not-expected: judged and reported with its margin, but knobs/design.yaml
+    # (question acceptance/<id>, named by `design`) measured it too near its boundary to expect it.
+    expect: Literal["pass", "not-expected"] = "pass"
+    design: str | None = None
+
+    @model_validator(mode="after")
+    def _not_expected_names_its_design(self) -> Criterion:
+        if self.expect == NOT_EXPECTED and not self.design:
+            raise ValueError("expect is not-expected: `design` must name the knobs/design.yaml question that says why")
+        return self
 
 
 class AcceptanceFile(Strict):

@@ -19,4 +19,9 @@ def test_criterion(criterion, knobs, pytestconfig, get_run, experiment_record):
     context = JudgeContext(run=run, knobs=knobs, fetch=lambda other, **overrides: get_run(stage, other, mode, **overrides))
     verdict = CHECKS[criterion.check](context)
     experiment_record.criterion(criterion, run, verdict, stage=stage, mode=mode)
+    if criterion.expect == "not-expected":
+        # Judged and recorded with its margin; knobs/design.yaml (criterion.design) measured it too near
+        # its boundary on the design seeds for the main job to expect a pass.
+        print(f"reported, not expected (knobs/design.yaml {criterion.design}): {verdict.message}")
+        return
     assert verdict.passed, f"{criterion.seed_text}\n  -> {verdict.message}"

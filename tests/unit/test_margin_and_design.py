@@ -64,7 +64,7 @@ def test_every_rung_expectation_is_what_its_design_question_decided():
         pytest.fail("knobs/design.yaml has no measured questions: run tools/design_sample.py --write on the design seeds' runs")
     problems = []
     for rung in KNOBS.rungs.values():
-        if rung.parent is None or "p1" not in rung.stages:
+        if rung.parent is None:
             continue
         name = rung.expect.design
         question = DESIGN.question(name)
@@ -85,3 +85,36 @@ def test_the_judging_seed_is_the_stage_seed_and_no_seed_range_is_shared():
     seeds = {stage.embedded.get("seed") for stage in KNOBS.stages.values() if stage.embedded.get("seed") is not None}
     assert seeds == {DESIGN.seeds.judging}, f"knobs/stages.yaml seeds {seeds} vs knobs/design.yaml seeds.judging {DESIGN.seeds.judging}"
     assert DESIGN.seeds.design != DESIGN.seeds.judging
+
+
+def test_acceptance_and_ab_expectations_are_what_their_design_questions_decided():
+    problems = []
+    for criterion in KNOBS.acceptance.criteria:
+        question = DESIGN.question(f"acceptance/{criterion.id}")
+        if question is None or "missing" in question:
+            problems.append(f"acceptance.yaml {criterion.id}: no design measurement")
+        elif question["expected"] != (criterion.expect == "pass"):
+            problems.append(f"acceptance.yaml {criterion.id}: expect {criterion.expect!r}, design expected={question['expected']}")
+    seeds = KNOBS.ab.replicates.embedded if KNOBS.ab.replicates else 1
+    for candidate in [None, *KNOBS.ab.candidates]:
+        for question_name in ("drift-reduced", "reward-preserved"):
+            question = DESIGN.question(f"ab/{candidate or 'pair'}/{question_name}")
+            expected, _ = KNOBS.ab.expected_to_pass(question_name, "embedded", candidate)
+            if question is None or "missing" in question:
+                problems.append(f"ab {candidate or 'pair'} {question_name}: no design measurement")
+                continue
+            needed = question["seeds_needed"]
+            affordable = isinstance(needed, int) and needed <= seeds
+            if expected != "not-expected" and not affordable:
+                problems.append(f"ab {candidate or 'pair'} {question_name}: expected, but its design needs {needed} pairs (the A/B runs {seeds})")
+            if expected is False and question["answer"] != "flat":
+                problems.append(f"ab {candidate or 'pair'} {question_name}: a decided no is flat; its design measured {question['answer']}")
+            if expected is True and question["answer"] not in ("down", "not worse"):
+                problems.append(f"ab {candidate or 'pair'} {question_name}: expected yes, its design measured {question['answer']}")
+    assert not problems, "\n  ".join(problems)
+
+
+def test_the_effect_of_interest_and_the_reward_margin_are_the_designs_measurements():
+    spread = DESIGN.measured["seed_spread"]
+    assert KNOBS.threshold("rung_flat_max_rel_delta") == pytest.approx(spread["effect_of_interest_relative"], rel=1e-3)
+    assert KNOBS.threshold("ab_reward_max_drop") == pytest.approx(spread["reward_allowed_drop_relative"], rel=1e-3)
