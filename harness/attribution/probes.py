@@ -518,6 +518,33 @@ def probe_label(number: int) -> str:
     return f"probe {number} ({PROBE_NAMES[number]})"
 
 
+# Probes 3 and 4 measured from both engines' own tensors: the boundary table's rows at the LM head's
+# output (each engine's own logits, log-sum-exp and selected logit at the captured positions:
+# Megatron's forward on the trainer side, vLLM's compute_logits and sampler on the rollout side).
+TABLE_ROWS = {3: ("logits.target", "logits"), 4: ("logits.target", "logsumexp")}
+
+
+def measured_from_table(number: int, table) -> ProbeVerdict | None:
+    """Probe 3 or 4 from the boundary table when it decides (captures that carry the drift, every row
+    comparable): fail when one of its rows breaks its envelope, pass when all stay within. None
+    when the table cannot stand in (the probe then stays not measured)."""
+    if not table.decides:
+        return None
+    rows = {r.boundary: r for r in table.rows if r.boundary in TABLE_ROWS[number]}
+    if set(rows) != set(TABLE_ROWS[number]):
+        return None
+    evidence = {
+        "source": f"boundary table ({', '.join(table.captures)}; coverage {table.coverage.get('min'):.3g})",
+        "rows": {name: {"ratio": r.ratio, "divergence_mean": r.divergence["mean"], "envelope_mean": r.envelope["mean"]} for name, r in rows.items()},
+        "k": table.k,
+    }
+    broken = [r for r in rows.values() if r.breaks]
+    text = ", ".join(f"{name} {r.ratio:.3g}x" for name, r in rows.items())
+    if broken:
+        return _verdict(number, "fail", f"both engines' own tensors: {broken[0].line()}", evidence, broken[0].boundary)
+    return _verdict(number, "pass", f"both engines' own tensors within {table.k:g}x their envelopes ({text})", evidence)
+
+
 def decide(verdicts: list[ProbeVerdict], table, drift: dict | None = None):
     """The class from measured evidence only, by the same path as the ladder's checks
     (harness.attribution.boundaries.classify): probes 1, 2, 6, probe 5 where it was measured, the
@@ -542,6 +569,12 @@ def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
     from harness.attribution.boundaries import logged_abs_diff, run_boundary_table
 
     table = run_boundary_table(run, knobs)
+    for number in TABLE_ROWS:  # measured from both engines' captured tensors where the table can say
+        measured = measured_from_table(number, table)
+        if measured is not None:
+            simulated = verdicts[number - 1]
+            measured.evidence["simulated_from_declarations"] = simulated.evidence.get("would_have_said")
+            verdicts[number - 1] = measured
     logged = list(logged_abs_diff(run).values())
     drift = {"max": max(logged) if logged and all(math.isfinite(v) for v in logged) else None, "floor": limits["floor"]}
     decided = decide(verdicts, table, drift)

@@ -200,6 +200,21 @@ def test_a_capture_that_does_not_carry_the_logged_drift_classes_nothing(tmp_path
     assert classify(unmeasured, ok, _probe(6, "pass")).drift_class == "undecided"
 
 
+def test_probes_3_and_4_are_measured_from_both_engines_tensors(tmp_path):
+    """Each engine's own logits, log-sum-exp and selected logit at the captured positions (the
+    table's LM-head rows) make probes 3 and 4 measured; a table that cannot decide leaves them not measured."""
+    from harness.attribution.probes import measured_from_table
+
+    aligned = _bundle(tmp_path / "aligned", rollout_dtype="bfloat16")
+    assert measured_from_table(3, aligned).status == "pass" and measured_from_table(4, aligned).status == "pass"
+    lse = _bundle(tmp_path / "lse", fault="logsumexp")
+    probe4 = measured_from_table(4, lse)
+    assert probe4.status == "fail" and probe4.boundary == "logsumexp", probe4.verdict
+    assert measured_from_table(3, lse).status == "pass"  # the logits themselves agree
+    low = _bundle(tmp_path / "low", rollout_dtype="bfloat16", logged_scale=10.0)
+    assert measured_from_table(3, low) is None and measured_from_table(4, low) is None
+
+
 def test_a_nan_row_is_not_comparable_never_within(tmp_path):
     table = _bundle(tmp_path, rollout_dtype="bfloat16")
     table.rows[3].ratio = float("nan")
