@@ -4,8 +4,11 @@ VIME's launch scripts pass `--wandb-key ${WANDB_KEY}`; run records (spec.yaml, a
 environment.json, log.txt) are shared with the report, so such values are written `<redacted>`.
 The argv handed to the trainer keeps the value: only what is written down is redacted.
 
-A name is secret when one of its words (split at `-`, `_`, `.`) is or ends in `key` / `token`,
-or contains `secret`, `password`, `passwd` or `credential`. VIME's flags that name a dataset
+A name is secret when its last word (split at `-`, `_`, `.`) is or ends in `key` / `token`
+(`--wandb-key`, `HF_TOKEN`, `WANDB_API_KEY`), or any word contains `secret`, `password`, `passwd` or
+`credential`. A word such as `token` in the middle of a name says what the flag is about, not that
+its value is one (`--moe-token-dispatcher-type alltoall`, `--moe-token-drop-policy probs`: hiding
+those values also hid every `probs` in the log, `processed_logprobs` included). VIME's flags that name a dataset
 column (`--input-key prompt`) are not secrets and are listed in NOT_SECRETS.
 """
 
@@ -23,10 +26,10 @@ def is_secret_name(name: str) -> bool:
     name = name.lstrip("-").lower()
     if name.replace("_", "-") in NOT_SECRETS:
         return False
-    for word in _WORD_SPLIT.split(name):
-        if word.endswith(("key", "token")) or any(part in word for part in _CONTAINED):
-            return True
-    return False
+    words = _WORD_SPLIT.split(name)
+    if words[-1].endswith(("key", "token")):
+        return True
+    return any(part in word for word in words for part in _CONTAINED)
 
 
 def redact_flags(flags: dict) -> dict:

@@ -41,8 +41,19 @@ TRAINER_SCRIPT = (
         ("label-key", False),
         ("max-tokens-per-gpu", False),
         ("seed", False),
+        # A word in the middle of a name says what the flag is about, not that its value is a secret:
+        # redacting `probs` hid every "probs" in the log, processed_logprobs included.
+        ("moe-token-dispatcher-type", False),
+        ("moe-token-drop-policy", False),
     ],
 )
+
+
+def test_flag_values_that_are_not_secrets_stay_in_the_text():
+    from harness.records.redact import secret_values
+
+    flags = {"moe-token-drop-policy": "probs", "moe-token-dispatcher-type": "alltoall", "wandb-key": SECRET}
+    assert secret_values(flags) == {SECRET}
 def test_secret_names(name, secret):
     assert is_secret_name(name) is secret
 
