@@ -47,6 +47,8 @@ TRAINER_SCRIPT = (
         ("moe-token-drop-policy", False),
     ],
 )
+def test_secret_names(name, secret):
+    assert is_secret_name(name) is secret
 
 
 def test_flag_values_that_are_not_secrets_stay_in_the_text():
@@ -54,8 +56,6 @@ def test_flag_values_that_are_not_secrets_stay_in_the_text():
 
     flags = {"moe-token-drop-policy": "probs", "moe-token-dispatcher-type": "alltoall", "wandb-key": SECRET}
     assert secret_values(flags) == {SECRET}
-def test_secret_names(name, secret):
-    assert is_secret_name(name) is secret
 
 
 def test_redaction_of_argv_and_text_keeps_everything_else():
