@@ -109,7 +109,7 @@ def probe_contract(bundle: ProbeBundle, settings, floor: float, min_removed: flo
         "evidence": evidence,
         "verdict": (
             f"trainer follows '{trainer_contract}' but the rollout's declared contract is '{declared}'; "
-            f"replaying it removes {removed:.0%} of the drift"
+            f"recomputing under it removes {removed:.0%} of this bundle's drift"
             if failed
             else None
         ),

@@ -444,7 +444,8 @@ def _contract_verdict(
             6,
             "fail",
             f"semantic: in all {len(differing)} comparable bundles the trainer follows '{first['trainer_follows']}' but the "
-            f"rollout's declared contract is '{first['declared_rollout_contract']}'; replaying it removes {removed:.0%} of the drift "
+            f"rollout's declared contract is '{first['declared_rollout_contract']}'; recomputing the trainer's log-probs under it "
+            f"(fp64, on the bundles' hidden states; no replay run) removes {removed:.0%} of the drift "
             f"over their {evidence['pooled_tokens']} tokens (per bundle {evidence['pooled']['removed_fraction_per_bundle']['min']:.0%} "
             f"to {evidence['pooled']['removed_fraction_per_bundle']['max']:.0%})",
             evidence,
@@ -482,16 +483,28 @@ def _contract_verdict(
         )
     if all(r["evidence"].get("contract_agrees") for r in comparable):
         return _verdict(
-            6, "pass", f"trainer and rollout follow the same sampling contract (temperature, top-k/top-p) in all {len(comparable)} bundles", evidence
+            6,
+            "pass",
+            f"trainer and rollout follow the same sampling contract (temperature, top-k/top-p) in all {len(comparable)} bundles{_single(results)}",
+            evidence,
         )
     share = f"{removed:.0%}" if removed is not None else "an unmeasured share"
     return _verdict(
         6,
         NOT_CHECKED,
         f"contract not decided: the trainer follows another contract than the rollout's in {len(differing)} of {len(comparable)} "
-        f"bundles; replaying it removes {share} of the drift (semantic needs every bundle and >= {min_removed:.0%})",
+        f"bundles; recomputing under the rollout's contract removes {share} of the drift (semantic needs every bundle and >= {min_removed:.0%})",
         evidence,
     )
+
+
+def _single(results: list[dict]) -> str:
+    """Say so when the declared sampling leaves one candidate contract: the pass then rests on the
+    sides' recorded sampling parameters, with no other contract the log-probs could have followed."""
+    fits = [r["evidence"].get("trainer_contract_fit") or {} for r in results if not r.get("skipped")]
+    if fits and all(len(f) == 1 for f in fits):
+        return f" (one candidate contract, '{next(iter(fits[0]))}': no alternative was distinguishable)"
+    return ""
 
 
 def pooled_removed_fraction(results: list[dict]) -> float | None:
