@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", help="comma-separated T values: one bench per T (same H, V, seed), rows of all in one record")
     p.add_argument("--regime", default="default", help="synthetic inputs: default, matched, high-entropy (regimes.py)")
     p.add_argument("--precision", action="store_true", help="gradient error of each backward plan over every row vs fp64, with its cost")
+    p.add_argument("--grad-scale", type=float, default=1.0, help="--precision: grad_out ~ N(0,1) times this (a mean loss over N tokens: 1/N)")
     p.add_argument("--megatron-step", action="store_true", help="a megatron-core GPT training step, log-prob path native / fused / CCE")
     p.add_argument("--megatron-shape", default="2,2048,151936,2,2048", help="layers,H,V,batch,seq for --megatron-step")
     args = p.parse_args(argv)
@@ -146,7 +147,7 @@ def precision(args, bundle, regime) -> int:
         "regime": regime,
         "input_stats": input_stats(b.hidden, b.weight, b.targets, args.temperature),
     }
-    record |= gradient_precision(b, args.temperature, warmup=max(1, args.warmup - 1), reps=args.reps or 10)
+    record |= gradient_precision(b, args.temperature, warmup=max(1, args.warmup - 1), reps=args.reps or 10, grad_scale=args.grad_scale)
     bench.write_record(record, args.out)
     for r in record["plans"]:
         print(
