@@ -168,3 +168,43 @@ def test_triton_backward_matches_the_torch_plan_under_the_interpreter():
     tol = str(threshold("fp16_grad_logits_max_rel_err"))
     proc = subprocess.run([sys.executable, "-c", BACKWARD_SCRIPT, tol], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+# The backward under a mean loss: grad_out of order 1/N per token (N tokens in the micro-batch). The fp16
+# grad_logits buffer holds (onehot - softmax) * grad_out / T; with a flat softmax the non-target entries
+# fall below fp16's smallest subnormal (6e-8) and flush to zero. Found in a Megatron-Core step on the H200
+# (docs/results.md, "A Megatron-Core training step"): the fused path's gradients 2.3e-2 from an fp32-logits
+# reference against the native path's 4.5e-3. Strict xfail: it fails today, and passes once the kernel keeps
+# those entries (then this marker must go).
+MEAN_LOSS_SCRIPT = FIXED_ORDER_DOT + textwrap.dedent("""
+    import sys
+    import torch
+    from harness.operators.fused_plan import chunk_bounds, group_bounds, merge_partials
+    from harness.operators.fused_torch import torch_backward_groups, torch_partials
+    from harness.operators.fused_triton import BackwardConfig, triton_backward_groups
+    gen = torch.Generator().manual_seed(0)
+    T, H, V = 32, 64, 1024
+    h = torch.randn(T, H, generator=gen) * 0.01; w = torch.randn(V, H, generator=gen) * 0.1   # softmax ~ 1/V
+    t = torch.randint(0, V, (T,), generator=gen)
+    g = torch.randn(T, generator=gen) / 8192   # a mean over 8192 tokens
+    lse = merge_partials(*torch_partials(h, w, t, chunk_bounds(V), 1.0))[1]
+    cfg = BackwardConfig(slice_cols=64, g_dtype="fp16", block_t=16, block_v=32, block_k=16, num_warps=4, num_stages=2,
+                         logits_block_v=16, logits_warps=4, logits_stages=2, hidden_block_h=32, hidden_warps=4, hidden_stages=2)
+    want_w, got_w = torch.empty(V, H), torch.empty(V, H)
+    want = list(torch_backward_groups(h, w, t, lse, 1.0, g, group_bounds(V), want_w))
+    got = list(triton_backward_groups(h, w, t, lse, 1.0, g, group_bounds(V), got_w, cfg))
+    tol = float(sys.argv[1])   # the same tolerance as at grad_out of order 1
+    errs = [float((a - b).abs().max() / b.abs().max()) for a, b in zip(got, want)] + [float((got_w - want_w).abs().max() / want_w.abs().max())]
+    print("max rel errors", max(errs))
+    assert max(errs) <= tol, max(errs)
+    print("ok")
+""")
+
+
+@pytest.mark.xfail(strict=True, reason="fp16 grad_logits flush to zero under a mean loss's grad_out (docs/results.md, Megatron-Core step)")
+def test_triton_backward_keeps_small_gradients_under_a_mean_loss():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    tol = str(threshold("fp16_grad_logits_max_rel_err"))
+    proc = subprocess.run([sys.executable, "-c", MEAN_LOSS_SCRIPT, tol], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-500:], proc.stderr[-2000:])
