@@ -308,6 +308,17 @@ def _record_tracking(run_dir: RunDir, spec: RunSpec, parser: LogParser) -> None:
     run_dir.record_tracking(tracking_record(spec.flags, parser.result.tracking, run_dir.path))
 
 
+def _completion(parser: LogParser, spec: RunSpec):
+    from harness.records.completion import Length, completion, length_from_arguments
+
+    result = parser.result
+    length = length_from_arguments(result.arguments, result.argument_lines)
+    if length is None:
+        count = spec.flags.get("num-rollout")
+        length = Length(int(count) if isinstance(count, int) else None, "the spec's num-rollout")
+    return completion(result.records, length)
+
+
 def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> str:
     parser = LogParser()
     failures: list[Failure] = []
@@ -345,6 +356,13 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
     parser.finish()
     _record_tracking(run_dir, spec, parser)
     if code == 0:
+        # A clean exit is not the end of a run: its records must cover every rollout it was launched
+        # with (the log's own argument print, else the spec's num-rollout). VIME prints no end line.
+        done = _completion(parser, spec)
+        if not done.complete:
+            run_dir.append_log(f"# exited 0 but {done.note}")
+            run_dir.set_status("unfinished", exit_code=0, note=done.note)
+            return "unfinished"
         run_dir.set_status("finished", exit_code=0)
         return "finished"
     primary = primary_failure(failures)

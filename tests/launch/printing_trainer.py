@@ -11,6 +11,8 @@ argv = sys.argv[1:]
 steps = int(argv[argv.index("--num-rollout") + 1]) if "--num-rollout" in argv else 10**9
 if "--embedded-output-dir" in argv:
     Path(argv[argv.index("--embedded-output-dir") + 1], "trainer.pid").write_text(str(os.getpid()))
+# A trainer that exits 0 before its last rollout (a VIME run ends with no end line either way).
+steps = min(steps, int(os.environ.get("PRINTING_TRAINER_STOP_AFTER", steps)))
 for n in range(steps):
     print(f"[2026-11-29 12:00:00] train.py:1 - step {n}: {{'train/train_rollout_logprob_abs_diff': 0.01, 'train/loss': 0.5}}", flush=True)
     print(f"[2026-11-29 12:00:00] train.py:2 - rollout {n}: {{'rollout/raw_reward': 0.3}}", flush=True)

@@ -57,6 +57,14 @@ def test_a_failing_run_keeps_its_steps_and_names_the_failure(tmp_path, monkeypat
     assert run.steps() == [0, 1, 2, 3]
 
 
+def test_a_clean_exit_before_the_last_rollout_is_unfinished_not_finished(tmp_path, monkeypatch):
+    # No end line is required from VIME: the run's records must cover every rollout it was launched with.
+    monkeypatch.setenv("PRINTING_TRAINER_STOP_AFTER", "2")
+    run = ensure_run(spec(**{"num-rollout": 4}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False)).load()
+    assert run.status.state == "unfinished" and run.status.exit_code == 0
+    assert "unfinished at rollout 2 of 4" in (run.status.note or ""), run.status
+
+
 def test_the_time_limit_stops_the_trainer_and_keeps_what_it_logged(tmp_path):
     run_dir = ensure_run(spec(**{"num-rollout": 10_000}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False, timeout_s=2.0))
     run = run_dir.load()
