@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.report.answers import NOT_EXPECTED, margin_text  # noqa: E402
+from harness.report.answers import is_expected, margin_text  # noqa: E402
 from harness.report.experiment_record import RecordError, load_record  # noqa: E402
 
 MAIN_JOB = "p1 or acceptance or (p3 and ab)"  # the Makefile's baseline selection
@@ -65,7 +65,7 @@ def summarize(offsets: list[int]) -> tuple[list[dict], list[str]]:
             continue
         outcomes = record.get("outcomes", {})
         for answer in record.get("answers", []):
-            if answer.get("expected") in (None, NOT_EXPECTED):
+            if not is_expected(answer):
                 continue
             row = by_key.setdefault(
                 answer["key"], {"key": answer["key"], "expected": answer["expected"], "held": 0, "seeds": 0, "min_margin": None, "missed": []}

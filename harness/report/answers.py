@@ -13,6 +13,12 @@ from harness.judge.margin import below_minimum
 NOT_EXPECTED = "not-expected"
 
 
+def is_expected(entry: dict) -> bool:
+    """A pre-registered answer the test holds (not a reported one: "not-expected ...", or no expectation)."""
+    expected = entry.get("expected")
+    return expected is not None and not str(expected).startswith(NOT_EXPECTED)
+
+
 def answer_entry(key: str, kind: str, expected: str | None, observed: str, margin: dict | None, test: dict, note: str = "") -> dict:
     """kind: ladder / acceptance / ab. expected: the pre-registered answer, "not-expected" (reported
     only, knobs/design.yaml says why), or None where the answer has no statistic (a record check)."""
@@ -21,7 +27,7 @@ def answer_entry(key: str, kind: str, expected: str | None, observed: str, margi
 
 def is_flagged(entry: dict, minimum: float) -> bool:
     """An expected answer (not a reported one) whose margin is under `minimum`, or not measured."""
-    if entry.get("expected") in (None, NOT_EXPECTED) or entry.get("margin") is None:
+    if not is_expected(entry) or entry.get("margin") is None:
         return False
     return below_minimum(entry["margin"], minimum)
 
@@ -51,7 +57,7 @@ def render_markdown(answers: list[dict], minimum: float) -> str:
         f"Margin: the estimate's distance from its decision boundary in standard errors (harness/judge/margin.py), "
         f"signed so that positive is the side of the answer given. **Flagged**: an expected answer under "
         f"thresholds.min_margin_se = {minimum:g} (it may flip on another seed or machine). "
-        f"{len(flagged)} of {sum(1 for a in answers if a.get('expected') not in (None, NOT_EXPECTED))} expected answers flagged.",
+        f"{len(flagged)} of {sum(1 for a in answers if is_expected(a))} expected answers flagged.",
         "",
         "| Answer | Kind | Expected | Observed | Margin (SE) | Sample | Flag |",
         "|---|---|---|---|---|---|---|",

@@ -374,7 +374,7 @@ def rungs_table(record: dict, baseline: dict | None) -> str:
 def answers_section(record: dict) -> str:
     """Every judged answer with its margin in standard errors; expected answers under the record's
     min_margin_se are flagged (harness.report.answers)."""
-    from harness.report.answers import NOT_EXPECTED, is_flagged, margin_text, sample_text
+    from harness.report.answers import is_expected, is_flagged, margin_text, sample_text
 
     answers = record.get("answers") or []
     if not answers:
@@ -382,7 +382,7 @@ def answers_section(record: dict) -> str:
     minimum = float(record.get("min_margin_se") or 3.0)
     outcomes = record.get("outcomes", {})
     flagged = sum(1 for a in answers if is_flagged(a, minimum))
-    expected = sum(1 for a in answers if a.get("expected") not in (None, NOT_EXPECTED))
+    expected = sum(1 for a in answers if is_expected(a))
     body = []
     for a in answers:
         flag = is_flagged(a, minimum)

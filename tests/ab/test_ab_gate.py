@@ -94,7 +94,7 @@ def _check_question(question, pair, contract, knobs, experiment_record, backend,
     expected, why = knobs.ab.expected_to_pass(question, backend, candidate)
     shown = expected if expected == "not-expected" else ("yes" if expected else "no (flat)")
     if gate is not None and backend not in gate.backends and expected is True:
-        shown = "recorded, not gated here"
+        shown = "not-expected (recorded, not gated on this backend)"
     experiment_record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence, key=key, expected=shown)
     print(f"{key}: {answer.message}")
     where = f"candidates.{candidate}.expect" if candidate else "expect"
