@@ -25,6 +25,8 @@ TRAINER_SCRIPT = (
     "key = sys.argv[sys.argv.index('--wandb-key') + 1]\n"
     "print(\"[2026-12-01 09:00:00] train.py:41 - args: {'wandb_key': '%s', 'input_key': 'prompt'}\" % key, flush=True)\n"
     "print(\"[2026-12-01 09:00:01] model.py:540 - step 0: {'train/loss': 0.1}\", flush=True)\n"
+    # Its one rollout is recorded, so the run is finished by its records (no end line is needed).
+    "print(\"[2026-12-01 09:00:01] rollout.py:90 - rollout 0: {'rollout/raw_reward': 0.5}\", flush=True)\n"
 )
 
 
