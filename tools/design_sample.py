@@ -31,6 +31,7 @@ from harness import DEFAULT_KNOBS_DIR  # noqa: E402
 from harness.judge import stats  # noqa: E402
 from harness.judge.design import needed_sample, relative_seed_spread, side_variance  # noqa: E402
 from harness.judge.ladder import family_members  # noqa: E402
+from harness.judge.outcome import effect_of_interest  # noqa: E402
 from harness.judge.verdict import after_warmup  # noqa: E402
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD  # noqa: E402
 from harness.records.rundir import RunDir  # noqa: E402
@@ -92,6 +93,7 @@ def measure(knobs, design, runs_dir: Path) -> dict:
     spread = relative_seed_spread(list({id(s): s for s in measured_sides}.values()))
     e_rel = design.effect_of_interest.z * spread
     family_alpha = alpha / max(1, len(ladder))
+    reward_cv = _reward_spread(knobs, side)  # the reward non-inferiority margin's seed spread, once
     for rung_id in ladder:
         rung = knobs.rungs[rung_id]
         try:
@@ -99,11 +101,7 @@ def measure(knobs, design, runs_dir: Path) -> dict:
         except MissingRun as missing:
             questions[f"ladder/{rung_id}"] = {"missing": str(missing)}
             continue
-        effect = max(knobs.threshold("rung_min_abs_delta"), e_rel * abs(parent.mean))
-        delta = child.mean - parent.mean
-        answer = "flat" if abs(delta) < effect else ("up" if delta > 0 else "down")
-        need = needed_sample(answer, parent, child, effect, target, family_alpha)
-        questions[f"ladder/{rung_id}"] = _entry(answer, need, effect, design, child=child, parent=parent)
+        questions[f"ladder/{rung_id}"] = _rung_entry(knobs, design, rung, child, parent, e_rel, family_alpha)
 
     # The A/B pair and its further candidates: one pair a seed, paired step by step.
     pair = knobs.ab.pair
@@ -127,17 +125,15 @@ def measure(knobs, design, runs_dir: Path) -> dict:
             base_mean = float(np.mean(a[0]))
             if metric == RAW_REWARD:
                 reward_sides.append(base_mean)
-                allowed = design.reward_margin.z * _reward_spread(knobs, runs_dir, seeds, warmup, side) * abs(base_mean)
+                allowed = design.reward_margin.z * reward_cv * abs(base_mean)
                 need = _paired_need("not worse", paired, allowed, target, alpha, base_mean, n)
                 questions[f"ab/{name}/{question}"] = _entry("not worse", need, allowed, design, paired=paired, baseline_mean=base_mean)
             else:
-                effect = max(knobs.threshold("rung_min_abs_delta"), e_rel * abs(base_mean))
-                answer = "flat" if abs(paired.diff) < effect else ("up" if paired.diff > 0 else "down")
+                effect, answer = _effect_and_answer(knobs, e_rel, base_mean, paired.diff)
                 need = _paired_need(answer, paired, effect, target, alpha, base_mean, n)
                 questions[f"ab/{name}/{question}"] = _entry(answer, need, effect, design, paired=paired, baseline_mean=base_mean)
     questions.update(_acceptance(knobs, design, runs_dir, seeds[0]))
-    questions.update(_p3_ladder(knobs, design, runs_dir, seeds[0], e_rel, alpha, target))
-    reward_cv = _reward_spread(knobs, runs_dir, seeds, warmup, side)
+    questions.update(_p3_ladder(knobs, design, runs_dir, seeds[0], e_rel, alpha))
     return {
         "measured_on": {
             "seeds": seeds,
@@ -154,6 +150,19 @@ def measure(knobs, design, runs_dir: Path) -> dict:
         },
         "questions": questions,
     }
+
+
+def _effect_and_answer(knobs, e_rel: float, parent_mean: float, delta: float) -> tuple[float, str]:
+    """E as the judge computes it (harness.judge.outcome.effect_of_interest, at the measured relative
+    part), and the answer the measured delta gives against it."""
+    effect = effect_of_interest(parent_mean, knobs.threshold("rung_min_abs_delta"), e_rel)
+    return effect, "flat" if abs(delta) < effect else ("up" if delta > 0 else "down")
+
+
+def _rung_entry(knobs, design, rung, child, parent, e_rel: float, family_alpha: float) -> dict:
+    effect, answer = _effect_and_answer(knobs, e_rel, parent.mean, child.mean - parent.mean)
+    need = needed_sample(answer, parent, child, effect, design.target_margin_se, family_alpha)
+    return _entry(answer, need, effect, design, child=child, parent=parent)
 
 
 def _acceptance(knobs, design, runs_dir: Path, seed: int) -> dict:
@@ -190,7 +199,7 @@ def _acceptance(knobs, design, runs_dir: Path, seed: int) -> dict:
     return out
 
 
-def _p3_ladder(knobs, design, runs_dir: Path, seed: int, e_rel: float, alpha: float, target: float) -> dict:
+def _p3_ladder(knobs, design, runs_dir: Path, seed: int, e_rel: float, alpha: float) -> dict:
     """The P3 rungs (judged in make test, one seed a side as P3 runs them): the design seed's pair."""
     out = {}
     warmup = int(knobs.threshold("warmup_steps"))
@@ -203,18 +212,14 @@ def _p3_ladder(knobs, design, runs_dir: Path, seed: int, e_rel: float, alpha: fl
         except MissingRun as missing:
             out[f"ladder/{rung_id}"] = {"missing": str(missing)}
             continue
-        effect = max(knobs.threshold("rung_min_abs_delta"), e_rel * abs(parent.mean))
-        delta = child.mean - parent.mean
-        answer = "flat" if abs(delta) < effect else ("up" if delta > 0 else "down")
-        need = needed_sample(answer, parent, child, effect, target, alpha / max(1, len(members)))
-        entry = _entry(answer, need, effect, design, child=child, parent=parent)
+        entry = _rung_entry(knobs, design, rung, child, parent, e_rel, alpha / max(1, len(members)))
         # P3 judges one seed a side: an answer needing more is not expected there.
-        entry["expected"] = need.seeds == 1
+        entry["expected"] = entry["seeds_needed"] == 1
         out[f"ladder/{rung_id}"] = entry
     return out
 
 
-def _reward_spread(knobs, runs_dir, seeds, warmup, side) -> float:
+def _reward_spread(knobs, side) -> float:
     """The seed-to-seed relative spread of a run's mean reward, pooled over the ladder's P1 rungs."""
     sides = []
     for rung_id in family_members(knobs, "p1", "embedded"):
