@@ -214,10 +214,10 @@ def drift_reduced(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     return Answer(question, judged.direction == "down", message, evidence)
 
 
-def _sample(baseline: Side, candidate: Side, diff: stats.DiffCI) -> dict:
-    """What a paired A/B estimate rests on: seeds a side (one pair a seed), the steps paired in all."""
+def _sample(baseline: Side, candidate: Side, metric: str) -> dict:
+    """What a paired A/B estimate of `metric` rests on: seeds a side (one pair a seed), the steps paired in all."""
     seeds = len(_replicates(baseline))
-    steps = sum(min(len(a.series(ABS_DIFF)), len(b.series(ABS_DIFF))) for a, b in zip(_replicates(baseline), _replicates(candidate), strict=True))
+    steps = sum(min(len(a.series(metric)), len(b.series(metric))) for a, b in zip(_replicates(baseline), _replicates(candidate), strict=True))
     return {"seeds_per_side": [seeds, seeds], "paired_steps": steps}
 
 
@@ -226,8 +226,8 @@ def _outcome_margin(direction: str, diff: stats.DiffCI, effect: float, baseline:
     from harness.judge.margin import Margin
 
     if direction not in ("up", "down", "flat"):
-        return Margin(float("nan"), diff.diff, float("nan"), diff.se, direction, _sample(baseline, candidate, diff))
-    return outcome_margin(direction, diff.diff, diff.se, effect, _sample(baseline, candidate, diff))
+        return Margin(float("nan"), diff.diff, float("nan"), diff.se, direction, _sample(baseline, candidate, ABS_DIFF))
+    return outcome_margin(direction, diff.diff, diff.se, effect, _sample(baseline, candidate, ABS_DIFF))
 
 
 def reward_preserved(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
@@ -237,7 +237,7 @@ def reward_preserved(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
         return Answer(question, False, why)
     allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
     passed = diff.low >= -allowed
-    margin = noninferiority_margin(diff.diff, diff.se, allowed, _sample(baseline, candidate, diff))
+    margin = noninferiority_margin(diff.diff, diff.se, allowed, _sample(baseline, candidate, RAW_REWARD))
     message = (
         f"reward {a:.3f} -> {b:.3f}, difference CI [{diff.low:+.3f}, {diff.high:+.3f}]; allowed drop "
         f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped") + f"; {margin.describe()}"
