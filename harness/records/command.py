@@ -1,4 +1,4 @@
-"""`python -m harness ingest PATH [--json] [--out DIR] [--trust-dumps] [--num-rollout N]`.
+"""`python -m harness ingest PATH [--json] [--out DIR] [--trust-dumps] [--num-rollout N] [--site FILE]`.
 
 Without --json it writes a run directory (reports/runs/ingested-<content hash>, or --out) and
 prints its path on the last line; with --json it prints the records as JSON lines in the
@@ -19,6 +19,7 @@ from harness.records.ingest import content_hash, ingest, is_run_directory
 from harness.records.rundir import written_by_harness
 from harness.records.wandb_run import online_path
 from harness.spec.errors import SpecError
+from harness.spec_arguments import add_site_argument, site_default, site_from_args
 
 
 def replaceable_run_dir(path: str | Path, option: str) -> Path:
@@ -61,11 +62,14 @@ def register(subparsers) -> None:
     parser.add_argument(
         "path",
         help="a log file, a directory (logs, TensorBoard events, W&B offline runs, .pt dumps), a run directory, "
-        "or an online W&B run: wandb:ENTITY/PROJECT/RUN_ID or its URL",
+        "or an online W&B run: wandb:ENTITY/PROJECT/RUN_ID, its URL, or wandb:RUN_ID with the site file's wandb project",
     )
     parser.add_argument("--json", action="store_true", help="print records as JSON lines instead of writing a run directory")
     parser.add_argument("--out", type=Path, default=None, help="run directory to write (default reports/runs/ingested-<hash>)")
-    parser.add_argument("--runs-dir", type=Path, default=None, help="where the default run directory goes")
+    parser.add_argument(
+        "--runs-dir", type=Path, default=None, help="where the default run directory goes (default: the site's runs-dir, else reports/runs)"
+    )
+    add_site_argument(parser)
     parser.add_argument("--trust-dumps", action="store_true", help="load dumps with torch.load(weights_only=False): only for files you trust")
     for label in ("rung", "stage", "mode"):
         parser.add_argument(f"--{label}", default=None, help=f"label the run directory with its {label}, so `pytest --backend=records` finds it")
@@ -95,11 +99,28 @@ def default_runs_dir() -> Path:
     return DEFAULT_RUNS_DIR
 
 
+def site_run_path(text: str, site) -> str:
+    """`wandb:RUN_ID` names a run of the site's W&B project; every other form is returned as given."""
+    if not text.startswith("wandb:") or "/" in text:
+        return text
+    run_id = text.removeprefix("wandb:")
+    wandb = site.wandb if site is not None else None
+    if wandb is None or not wandb.entity:
+        where = f"the site file {site.source}" if site is not None else "no site file (--site)"
+        raise SpecError(
+            f"{text}: a bare W&B run id needs the site's wandb project and entity ({where} sets no wandb.entity); give wandb:ENTITY/PROJECT/{run_id}"
+        )
+    return f"wandb:{wandb.entity}/{wandb.project}/{run_id}"
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
+    site = site_from_args(args)
+    args.path = site_run_path(args.path, site)
+    args.runs_dir = Path(site_default(args.runs_dir, site, "runs_dir", str(default_runs_dir())))
     # Paths first, before anything is read: a writer never replaces a directory of the user's.
     if args.out is not None and not args.json:
         replaceable_run_dir(args.out, "--out")
-    if args.runs_dir is not None and not args.json:
+    if args.out is None and not args.json:
         writable_dir(args.runs_dir, "--runs-dir")
     out = None
     online = online_path(args.path)  # a W&B run by path: not a file name (a URL's // must survive)
@@ -108,9 +129,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if args.out is not None:
             out = args.out
         elif online:
-            out = (args.runs_dir or default_runs_dir()) / f"ingested-wandb-{online.replace('/', '-')}"
+            out = args.runs_dir / f"ingested-wandb-{online.replace('/', '-')}"
         elif path.exists() and not is_run_directory(path):
-            out = (args.runs_dir or default_runs_dir()) / f"ingested-{content_hash(path)}"
+            out = args.runs_dir / f"ingested-{content_hash(path)}"
     labels = {k: getattr(args, k) for k in ("rung", "stage", "mode") if getattr(args, k)}
     result = ingest(path, out, trust_dumps=args.trust_dumps, labels=labels or None, num_rollout=args.num_rollout)
     for warning in result.warnings:
