@@ -1,0 +1,159 @@
+"""The experiment record's entries for one judged check, without pytest or Allure.
+
+A `Recorder` turns what a check judged (a rung's judgement, an acceptance verdict, an A/B answer)
+into the summary rows and the experiment record's entries (harness.report.experiment_record,
+harness.report.answers), handed to two sinks: `record_row(SummaryRow)` and
+`record_experiment(kind, entry)`. The pytest fixture (fixtures/experiment.py) subclasses it and
+adds the Allure attachments; `python -m harness judge` (harness.experiment.session) uses it as is.
+Both write the same record from the same judgements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from harness.report import experiment_record as record_entries
+from harness.report.answers import answer_entry
+from harness.report.summary import summary_row_from_run
+from harness.spec import Knobs
+
+_AUDITS: dict = {}  # run id -> its token audit, computed once per process
+
+
+def audit_of(run):
+    """The run's token audit (None without dumps), computed once per process: a parent rung is
+    recorded by each of its children."""
+    from harness.attribution.audit import audit_run
+
+    if not run.dumps:
+        return None
+    if run.id not in _AUDITS:
+        _AUDITS[run.id] = audit_run(run)
+    return _AUDITS[run.id]
+
+
+def audit_percentiles(run) -> dict | None:
+    """The token audit's p50/p90/p99 of |dlogp| (None without dumps)."""
+    audit = audit_of(run)
+    if audit is None:
+        return None
+    return {k: getattr(audit, f"rlk_audit_dlogp_abs_{k}") for k in ("p50", "p90", "p99")}
+
+
+def rung_answer_expected(rung) -> tuple[str, bool]:
+    """What the rung file pre-registers, as the answers table shows it, and whether the direction's
+    margin is the answer's. A rung that expects a class but no direction (stale-weights: its class is
+    the framework probes', a check without a statistic) is shown without a margin."""
+    expect = rung.expect
+    expected = expect.direction if expect.direction_expected else "not-expected"
+    expected += f", class {expect.drift_class}" if expect.class_expected else ""
+    if not expect.direction_expected and expect.class_expected:
+        expected = f"class {expect.drift_class} (direction reported)"
+    return expected, expect.direction_expected or not expect.class_expected
+
+
+class Recorder:
+    """Summary rows and experiment-record entries of one check (module docstring)."""
+
+    def __init__(
+        self,
+        knobs: Knobs,
+        backend: str,
+        record_row: Callable,
+        record_experiment: Callable[[str, dict], None] | None = None,
+        nodeid: str = "",
+        title: str = "",
+    ):
+        self.knobs, self.backend = knobs, backend
+        self.record_summary_row = record_row
+        self.record_experiment = record_experiment or (lambda kind, entry: None)
+        self.nodeid, self.title = nodeid, title
+
+    def _test(self, title: str) -> dict:
+        self.title = title
+        return record_entries.test_ref(self.nodeid, title)
+
+    def _row(self, row, kind: str, title: str, replicates: int = 1) -> None:
+        """A summary row: the session's table, and the experiment record with the check that made it."""
+        self.record_summary_row(row)
+        self.record_experiment("rows", {**row.to_dict(), "kind": kind, "replicates": replicates, "test": record_entries.test_ref(self.nodeid, title)})
+
+    def criterion(self, criterion, run, verdict) -> None:
+        observed = (verdict.evidence or {}).get("outcome") or ("pass" if verdict.passed else "fail")
+        margin = (verdict.evidence or {}).get("margin")
+        test = self._test(criterion.seed_text)
+        entry = answer_entry(f"acceptance/{criterion.id}", "acceptance", criterion.expect, observed, margin, test, verdict.message)
+        self.record_experiment("answers", entry)
+
+    def audit_delta(self, judgement, run, parent) -> None:
+        """The audit percentiles' rung-minus-parent difference, into the judgement's evidence."""
+        audit = {name: audit_percentiles(side) for name, side in (("rung", run), ("parent", parent)) if side is not None}
+        if audit.get("rung") and audit.get("parent"):
+            judgement.evidence["audit_delta"] = {k: (audit["rung"][k] or 0) - (audit["parent"][k] or 0) for k in ("p50", "p90", "p99")}
+
+    def rung(self, case, judgement, run, parent) -> None:
+        """The rung's summary row, its judgement and its answer; a root's environment."""
+        notes = f"{case.rung.id}: class {judgement.drift_class}, {judgement.observed_direction}"
+        if judgement.replicate_spread():  # the spread between seeds, beside the verdict taken over them
+            notes += f"; {judgement.replicate_spread()}"
+        paired = judgement.evidence.get("paired_delta") or {}
+        if "delta" in paired:  # the same tokens scored by both configurations, beside the trajectories' delta
+            notes += f"; paired per-token delta {paired['delta']:+.2g} [{paired['low']:+.2g}, {paired['high']:+.2g}]"
+        if judgement.outcome is not None and judgement.outcome.direction == "inconclusive":
+            # What one run could not see: a reader must not take it for "no effect".
+            notes += f" (smallest detectable effect {judgement.outcome.detectable:.2g}, effect of interest {judgement.outcome.effect:.2g})"
+        title = f"{case.rung.title} [{case.stage}]"
+        row = summary_row_from_run(run, f"{case.stage}:{case.rung.id}", parent=parent, notes=notes, knobs=self.knobs)
+        self._row(row, "rung", title, replicates=(judgement.evidence.get("replicates") or {}).get("count", 1))
+        self.record_experiment("rungs", record_entries.rung_entry(case, judgement, row, self._test(title)))
+        if case.rung.parent is not None:
+            expected, with_margin = rung_answer_expected(case.rung)
+            margin = (judgement.evidence.get("decision") or {}).get("margin") if with_margin else None
+            observed = f"{judgement.observed_direction}, class {judgement.drift_class}"
+            test = record_entries.test_ref(self.nodeid, title)
+            self.record_experiment("answers", answer_entry(f"ladder/{case.stage}/{case.rung.id}", "ladder", expected, observed, margin, test))
+        else:  # a ladder root: the configuration everything above it is measured from
+            self.record_experiment("environment", record_entries.environment_entry(run, f"ladder root {case.stage}:{case.rung.id}"))
+
+    def smoke(self, stage: str, rung, run) -> None:
+        row = summary_row_from_run(run, f"{stage}:{rung.id}", notes="smoke", knobs=self.knobs)
+        self._row(row, "smoke", f"{rung.title} [{stage} smoke]")
+
+    def ab(self, question: str, pair, *, passed: bool, message: str, evidence: dict | None = None, key: str | None = None, expected=None) -> dict:
+        """key: the judge's name for the question (harness.judge.ab.QUESTIONS, "mode-consistency",
+        "contract"), so the page can put the answer beside the seed's question."""
+        entry = record_entries.ab_entry(key or question, question, pair, passed=passed, message=message, evidence=evidence, test=self._test(question))
+        self.record_experiment("ab", entry)
+        if expected is not None:  # a judged question (the contract is a check, not an estimate)
+            observed = ("yes" if passed else "no") + (f" ({evidence['outcome']})" if (evidence or {}).get("outcome") else "")
+            margin = (evidence or {}).get("margin")
+            self.record_experiment("answers", answer_entry(f"ab/{key or question}", "ab", expected, observed, margin, entry["test"], message))
+        return entry
+
+    def ab_rows(self, pair, name: str | None = None, notes: str = "") -> None:
+        """The pair's baseline and candidate rows; with `name` (a further candidate of knobs/ab.yaml
+        candidates) the candidate's row only, labelled with its name: the baseline's row is the pair's."""
+        from harness.judge.decisions import read_decisions
+
+        baseline, candidate = pair
+        mode = candidate.spec.mode or "?"
+        title = self.title or "same-workload contract"
+        if name is None:
+            decisions = read_decisions(baseline)[0]
+            row = summary_row_from_run(baseline, f"baseline ({mode})", notes="A/B baseline", knobs=self.knobs, execution_decisions=decisions)
+            self._row(row, "ab-baseline", title)
+        row = summary_row_from_run(
+            candidate,
+            f"candidate {name} ({mode})" if name else f"candidate ({mode})",
+            parent=baseline,
+            notes="; ".join(filter(None, ["A/B candidate", notes])),
+            knobs=self.knobs,
+            execution_decisions=read_decisions(candidate)[0],
+        )
+        self._row(row, "ab-candidate", title)
+        if name is not None:
+            return
+        self.record_experiment("environment", record_entries.environment_entry(baseline, f"A/B baseline ({mode})"))
+        audit = audit_of(baseline)
+        if audit is not None and audit.worst_tokens:
+            self.record_experiment("worst_tokens", record_entries.worst_tokens_entry(baseline, audit))

@@ -1,0 +1,155 @@
+"""Runs by resolved spec: `RunSource(knobs, backend, runs_dir)(stage, rung, mode, **overrides)` gives the
+loaded run a check needs.
+
+On the embedded and vime backends it launches the run, or reuses a finished one with the same run
+id (harness.launch.runner.ensure_run: a file lock per run directory, and the guard that refuses to
+replace a directory this tool did not write). With `find_only` (pytest's --backend=records, and
+`python -m harness judge`) it launches nothing: it finds the run in runs_dir (find_recorded_run) or
+raises RunNotFound saying what is missing. Loaded runs are kept by run id: the rung, its parent and
+the A/B gate share one object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.records.runload import Run
+from harness.spec import Knobs, SpecError, resolve, validate
+from harness.spec.resolve import RunSpec
+
+
+class RunNotFound(SpecError):
+    """A find-only source has no recorded run for a resolved spec."""
+
+
+def flags_fingerprint(flags: dict) -> str:
+    """What a resolved spec runs: a hash of its rendered argv. The run id's hash adds the backend
+    and, on the embedded backend, the trainer's code version; a recorded run is matched on this
+    part, so a run recorded before a harness-only code change is still found."""
+    from harness.spec.render import render_argv
+
+    return hashlib.sha256(json.dumps(render_argv(dict(sorted(flags.items())))).encode()).hexdigest()[:12]
+
+
+def find_recorded_run(runs_dir: Path, spec: RunSpec) -> tuple[Path | None, str]:
+    """A run directory for this resolved spec and how it was matched: by exact run id, else by the
+    fingerprint of its full resolved flags, for a run whose spec.yaml records a resolved spec (it
+    has a spec_hash). Only a run without one (an ingested log) falls back to its labels (rung, mode, stage),
+    and only for a spec without overrides: a label cannot tell an A/A seed or a replay run from
+    the baseline itself. The second value says which rule matched, or why nothing did."""
+    from harness.records.recorded_spec import recorded_spec
+    from harness.records.runload import read_yaml_mapping
+
+    exact = runs_dir / spec.run_id
+    if (exact / "spec.yaml").exists():
+        return exact, "run id"
+    wanted = flags_fingerprint(spec.flags)
+    labelled = []
+    for spec_file in sorted(runs_dir.glob("*/spec.yaml")):
+        mapping, problem = read_yaml_mapping(spec_file)
+        if problem:
+            continue
+        recorded, _ = recorded_spec(mapping, None)
+        if recorded.spec_hash:
+            if flags_fingerprint(recorded.flags) == wanted:
+                return spec_file.parent, "resolved-spec hash (flags)"
+        elif recorded.rung == spec.rung and recorded.mode == spec.mode and (recorded.stage or spec.stage) == spec.stage:
+            labelled.append(spec_file.parent)
+    if labelled and not spec.overrides:
+        return labelled[0], "labels (the run records no resolved spec, so its hash cannot be checked)"
+    why = f"no run with id {spec.run_id} or resolved-spec hash {wanted} (of its flags)"
+    if labelled:
+        why += f"; {labelled[0].name} is labelled {spec.rung}/{spec.mode} but records no resolved spec, and labels cannot match a spec with overrides {dict(spec.overrides)}"
+    return None, why
+
+
+@dataclass
+class LaunchSettings:
+    """How a launching source starts a run (harness.launch.runner.LaunchOptions, less the spec's own)."""
+
+    rerun: bool = False
+    vime_root: str | None = None
+    ray_address: str | None = None
+    timeout_s: float | None = None  # None: the stage's budget (knobs/launch.yaml)
+    warm_start: bool = True
+    session_started: float = 0.0  # runs finished before this were not started by this session
+    progress_sink: Callable[[str], None] | None = None
+
+
+class RunSource:
+    """The loaded run of each resolved spec a selection needs, launched or found (module docstring)."""
+
+    def __init__(
+        self,
+        knobs: Knobs,
+        backend: str,
+        runs_dir: Path,
+        *,
+        seed_offset: int = 0,
+        find_only: bool = False,
+        launch: LaunchSettings | None = None,
+    ):
+        self.knobs, self.backend, self.runs_dir = knobs, backend, Path(runs_dir).resolve()
+        self.seed_offset, self.find_only = int(seed_offset or 0), find_only or backend == "records"
+        self.launch = launch or LaunchSettings(session_started=time.time())
+        self._loaded: dict[str, Run] = {}
+
+    def spec(self, stage: str, rung: str, mode: str, **overrides) -> RunSpec:
+        """The resolved, validated spec; the seed offset added unless a seed is given (a replicate
+        of an offset run, seed + i, is already offset). Raises SpecError."""
+        if self.seed_offset and "seed" not in overrides:
+            base = resolve(self.knobs, stage, rung, mode, self.backend, overrides).flags.get("seed")
+            if base is not None:
+                overrides = {**overrides, "seed": int(base) + self.seed_offset}
+        return validate(resolve(self.knobs, stage, rung, mode, self.backend, overrides), self.knobs)
+
+    def __call__(self, stage: str, rung: str, mode: str, **overrides) -> Run:
+        spec = self.spec(stage, rung, mode, **overrides)
+        if spec.run_id not in self._loaded:
+            self._loaded[spec.run_id] = self._find(spec) if self.find_only else self._launch(spec)
+        return self._loaded[spec.run_id]
+
+    def fetcher(self, stage: str, mode: str) -> Callable[..., Run]:
+        """rung_id, **overrides -> run, at one stage and mode."""
+        return lambda rung_id, **overrides: self(stage, rung_id, mode, **overrides)
+
+    def _find(self, spec: RunSpec) -> Run:
+        from harness.records.rundir import RunDir
+
+        path, matched_by = find_recorded_run(self.runs_dir, spec)
+        if path is None:
+            raise RunNotFound(
+                f"no recorded run for rung {spec.rung!r} at {spec.stage} ({spec.mode}) in {self.runs_dir}: {matched_by}. "
+                f"Runs are matched by their full resolved flags; a run that records no flags falls back to its "
+                f"spec.yaml labels (make one with `python -m harness ingest LOG --rung {spec.rung} --stage {spec.stage} --mode {spec.mode}`)"
+            )
+        if matched_by.startswith("labels"):
+            warnings.warn(f"recorded runs: {spec.rung} at {spec.stage} ({spec.mode}) matched {path.name} by {matched_by}", stacklevel=2)
+        return RunDir(path).load()
+
+    def _launch(self, spec: RunSpec) -> Run:
+        from harness.launch.runner import LaunchOptions, ensure_run
+        from harness.spec.budget import run_timeout
+
+        settings = self.launch
+        timeout, why = (settings.timeout_s, "--run-timeout") if settings.timeout_s is not None else run_timeout(self.knobs, spec)
+        options = LaunchOptions(
+            runs_dir=self.runs_dir,
+            rerun=settings.rerun,
+            vime_root=settings.vime_root,
+            ray_address=settings.ray_address,
+            timeout_s=timeout,
+            timeout_why=why,
+            progress=False,
+            session_started=settings.session_started,
+            warm_start=settings.warm_start,
+            site=self.knobs.site,
+            progress_sink=settings.progress_sink,
+        )
+        return ensure_run(spec, options).load()
