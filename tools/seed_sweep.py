@@ -82,9 +82,31 @@ def summarize(offsets: list[int]) -> tuple[list[dict], list[str]]:
     return sorted(by_key.values(), key=lambda r: r["key"]), problems
 
 
-def render(rows: list[dict], offsets: list[int]) -> str:
+def provenance(offsets: list[int]) -> dict:
+    """The commits and machines the sweep's runs were made on, from each offset's own record (a
+    `--summarize-only` from another checkout must not claim its own commit for old runs)."""
+    from harness.records.environment import isa_text
+
+    commits, machines = set(), set()
+    for offset in offsets:
+        try:
+            record = load_record(SWEEP_DIR / f"offset-{offset}" / "experiment")
+        except RecordError:
+            continue
+        for env in record.get("environment", []):
+            harness = env.get("harness") or {}
+            commits.add((harness.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if harness.get("dirty") else ""))
+            cpu = (env.get("hardware") or {}).get("cpu") or {}
+            if cpu:
+                machines.add(f"{cpu.get('cores')} cores, {cpu.get('model') or 'unknown CPU'}, {isa_text(cpu)}")
+    return {"commits": sorted(commits), "machines": sorted(machines)}
+
+
+def render(rows: list[dict], offsets: list[int], made: dict) -> str:
     lines = [
         f"Seed sweep over offsets {', '.join(f'{o:+d}' for o in offsets)} on the judging seed (tools/seed_sweep.py)",
+        "",
+        f"Runs made at commit {', '.join(made['commits']) or 'unknown'} on {'; '.join(made['machines']) or 'an unrecorded machine'}.",
         "",
         "| Answer | Expected | Held | Smallest margin (SE) | Where it did not hold |",
         "|---|---|---|---|---|",
@@ -119,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         for offset in offsets:
             _, durations[offset] = run_offset(offset, args.mode)
     rows, problems = summarize(offsets)
-    table = render(rows, offsets)
+    made = provenance(offsets)
+    table = render(rows, offsets, made)
     SWEEP_DIR.mkdir(parents=True, exist_ok=True)
     (SWEEP_DIR / "sweep.md").write_text(table)
-    (SWEEP_DIR / "sweep.json").write_text(json.dumps({"offsets": offsets, "rows": rows, "problems": problems, "seconds": durations}, indent=1))
+    (SWEEP_DIR / "sweep.json").write_text(json.dumps({"offsets": offsets, **made, "rows": rows, "problems": problems, "seconds": durations}, indent=1))
     print(table)
     for problem in problems:
         print(f"seed_sweep: {problem}", file=sys.stderr)

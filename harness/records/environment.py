@@ -145,7 +145,44 @@ def cpu_and_memory() -> dict:
         memory = round(int(match.group(1)) / 2**20, 1) if match else None
     except OSError:
         pass
-    return {"model": model, "cores": os.cpu_count(), "memory_gib": memory, "machine": platform.machine()}
+    return {"model": model, "cores": os.cpu_count(), "memory_gib": memory, "machine": platform.machine(), **cpu_isa()}
+
+
+# The switches that move an AVX-512 machine towards an AVX2-only CPU's numerics (../shared/facts/machines.md):
+# a run made under them is not a run of the machine's own kernels, so the record says so.
+ISA_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")
+
+
+def cpu_isa(cpuinfo: str | None = None, environ=None) -> dict:
+    """The vector instruction set the CPU offers (AVX-512 / AVX2 only / other) and the ISA switches set.
+
+    Numerics and speed differ between the two x86 kinds this project runs on, so every record that
+    carries a figure names which one made it."""
+    environ = os.environ if environ is None else environ
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    match = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
+    flags = set(match.group(1).split()) if match else set()
+    if not flags:
+        isa = None
+    elif any(flag.startswith("avx512") for flag in flags):
+        isa = "AVX-512" + (" + AMX" if any(flag.startswith("amx") for flag in flags) else "")
+    elif "avx2" in flags:
+        isa = "AVX2 only"
+    else:
+        isa = "no AVX2"
+    settings = {name: environ[name] for name in ISA_SETTINGS if environ.get(name)}
+    return {"isa": isa, "isa_settings": settings}
+
+
+def isa_text(info: dict) -> str:
+    """`AVX-512 + AMX`, or `AVX-512 + AMX, run as AVX2 (ATEN_CPU_CAPABILITY=avx2)`: for a table cell."""
+    isa = info.get("isa") or "ISA unknown"
+    settings = info.get("isa_settings") or {}
+    return isa + (f", under {' '.join(f'{k}={v}' for k, v in settings.items())}" if settings else "")
 
 
 def nodes(environ: dict[str, str]) -> dict:

@@ -82,3 +82,17 @@ def test_hardware_and_versions_without_importing_heavy_packages():
 def test_node_count_from_scheduler_variables(monkeypatch, key):
     monkeypatch.setenv(key, "4")
     assert collect_environment(None, None)["hardware"]["nodes"]["count"] == 4
+
+
+def test_the_cpu_kind_and_the_isa_switches_are_named():
+    from harness.records.environment import cpu_isa, isa_text
+
+    # The flag lines of the two x86 kinds of ../shared/facts/machines.md (abridged).
+    xeon = "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw avx512_bf16 amx_tile amx_bf16\n"
+    epyc = "flags\t\t: fpu sse2 avx avx2 fma\n"
+    assert cpu_isa(xeon, {})["isa"] == "AVX-512 + AMX"
+    assert cpu_isa(epyc, {})["isa"] == "AVX2 only"
+    assert cpu_isa("", {})["isa"] is None
+    emulated = cpu_isa(xeon, {"ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell", "HOME": "/root"})
+    assert emulated["isa_settings"] == {"ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
+    assert isa_text(emulated) == "AVX-512 + AMX, under ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell"
