@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "harness.records.command",
     "harness.attribution.command",
     "harness.report.command",
+    "harness.experiment.command",
     "harness.spec.model_import",
 )
 
