@@ -125,7 +125,7 @@ class RunSource:
         path, matched_by = find_recorded_run(self.runs_dir, spec)
         if path is None:
             raise RunNotFound(
-                f"no recorded run for rung {spec.rung!r} at {spec.stage} ({spec.mode}) in {self.runs_dir}: {matched_by}. "
+                f"no recorded run for rung {spec.rung!r} at {spec.stage} ({spec.mode}{_overrides(spec)}) in {self.runs_dir}: {matched_by}. "
                 f"Runs are matched by their full resolved flags; a run that records no flags falls back to its "
                 f"spec.yaml labels (make one with `python -m harness ingest LOG --rung {spec.rung} --stage {spec.stage} --mode {spec.mode}`)"
             )
@@ -153,3 +153,8 @@ class RunSource:
             progress_sink=settings.progress_sink,
         )
         return ensure_run(spec, options).load()
+
+
+def _overrides(spec: RunSpec) -> str:
+    """', seed 2127' and the like: what tells a replicate or a replay run from the rung's own run."""
+    return "".join(f", {name} {value}" for name, value in sorted(spec.overrides.items()))
