@@ -195,16 +195,52 @@ def _response_cols(sample: dict) -> list[int]:
     return response_gather_positions(sample["prompt_len"], sample["response_len"])[0]
 
 
+ENGINE_PATHS = ("native", "processed-replay", "true-on-policy")  # log-probs from the side's own logits
+
+
+def operator_precision(name: str | None) -> Precision | None:
+    """A registry operator's arithmetic as a Precision (its contract's accumulate dtype, on the
+    operands as given); None for the engines' own paths, which log-softmax their logits."""
+    if name in (None, *ENGINE_PATHS):
+        return None
+    from harness.operators import registry
+
+    accumulate = registry.get(name).contract.accumulate_dtype
+    return Precision(accumulate if accumulate in ops.DTYPES else "float32")
+
+
+def _selected_from_operands(c, s):
+    return (c["final_norm"][_response_cols(s)], c["targets"])
+
+
+def _selected_through_head(x, w, p, pol):
+    return ops.selected_logprob(ops.lm_head(x[0], w, p), x[1], pol["temperature"], p)
+
+
+def _side_ops(name: str, side: str, policy: dict, inputs_of, op, prec: Precision):
+    """The selected-log-prob row is computed with the operator the side ran (the capture's
+    ``policy.logprob_operator``, from the side's own counts): a registry operator takes the LM
+    head's operands (the final norm at the response positions and the LM-head weight), so its
+    envelope is the head and the log-softmax at the operator's precision against fp64."""
+    if name != "selected_logprob":
+        return inputs_of, op, prec
+    used = operator_precision((policy.get("logprob_operator") or {}).get(side))
+    if used is None:
+        return inputs_of, op, prec
+    return _selected_from_operands, _selected_through_head, used
+
+
 def _measure(bundle: dict, pooled: dict) -> None:
     policy, weights = bundle["policy"], Qwen3Weights(bundle["weights"], bundle["policy"])
     prec = precisions(policy)
     for sample in bundle["samples"]:
         sides = {"trainer": sample["trainer"], "rollout": sample["rollout"]}
         for name, inputs_of, op in _boundary_ops(int(policy["num_layers"])):
-            x = {side: inputs_of(c, sample) for side, c in sides.items()}
+            per_side = {side: _side_ops(name, side, policy, inputs_of, op, prec[side]) for side in sides}
+            x = {side: per_side[side][0](c, sample) for side, c in sides.items()}
             with torch.no_grad():
-                exact = {side: op(x[side], weights, FP64, policy).double() for side in sides}
-                declared = {side: op(x[side], weights, prec[side], policy).double() for side in sides}
+                exact = {side: per_side[side][1](x[side], weights, FP64, policy).double() for side in sides}
+                declared = {side: per_side[side][1](x[side], weights, per_side[side][2], policy).double() for side in sides}
             envelope = _absdiff(exact["rollout"], exact["trainer"])
             for side in sides:
                 envelope = envelope + _absdiff(declared[side], exact[side])
@@ -320,6 +356,17 @@ def boundary_table(
     finally:
         torch.set_num_threads(threads)
     table.precisions = {side: p.describe() for side, p in precisions(bundles[0]["policy"]).items()}
+    used = bundles[0]["policy"].get("logprob_operator") or {}
+    # which operator each side's selected_logprob row was computed with (what the side's counts showed)
+    table.precisions["selected_logprob"] = {
+        side: (
+            f"{used[side]} ({operator_precision(used[side]).describe()} on the LM head's operands)"
+            if operator_precision(used.get(side))
+            else used[side]
+        )
+        for side in ("trainer", "rollout")
+        if used.get(side)
+    } or "each side's own log-softmax of its logits (the capture records no operator)"
     table.capture_fidelity = _fidelity(bundles)
     if min_coverage is None:
         table.coverage = {"carries_drift": False, "reason": "capture coverage not measured (no minimum coverage given)"}

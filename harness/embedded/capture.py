@@ -121,12 +121,31 @@ class TrainerTaps:
         self._handles = []
 
 
-def _log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, processed: bool) -> torch.Tensor:
+def _log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, processed: bool, operator: str = "native"
+) -> torch.Tensor:
+    """The trainer's own log-probs on its captured logits: Megatron's vocab-parallel cross entropy and
+    the processed-contract replay, or, where the run's recompute counted ``true-on-policy``, the
+    engine-formula log-softmax it ran (harness.embedded.true_on_policy.logprobs)."""
     from harness.embedded import logprobs as lp
 
+    if operator == lp.TRUE_ON_POLICY:
+        from harness.embedded.true_on_policy.logprobs import engine_logprobs
+
+        return engine_logprobs(logits, targets, temperature, top_k if processed else -1, top_p if processed else 1.0, processed)[0]
     if processed:
         return lp.replay_logprobs(logits, targets, temperature, top_k, top_p)[0]
     return lp.vocab_parallel_logprobs(logits, targets, temperature)
+
+
+def registry_operator(name: str | None):
+    """The registry operator NAME (None for the engines' own paths: native, processed-replay, true-on-policy)."""
+    from harness.embedded import logprob_operator
+    from harness.embedded import logprobs as lp
+
+    if name in (None, lp.NATIVE, lp.REPLAY, lp.TRUE_ON_POLICY):
+        return None
+    return logprob_operator.resolve(name)
 
 
 def trainer_side(
@@ -140,9 +159,14 @@ def trainer_side(
     top_p: float,
     recorded: torch.Tensor,
     shifts: tuple[int, int] = (0, 0),
+    operator: str = "native",
+    lm_weight: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """One sample's boundaries from a kept forward call (its row ``row`` of the micro-batch).
-    ``shifts`` = (slice_shift, target_shift) the trainer ran with (injected framework faults)."""
+    ``shifts`` = (slice_shift, target_shift) the trainer ran with (injected framework faults).
+    ``operator``: what the run's recompute counted (operator_calls.py); a registry operator computes
+    ``selected_logprob`` from the LM head's operands (the final norm at the response positions and
+    ``lm_weight``), as the trainer ran it."""
     length = len(tokens) - 1
     out = {name: t[:length, row] for name, t in call.items() if name != "logits"}
     cols, target_cols = response_gather_positions(prompt_len, response_len, *shifts)
@@ -153,9 +177,17 @@ def trainer_side(
         raise CaptureUnavailable("trainer capture needs TP=1 (the logits are vocabulary shards under TP)")
     with torch.no_grad():
         out["logits"] = logits
-        out["selected_logprob"] = _log_probs(logits, targets, temperature, -1, 1.0, processed=False).double()
-        out["processed_logprob"] = _log_probs(logits, targets, temperature, top_k, top_p, processed=True).double()
-        out["logsumexp"] = (logits.float()[torch.arange(len(cols)), targets] / temperature).double() - out["selected_logprob"]
+        own = _log_probs(logits, targets, temperature, -1, 1.0, processed=False, operator=operator).double()
+        out["processed_logprob"] = _log_probs(logits, targets, temperature, top_k, top_p, processed=True, operator=operator).double()
+        # the log-sum-exp of the side's own logits (an operator on the LM head's operands keeps its own inside)
+        out["logsumexp"] = (logits.float()[torch.arange(len(cols)), targets] / temperature).double() - own
+        op = registry_operator(operator)
+        if op is None:
+            out["selected_logprob"] = own
+        else:
+            if lm_weight is None:
+                raise CaptureUnavailable(f"trainer capture: operator {operator!r} needs the LM head's weight")
+            out["selected_logprob"] = op.selected_logprobs(call["final_norm"][cols, row], lm_weight.detach(), targets, temperature).double()
     out["recorded_logprob"] = recorded.double()
     out["targets"] = targets
     return out
@@ -204,7 +236,12 @@ class VllmTaps:
             handle.remove()
         self.handles = []
 
-    def take(self, response_cols: list[int]) -> dict[str, torch.Tensor]:
+    def take(
+        self, response_cols: list[int], operator: str = "", targets: list[int] | None = None, temperature: float = 1.0
+    ) -> dict[str, torch.Tensor]:
+        """``operator``: a registry operator the engine's sampler ran (operator_calls.py): its
+        selected log-probs of ``targets`` on the model's own LM-head operands come back as
+        ``operator_logprob``, computed here, in the engine's process, as the sampler computes them."""
         self.close()
         out: dict[str, torch.Tensor] = {}
         for name, value in self.store.items():
@@ -218,6 +255,12 @@ class VllmTaps:
         if normed is not None and response_cols and max(response_cols) < normed.shape[0]:
             with torch.inference_mode():
                 out["logits"] = self.model.compute_logits(normed[response_cols]).detach().clone()
+                op = registry_operator(operator or None)
+                if op is not None and targets is not None:
+                    vocab = out["logits"].shape[-1]
+                    weight = self.model.lm_head.weight[:vocab]
+                    picked = torch.tensor(targets, dtype=torch.long)
+                    out["operator_logprob"] = op.selected_logprobs(normed[response_cols], weight, picked, float(temperature)).float().clone()
         return out
 
 
@@ -242,9 +285,10 @@ def decode_tensors(data: dict) -> dict[str, torch.Tensor]:
     return out
 
 
-def _vllm_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, mode: str) -> torch.Tensor:
+def _vllm_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, mode: str, filtered: bool = False):
     """vLLM's own sampler path: fp32 logits, temperature (Sampler.apply_temperature), then
-    TopKTopPSampler (apply_top_k_top_p and its log-softmax) as the engine's sampler runs them."""
+    TopKTopPSampler (apply_top_k_top_p and its log-softmax) as the engine's sampler runs them.
+    ``filtered``: also return, per row, whether the filters removed a token (a -inf in the row)."""
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
     from vllm.v1.sample.sampler import Sampler
 
@@ -253,7 +297,8 @@ def _vllm_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
     k = torch.full((rows,), top_k, dtype=torch.long) if top_k and top_k > 0 else None
     p = torch.full((rows,), float(top_p)) if top_p < 1.0 else None
     _, lp = TopKTopPSampler(logprobs_mode=mode)(x, {}, k, p)
-    return lp.gather(1, targets[:, None]).squeeze(1).double()
+    chosen = lp.gather(1, targets[:, None]).squeeze(1).double()
+    return (chosen, ~torch.isfinite(lp).all(dim=1)) if filtered else chosen
 
 
 def rollout_side(
@@ -265,9 +310,13 @@ def rollout_side(
     top_k: int,
     top_p: float,
     recorded: torch.Tensor,
+    operator: str = "native",
 ) -> dict[str, torch.Tensor]:
     """One sample's boundaries from vLLM's own model: a prefill of tokens[:-1] with hooks on, in
-    whichever process the engine's worker runs (this one, the engine-core child, the server)."""
+    whichever process the engine's worker runs (this one, the engine-core child, the server).
+    ``operator``: what the engine's sampler counted (operator_calls.py); a registry operator's
+    selected log-prob is computed in the worker on the model's own LM-head operands, and the
+    processed log-prob is then formed as the sampler formed it (logprob_operator.rollout_logprobs)."""
     import json
 
     from harness.embedded.engine import SamplingSpec
@@ -275,27 +324,38 @@ def rollout_side(
     if not hasattr(engine, "worker_call"):
         raise CaptureUnavailable(f"rollout capture needs an engine whose worker it can call; this engine is {type(engine).__name__}")
     cols, target_cols = response_gather_positions(prompt_len, response_len)
+    targets = torch.tensor(tokens)[target_cols]
+    op = registry_operator(operator)
     engine.worker_call(CAPTURE_START)
     try:
         engine.reset_prefix_cache()  # a cached prefix would skip its positions in the forward
         # greedy: the capture's one token draws no random number from the run's sampling streams
         engine.generate([tokens[:-1]], SamplingSpec(n=1, temperature=0.0, top_p=1.0, top_k=-1, max_tokens=1))
     finally:
-        taken = engine.worker_call(CAPTURE_TAKE, response_cols=json.dumps(list(cols)))
+        extra = {"operator": op.name, "targets": json.dumps(targets.tolist()), "temperature": repr(float(temperature))} if op is not None else {}
+        taken = engine.worker_call(CAPTURE_TAKE, response_cols=json.dumps(list(cols)), **extra)
     if "problem" in taken:
         raise CaptureUnavailable(f"rollout capture: {taken['problem']}")
     out = decode_tensors(taken)
     length = len(tokens) - 1
     for name, value in out.items():
-        if name != "logits" and value.shape[0] != length:
+        if name not in ("logits", "operator_logprob") and value.shape[0] != length:
             raise CaptureUnavailable(f"rollout capture: {name} holds {value.shape[0]} positions, expected {length} (a cached or chunked prefill)")
     if "logits" not in out:
         raise CaptureUnavailable("rollout capture: the worker computed no logits (no final norm at the response positions)")
-    targets = torch.tensor(tokens)[target_cols]
     mode = "processed_logprobs"
-    out["selected_logprob"] = _vllm_log_probs(out["logits"], targets, temperature, -1, 1.0, mode)
-    out["processed_logprob"] = _vllm_log_probs(out["logits"], targets, temperature, top_k, top_p, mode)
-    out["logsumexp"] = (out["logits"].float()[torch.arange(len(cols)), targets] / temperature).double() - out["selected_logprob"]
+    own = _vllm_log_probs(out["logits"], targets, temperature, -1, 1.0, mode)
+    processed, filtered = _vllm_log_probs(out["logits"], targets, temperature, top_k, top_p, mode, filtered=True)
+    out["logsumexp"] = (out["logits"].float()[torch.arange(len(cols)), targets] / temperature).double() - own
+    out["selected_logprob"], out["processed_logprob"] = own, processed
+    if op is not None:
+        if "operator_logprob" not in out:
+            raise CaptureUnavailable(f"rollout capture: the worker computed no log-probs with operator {op.name!r}")
+        ran = out.pop("operator_logprob").double()
+        out["selected_logprob"] = ran
+        # The sampler's processed log-prob under the operator: the operator's raw log-prob at T,
+        # less vLLM's own kept-mass term where the filters removed tokens from the row.
+        out["processed_logprob"] = torch.where(filtered, ran - (own - processed), ran)
     out["recorded_logprob"] = recorded.double()
     out["targets"] = targets
     return out
@@ -391,8 +451,32 @@ def finish(run, taps: TrainerTaps | None, rollout_id: int, samples: list, spec, 
         torch.random.set_rng_state(rng)
 
 
+def _counted_operator(counts: dict | None, pass_: str, side: str, unavailable: list[str]) -> str:
+    """The one operator a side's counts show in ``pass_`` (operator_calls.py); native with a note
+    when they show none or several."""
+    ran = sorted(op for op, v in ((counts or {}).get("passes", {}).get(pass_) or {}).items() if v.get("tokens", 0) > 0)
+    if len(ran) == 1:
+        return ran[0]
+    unavailable.append(f"{side}: the counts show {ran or 'no operator'} in its {pass_} pass; selected_logprob computed with the native path")
+    return "native"
+
+
 def _finish(run, taps: TrainerTaps, rollout_id: int, samples: list, spec, views: list) -> Path:
+    from harness.embedded import operator_calls
+
     s, unavailable, captured = run.s, [], []
+    # The operator each side actually ran, from its own counts (not from the flags): the boundary
+    # table's selected_logprob row is computed with it.
+    try:
+        engine_counts = run.engine.operator_calls()
+    except Exception as err:  # noqa: BLE001 - a diagnostic must not end the run
+        engine_counts = None
+        unavailable.append(f"rollout: operator counts not read ({type(err).__name__})")
+    used = {
+        "trainer": _counted_operator(operator_calls.snapshot(operator_calls.TRAINER), operator_calls.RECOMPUTE, "trainer", unavailable),
+        "rollout": _counted_operator(engine_counts, operator_calls.SAMPLER, "rollout", unavailable),
+    }
+    lm_weight = run.policy.output_weight_shard() if s.tp == 1 and registry_operator(used["trainer"]) is not None else None
     for i, (m, off) in sorted(taps.where.items()):
         x = samples[i]
         P, R = len(x.prompt_ids), len(x.response_ids)
@@ -400,14 +484,23 @@ def _finish(run, taps: TrainerTaps, rollout_id: int, samples: list, spec, views:
         trainer = rollout = None
         try:
             trainer = trainer_side(
-                taps.call(m), off, *args, spec.temperature, s.top_k, s.top_p, views[i].log_probs, (spec.slice_shift, spec.target_shift)
+                taps.call(m),
+                off,
+                *args,
+                spec.temperature,
+                s.top_k,
+                s.top_p,
+                views[i].log_probs,
+                (spec.slice_shift, spec.target_shift),
+                operator=used["trainer"],
+                lm_weight=lm_weight,
             )
         except CaptureUnavailable as err:
             unavailable.append(f"trainer: {err}")
         except Exception as err:  # noqa: BLE001 - a diagnostic must not end the run; the table says "not checked" and why
             unavailable.append(f"trainer: capture failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}")
         try:
-            rollout = rollout_side(run.engine, *args, s.temperature, s.top_k, s.top_p, torch.tensor(x.rollout_log_probs))
+            rollout = rollout_side(run.engine, *args, s.temperature, s.top_k, s.top_p, torch.tensor(x.rollout_log_probs), operator=used["rollout"])
         except CaptureUnavailable as err:
             unavailable.append(f"rollout: {err}")
         except Exception as err:  # noqa: BLE001 - a diagnostic must not end the run; the table says "not checked" and why
@@ -425,6 +518,8 @@ def _finish(run, taps: TrainerTaps, rollout_id: int, samples: list, spec, views:
         "top_p": s.top_p,
         "logprobs_mode": s.logprobs_mode,
         "replay_processed": s.replay_processed,
+        # the operator each side's selected_logprob was computed with: the one its own counts show
+        "logprob_operator": used,
         "injections": s.faults.names(),
         "engine": run.engine_mode,
         "weight_version_trainer": run.trainer_version,

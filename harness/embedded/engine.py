@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.embedded import fp8, logprob_operator, true_on_policy, vllm_cpu_fixes, weight_digest
+from harness.embedded import fp8, logprob_operator, operator_calls, true_on_policy, vllm_cpu_fixes, weight_digest
 from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
 fp8.install_from_env()  # a spawned engine process re-imports this module: keep its fp8 emulation
@@ -94,9 +94,10 @@ class InProcessEngine:
             fp8.install_activation_emulation()
         os.environ[vllm_cpu_fixes.ENV_FLAG] = "1"
         vllm_cpu_fixes.install_all()  # the engine core and worker a TP=2 trainer forks inherit them
-        if cfg.logprob_operator != logprob_operator.NATIVE:
-            os.environ[logprob_operator.ENV_FLAG] = cfg.logprob_operator
-            logprob_operator.install_in_vllm(cfg.logprob_operator)
+        # Every run, native included: the sampler counts which operator produced the log-probs it
+        # returns (operator_calls.py); a TP=2 engine core re-installs it from the environment.
+        os.environ[logprob_operator.ENV_FLAG] = cfg.logprob_operator
+        logprob_operator.install_in_vllm(cfg.logprob_operator)
         true_on_policy_kwargs = {}
         if cfg.true_on_policy:
             os.environ[true_on_policy.ENV_FLAG] = "1"  # a spawned engine core registers the norm too
@@ -193,6 +194,10 @@ class InProcessEngine:
     def weight_digest(self) -> dict:
         """{parameter name: dtype, shape, sha} of the weights the engine holds now (weight_digest.py)."""
         return self.worker_call(weight_digest.WORKER_METHOD)
+
+    def operator_calls(self) -> dict:
+        """The log-prob operator calls counted in the engine's worker process (operator_calls.py)."""
+        return self.worker_call(operator_calls.WORKER_METHOD)
 
     def worker_call(self, method: str, **kwargs):
         """A method of vLLM's worker (worker_extension.py), in this process or the engine-core child; its result."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import requests
 
-from harness.embedded import fp8, logprob_operator, true_on_policy, vllm_cpu_fixes, weight_digest
+from harness.embedded import fp8, logprob_operator, operator_calls, true_on_policy, vllm_cpu_fixes, weight_digest
 from harness.embedded.engine import (
     KV_CACHE_BYTES,
     MAX_MODEL_LEN,
@@ -176,6 +176,10 @@ class ServerEngine:
     def weight_digest(self) -> dict:
         """{parameter name: dtype, shape, sha} of the weights the server's engine holds now."""
         return self.worker_call(weight_digest.WORKER_METHOD)
+
+    def operator_calls(self) -> dict:
+        """The log-prob operator calls counted inside the server's engine process (operator_calls.py)."""
+        return self.worker_call(operator_calls.WORKER_METHOD)
 
     def worker_call(self, method: str, **kwargs):
         """A method of the server's vLLM worker (worker_extension.py) through /collective_rpc; its

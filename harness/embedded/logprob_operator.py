@@ -29,6 +29,8 @@ import os
 
 import torch
 
+from harness.embedded import operator_calls
+
 NATIVE = "native"
 ENV_FLAG = "EMBEDDED_LOGPROB_OPERATOR"
 _SAMPLING_EPS = 1e-5  # vLLM's: a row below it is greedy (its sampler divides by 1 there)
@@ -91,7 +93,9 @@ _LAST: dict = {}  # the sampler call in flight: LM-head operands, metadata, logi
 
 
 def install_in_vllm(name: str) -> None:
-    """Route vLLM's sampled-token log-prob through the operator NAME (idempotent)."""
+    """Route vLLM's sampled-token log-prob through the operator NAME (idempotent). ``native``
+    leaves vLLM's own log-probs in place and only counts them (operator_calls.py): every engine
+    process counts which operator produced the log-probs it returned."""
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
     from vllm.v1.sample.sampler import Sampler
 
@@ -110,7 +114,9 @@ def install_in_vllm(name: str) -> None:
 
     def sampler_forward(self, logits, sampling_metadata, *args, **kwargs):
         override = kwargs.get("logprobs_mode_override", args[1] if len(args) > 1 else None)
-        _LAST.update(meta=sampling_metadata, mode=override or self.logprobs_mode, logits=logits.float().clone())
+        _LAST.update(meta=sampling_metadata, mode=override or self.logprobs_mode)
+        if op is not None:
+            _LAST["logits"] = logits.float().clone()
         try:
             return forward(self, logits, sampling_metadata, *args, **kwargs)
         finally:
@@ -120,10 +126,14 @@ def install_in_vllm(name: str) -> None:
     def gather_logprobs(logprobs, num_logprobs, token_ids):
         out = gather(logprobs, num_logprobs, token_ids)
         if "meta" in _LAST:  # the sampled-token path (prompt log-probs are not asked for)
-            out.logprobs[:, 0] = rollout_logprobs(op, logprobs, token_ids)
+            if op is not None:
+                out.logprobs[:, 0] = rollout_logprobs(op, logprobs, token_ids)  # counted per operator call
+            else:
+                operator_calls.count(operator_calls.ROLLOUT, operator_calls.SAMPLER, NATIVE, out.logprobs.shape[0])
         return out
 
-    LogitsProcessor.forward = logits_forward
+    if op is not None:  # the LM head's operands are needed by the operator only
+        LogitsProcessor.forward = logits_forward
     Sampler.forward = sampler_forward
     Sampler.gather_logprobs = staticmethod(gather_logprobs)
     Sampler._embedded_logprob_operator = name
@@ -145,6 +155,7 @@ def rollout_logprobs(op, vllm_logprobs: torch.Tensor, sampled: torch.Tensor) -> 
     for t in torch.unique(temps).tolist():
         idx = (temps == t).nonzero().squeeze(1)
         values[idx] = op.selected_logprobs(hidden[idx], weight[:vocab], sampled[idx], float(t), tp_size=1).float()
+        operator_calls.count(operator_calls.ROLLOUT, operator_calls.SAMPLER, op.name, idx.numel())  # after it returned
     filtered = ~torch.isfinite(vllm_logprobs).all(dim=1)
     if mode == "processed_logprobs" and bool(filtered.any()):
         # vLLM's own kept-mass term: its raw log-prob at T (same logits, same division and
@@ -156,6 +167,7 @@ def rollout_logprobs(op, vllm_logprobs: torch.Tensor, sampled: torch.Tensor) -> 
 
 
 def install_from_env() -> None:
+    """In an engine process the trainer started (ENV_FLAG set, ``native`` included: native is counted too)."""
     name = os.environ.get(ENV_FLAG)
-    if name and name != NATIVE:
+    if name:
         install_in_vllm(name)

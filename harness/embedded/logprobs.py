@@ -99,14 +99,24 @@ def _operator_implementation(name: str) -> str:
     return f"harness.operators.registry {name!r} in the trainer and in vLLM's sampler: {op.contract.summary}"
 
 
-def execution_decision(logger: logging.Logger, *, backend: str, dtype: str, tp: int, rank: int, fallback_tokens: int = 0) -> dict:
-    """RL-Align's ``rl_kernel.execution_decision {json}`` record for the log-prob path used."""
+def execution_decision(
+    logger: logging.Logger, *, backend: str, ran: dict[str, int], dtype: str, tp: int, rank: int, fallback_tokens: int = 0
+) -> dict:
+    """RL-Align's ``rl_kernel.execution_decision {json}`` record for the log-prob path used.
+
+    ``backend`` is what the flags asked for; ``ran`` the tokens each operator's calls returned in
+    this step's recompute, counted after the call (harness.embedded.operator_calls). The actual
+    backend is what was counted: an operator other than the requested one, or none, is a fallback.
+    """
+    actual = "+".join(sorted(ran)) or "none"
+    executed = actual == backend
     record = {
         "op": "linear_logp",
         "requested_backend": backend,
-        "actual_backend": backend,
-        "decision": "native" if backend == NATIVE else "optimized",
-        "fallback_reason": None,
+        "actual_backend": actual,
+        "decision": ("native" if backend == NATIVE else "optimized") if executed else "fallback-not-executed",
+        "fallback_reason": None if executed else f"the recompute counted {ran or 'no tokens'}, not {backend!r} alone",
+        "counted_tokens": dict(ran),
         "dtype": dtype,
         "logits_dtype": "float32",
         "tp_size": tp,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness.embedded import capture, dumps, factory, fp8, numeric_faults, weight_digest
+from harness.embedded import capture, dumps, factory, fp8, numeric_faults, operator_calls, weight_digest
 from harness.embedded import logprobs as lp
 from harness.embedded import true_on_policy as true_on_policy_mode
 from harness.embedded.data import load_prompts, tokenizer_hash
@@ -51,6 +51,27 @@ def _mean(xs) -> float:
     return float(sum(xs) / len(xs)) if xs else 0.0
 
 
+def expected_operators(settings) -> list[dict]:
+    """What the run's flags ask each side to run, as (side, pass, operator) triples: the counts must
+    show every one of them (harness/judge/candidate_execution.py). Flags only; nothing is counted here."""
+    if settings.logprob_operator != lp.NATIVE:
+        trainer = rollout = settings.logprob_operator
+    elif settings.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"):
+        trainer, rollout = lp.TRUE_ON_POLICY, lp.NATIVE
+    else:
+        trainer, rollout = (lp.REPLAY if settings.replay_processed else lp.NATIVE), lp.NATIVE
+    out = [
+        {"side": operator_calls.TRAINER, "pass": operator_calls.RECOMPUTE, "operator": trainer},
+        {"side": operator_calls.TRAINER, "pass": operator_calls.TRAINING, "operator": trainer},
+        {"side": operator_calls.ROLLOUT, "pass": operator_calls.SAMPLER, "operator": rollout},
+    ]
+    if settings.true_on_policy and true_on_policy_mode.lever_on("engine-rounded-residual"):
+        from harness.embedded.true_on_policy.engine_settings import ROUNDED_RESIDUAL
+
+        out.append({"side": operator_calls.ROLLOUT, "pass": operator_calls.ENGINE_NORM, "operator": ROUNDED_RESIDUAL})
+    return out
+
+
 class EmbeddedRun:
     def __init__(self, s: Settings, *, tp_rank: int) -> None:
         self.s, self.tp_rank = s, tp_rank
@@ -58,6 +79,7 @@ class EmbeddedRun:
         self.engine = None
         self.trainer_version = 0
         self._shard_rows: list[dict] = []
+        self._recompute_counted: dict[str, int] = {}  # the trainer's recompute tokens per operator, up to the last step
 
     # ---------------------------------------------------------------- build
     def build(self, store_path: str) -> None:
@@ -375,15 +397,41 @@ class EmbeddedRun:
         server_peak = self._server_peak_gb()
         if server_peak is not None:
             perf["perf/rollout_peak_memory_gb"] = server_peak
-        backend = lp.TRUE_ON_POLICY if s.true_on_policy else lp.REPLAY if s.replay_processed else lp.NATIVE
-        if s.logprob_operator != lp.NATIVE:
-            backend = s.logprob_operator
+        counted = self._operator_calls(rollout_id)
         return StepReport(
             rollout=rollout_metrics,
             steps=step_metrics,
             perf=perf,
-            extra_lines=[dict(backend=backend, dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
+            extra_lines=[dict(backend=counted["requested"], actual=counted["ran"], dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
         )
+
+    def _operator_calls(self, rollout_id: int) -> dict:
+        """Both sides' counted operator calls so far, written to operator_calls.json (operator_calls.py);
+        returns what the trainer was asked to run and what its recompute counted this step, for the
+        execution decision line (which no longer says "actual = requested" by construction)."""
+        s, problems = self.s, []
+        try:
+            rollout = self.engine.operator_calls()
+        except Exception as err:  # noqa: BLE001 - the run goes on; the record says the engine side is not counted
+            rollout = None
+            problems.append(f"the engine's operator counts could not be read back ({type(err).__name__}: {' '.join(str(err).split())[:200]})")
+        expected = expected_operators(s)
+        record = {
+            "format": operator_calls.FORMAT,
+            "expected": expected,
+            "engine_mode": self.engine_mode,
+            "tp_rank": self.tp_rank,
+            "rollouts_counted": rollout_id + 1,
+            operator_calls.TRAINER: operator_calls.snapshot(operator_calls.TRAINER),
+            operator_calls.ROLLOUT: rollout,
+            "problems": problems,
+        }
+        operator_calls.write(s.output_dir, record)
+        recompute = record[operator_calls.TRAINER]["passes"].get(operator_calls.RECOMPUTE, {})
+        step = {op: v["tokens"] - self._recompute_counted.get(op, 0) for op, v in recompute.items()}
+        self._recompute_counted = {op: v["tokens"] for op, v in recompute.items()}
+        requested = next(e["operator"] for e in expected if e["side"] == operator_calls.TRAINER)
+        return {"requested": requested, "ran": {op: n for op, n in sorted(step.items()) if n > 0}}
 
     @staticmethod
     def _merge_path(spec) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.embedded import logprob_operator
+from harness.embedded import logprob_operator, operator_calls
 from harness.embedded import logprobs as lp
 from harness.embedded.megatron_cpu import causal_mask, on_cpu
 from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
@@ -117,15 +117,22 @@ class Policy:
                 values = logprob_operator.trainer_logprobs(
                     op, self.captured_hidden[cols_t, rows_t], self.output_weight_shard(), targets_t, spec.temperature, self.tp
                 )
+                ran = op.name
             elif spec.true_on_policy:
                 values, outside = engine_logprobs(lp.gather_full_vocab(selected), targets_t, spec.temperature, spec.top_k, spec.top_p, spec.replay)
                 fallback = int(outside.sum())
+                ran = lp.TRUE_ON_POLICY
             elif spec.replay:
                 full = lp.gather_full_vocab(selected)
                 values, outside = lp.replay_logprobs(full, targets_t, spec.temperature, spec.top_k, spec.top_p)
                 fallback = int(outside.sum())
+                ran = lp.REPLAY
             else:
                 values = lp.vocab_parallel_logprobs(selected, targets_t, spec.temperature)
+                ran = lp.NATIVE
+            # Counted after the operator returned, with the tokens it returned (operator_calls.py):
+            # the run's proof that this path ran, in this pass.
+            operator_calls.count(operator_calls.TRAINER, operator_calls.TRAINING if grad else operator_calls.RECOMPUTE, ran, values.numel())
             extra = {"fallback_tokens": fallback}
             if diagnostics:
                 with torch.no_grad():

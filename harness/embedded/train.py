@@ -142,6 +142,7 @@ def main(argv: list[str]) -> int:
                 lp.execution_decision(
                     logging.getLogger("harness.embedded"),
                     backend=decision["backend"],
+                    ran=decision["actual"],
                     dtype=decision["dtype"],
                     tp=decision["tp"],
                     rank=0,

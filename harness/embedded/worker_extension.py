@@ -8,6 +8,8 @@ there:
 
 - ``embedded_weight_digest``: probe 2's read-back of the weights the worker's model holds
   (weight_digest.py);
+- ``embedded_operator_calls``: the log-prob operator calls counted in the worker's process
+  (operator_calls.py): the engine side's proof that the requested operator ran;
 - ``embedded_capture_start`` / ``embedded_capture_take``: the rollout side of the boundary capture
   (capture.py): forward hooks on the worker's own model around one prefill, then the tensors they
   kept and the model's own ``compute_logits`` at the response positions, encoded as plain data
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import json
 
-from harness.embedded import capture, weight_digest
+from harness.embedded import capture, operator_calls, weight_digest
 
 weight_digest.install_packing_digest()
 
@@ -38,18 +40,26 @@ class EmbeddedWorkerExtension:
         """{parameter name: dtype, shape, sha} of the weights this worker's model holds now."""
         return weight_digest.model_report(self.model_runner.model)
 
+    def embedded_operator_calls(self) -> dict:
+        """The log-prob operator calls counted in this worker's process (operator_calls.py), engine side."""
+        return operator_calls.snapshot(operator_calls.ROLLOUT)
+
     def embedded_capture_start(self) -> None:
         """Hooks on the worker's model until ``embedded_capture_take``; the next forward is kept."""
         previous = getattr(self, _TAPS, None)
         if previous is not None:
             previous.close()
         setattr(self, _TAPS, capture.VllmTaps(self.model_runner.model))
+        operator_calls.capturing(True)  # the capture's prefill is not the rollout's: counted apart
 
-    def embedded_capture_take(self, response_cols: str) -> dict:
+    def embedded_capture_take(self, response_cols: str, operator: str = "", targets: str = "null", temperature: str = "1.0") -> dict:
         """Hooks off; the kept boundaries and the LM-head logits at ``response_cols`` (a JSON list of
-        positions), encoded. No capture started: {"problem": ...}."""
+        positions), encoded; with ``operator`` (the registry operator this engine's sampler ran) its
+        selected log-probs of ``targets`` (JSON list) at ``temperature`` too. Strings: the server's
+        /collective_rpc passes JSON. No capture started: {"problem": ...}."""
         taps = getattr(self, _TAPS, None)
         setattr(self, _TAPS, None)
+        operator_calls.capturing(False)
         if taps is None:
             return {"problem": "no capture was started on this worker"}
-        return capture.encode_tensors(taps.take(json.loads(response_cols)))
+        return capture.encode_tensors(taps.take(json.loads(response_cols), operator, json.loads(targets), float(temperature)))

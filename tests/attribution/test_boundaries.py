@@ -94,11 +94,21 @@ def _side(weights: Qwen3Weights, tokens: list[int], prompt_len: int, prec: Preci
     return out
 
 
-def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32", trainer_down=None, logged_scale: float | None = 1.0) -> BoundaryTable:
+def _bundle(
+    tmp_path,
+    fault: str | None = None,
+    rollout_dtype: str = "float32",
+    trainer_down=None,
+    logged_scale: float | None = 1.0,
+    operator: str | None = None,
+    operator_error: float = 0.0,
+) -> BoundaryTable:
     """``trainer_down(x, weight, prec)``: the trainer side's MLP output projection, in place of the
     reference's one GEMM (the table itself always measures with the reference). ``logged_scale``:
     the run's logged abs-diff as a multiple of what the capture carries (1: coverage 1; None: no
-    logged value)."""
+    logged value). ``operator``: a registry operator both sides ran for the selected log-prob, on
+    each side's own LM-head operands, as the embedded capture records it (``operator_error`` added
+    to the rollout's: a faulty operator kernel)."""
     state = _weights()
     weights = Qwen3Weights(state, CONFIG)
     tokens, prompt_len = [(7 * i + 3) % CONFIG["vocab_size"] for i in range(24)], 10
@@ -127,6 +137,14 @@ def _bundle(tmp_path, fault: str | None = None, rollout_dtype: str = "float32", 
             patch.setattr(ops, "linear", linear)
         trainer = _side(weights, tokens, prompt_len, Precision("float32"))
     rollout = _side(weights, tokens, prompt_len, Precision(rollout_dtype), fault)
+    if operator is not None:
+        from harness.operators import registry
+
+        op, cols = registry.get(operator), list(range(prompt_len - 1, len(tokens) - 1))
+        for side, prec, error in ((trainer, Precision("float32"), 0.0), (rollout, Precision(rollout_dtype), operator_error)):
+            head = weights.get("lm_head.weight", prec)
+            side["selected_logprob"] = op.selected_logprobs(side["final_norm"][cols], head, side["targets"], 1.0).double() + error
+        policy["logprob_operator"] = {"trainer": operator, "rollout": operator}
     sample = CapturedSample(0, tokens, prompt_len, len(tokens) - prompt_len, trainer, rollout)
     path = write_capture(tmp_path / "dumps" / "capture_2.pt", 2, [sample], policy, state, [])
     logged = None if logged_scale is None else {2: captured_drift(read_capture(path))["captured"] * logged_scale}
@@ -164,6 +182,22 @@ def test_a_reordered_tp_reduction_breaks_its_envelope_only_outside_the_declared_
     bf16 = _bundle(tmp_path / "bf16", trainer_down=lambda x, w, prec: row_parallel_reordered(x, w, torch.bfloat16))
     assert bf16.localised is not None and bf16.localised.boundary == "layer.0.mlp", bf16.markdown()
     assert bf16.localised.ratio > K
+
+
+def test_the_selected_log_prob_is_judged_with_the_operator_each_side_ran(tmp_path):
+    """With a registry operator recorded for both sides, the selected_logprob row holds the
+    operator's outputs and its envelope is the LM head and log-softmax at the operator's precision
+    on each side's own operands: a bf16 rollout stays within it, a faulty operator is localised
+    there, before any later row."""
+    bf16 = _bundle(tmp_path / "bf16", rollout_dtype="bfloat16", operator="fused-linear-logprob")
+    assert bf16.localised is None, bf16.markdown()
+    assert bf16.precisions["selected_logprob"]["rollout"].startswith("fused-linear-logprob (float32"), bf16.precisions
+    selected = next(r for r in bf16.rows if r.boundary == "selected_logprob")
+    assert selected.divergence["mean"] > 0 and selected.envelope["mean"] > 0
+    faulty = _bundle(tmp_path / "faulty", operator="fused-linear-logprob", operator_error=1e-3)
+    assert faulty.localised is not None and faulty.localised.boundary == "selected_logprob", faulty.markdown()
+    native = _bundle(tmp_path / "native")
+    assert native.precisions["selected_logprob"].startswith("each side's own log-softmax")
 
 
 def _probe(number: int, status: str) -> ProbeVerdict:

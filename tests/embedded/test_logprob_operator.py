@@ -115,3 +115,44 @@ def test_rollout_side_refuses_rows_it_cannot_pair():
             logprob_operator.rollout_logprobs(registry.get(FUSED), vllm_lp, vllm_lp.argmax(-1))
     finally:
         logprob_operator._LAST.clear()
+
+
+def test_each_operator_call_is_counted_where_it_runs():
+    """The proof of execution is a count taken after the call returned (operator_calls.py): the
+    rollout side's operator adds its calls and tokens; the boundary capture's calls are kept apart."""
+    from harness.embedded import operator_calls
+
+    h, w, _ = _operands()
+    vllm_lp, logits = _vllm_logprobs(h, w, 1.0, "raw_logprobs")
+    before = operator_calls.snapshot(operator_calls.ROLLOUT)["passes"]
+    sampler = before.get("sampler", {}).get(FUSED, {"calls": 0, "tokens": 0})
+    for capturing in (False, True):
+        operator_calls.capturing(capturing)
+        logprob_operator._LAST.update(hidden=h, weight=w, meta=SimpleNamespace(temperature=None), mode="raw_logprobs", logits=logits)
+        try:
+            logprob_operator.rollout_logprobs(registry.get(FUSED), vllm_lp, vllm_lp.argmax(-1))
+        finally:
+            logprob_operator._LAST.clear()
+            operator_calls.capturing(False)
+    after = operator_calls.snapshot(operator_calls.ROLLOUT)["passes"]
+    assert after["sampler"][FUSED] == {"calls": sampler["calls"] + 1, "tokens": sampler["tokens"] + h.shape[0]}
+    assert after["capture"][FUSED]["tokens"] >= h.shape[0]
+
+
+@pytest.mark.parametrize(
+    "extra, trainer, rollout",
+    [
+        ((), "native", "native"),
+        (("--embedded-logprob-operator", FUSED), FUSED, FUSED),
+        (("--embedded-true-on-policy", "--embedded-replay-processed-logprobs"), "true-on-policy", "native"),
+    ],
+)
+def test_what_each_side_must_be_counted_running(extra, trainer, rollout):
+    from harness.embedded import true_on_policy as mode
+    from harness.embedded.loop import expected_operators
+
+    mode.configure(frozenset())
+    wanted = {(e["side"], e["pass"]): e["operator"] for e in expected_operators(_settings(*extra))}
+    assert wanted[("trainer", "recompute")] == wanted[("trainer", "training")] == trainer
+    assert wanted[("rollout", "sampler")] == rollout
+    assert (("rollout", "engine-norm") in wanted) == ("--embedded-true-on-policy" in extra)

@@ -91,4 +91,7 @@ def test_the_worker_extension_is_what_vllm_mixes_into_every_worker():
     extension = resolve_obj_by_qualname(WORKER_EXTENSION)
     methods = [name for name in dir(extension) if not name.startswith("__")]
     assert weight_digest.WORKER_METHOD in methods and {"embedded_capture_start", "embedded_capture_take"} <= set(methods)
+    from harness.embedded import operator_calls
+
+    assert operator_calls.WORKER_METHOD in methods  # the engine side's operator counts, read where the sampler ran
     assert not any(name in vars(cls) for name in methods for cls in (Worker, CPUWorker))  # no patch on vLLM's classes

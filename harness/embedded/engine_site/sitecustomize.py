@@ -83,5 +83,6 @@ if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
     )
     sys.meta_path.insert(0, _AfterImport("vllm.distributed.device_communicators.shm_broadcast", _cpu_fix("install_idle_wait")))
     sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _cpu_fix("install_eager_rank_count")))
-if os.environ.get("EMBEDDED_LOGPROB_OPERATOR", "native") != "native":
+# Native included: the sampler counts which operator produced its log-probs (operator_calls.py).
+if os.environ.get("EMBEDDED_LOGPROB_OPERATOR"):
     sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _logprob_operator))

@@ -9,6 +9,7 @@ import json
 
 import torch
 
+from harness.embedded import operator_calls
 from harness.embedded.true_on_policy import lever_on
 
 ROUNDED_RESIDUAL = "embedded_rounded_residual"
@@ -21,6 +22,8 @@ def rounded_residual_fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's native fused add + RMSNorm, except that the norm reads the residual sum after it is
     rounded to the model dtype: Megatron adds the residual in the model dtype, then normalises."""
+    # Counted in the engine's process: the proof that vLLM selected this implementation (operator_calls.py)
+    operator_calls.count(operator_calls.ROLLOUT, operator_calls.ENGINE_NORM, ROUNDED_RESIDUAL, x.reshape(-1, x.shape[-1]).shape[0])
     orig_dtype = x.dtype
     x_residual = (x.to(torch.float32) + x_residual.to(torch.float32)).to(orig_dtype)
     x = x_residual.to(torch.float32)
