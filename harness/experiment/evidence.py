@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.judge import ladder
+from harness.judge.evidence import BoundaryResult, ContractResult, FrameworkResult, RungEvidence
 from harness.records.runload import Run
 from harness.spec import Knobs
 
@@ -62,14 +63,85 @@ def paired_for(backend: str, knobs: Knobs) -> Callable | None:
     """The paired per-token delta (child, parent) -> PairedDelta | NotChecked, on the embedded backend only."""
     if backend != "embedded":
         return None
-    from harness.judge.paired import paired_delta
+    from harness.experiment.paired_scores import paired_delta
 
     return lambda child, parent: paired_delta(child, parent, knobs)
 
 
+def replicate_runs(rung_id: str, fetch: Callable[..., Run], count: int) -> list[Run]:
+    """The rung's run and its replicates: the same spec at seeds seed+1 .. seed+count-1 (the stage's
+    `replicates` knob). Replicate 0 is the run itself, so one seed reuses the runs it always had."""
+    first = fetch(rung_id)
+    if count <= 1:
+        return [first]
+    seed = int(first.spec.flag("seed") if first.spec.flag("seed") is not None else 1234)  # VIME's default seed
+    return [first] + [fetch(rung_id, seed=seed + i) for i in range(1, count)]
+
+
+def rung_difference(rung, knobs: Knobs, fetch: Callable[..., Run], replicates: int = 1):
+    """harness.judge.ladder.rung_difference on the rung's and its parent's runs at every replicate seed."""
+    children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
+    return ladder.rung_difference(rung, knobs, children, parents)
+
+
+def family_levels(knobs: Knobs, stage: str, backend: str, fetch: Callable[..., Run]):
+    """Holm levels of the stage's family (harness.judge.ladder.family_levels) from its members' runs."""
+    replicates = knobs.stages[stage].replicate_count(backend)
+    members = ladder.family_members(knobs, stage, backend)
+    return ladder.family_levels(knobs, {rung_id: rung_difference(knobs.rungs[rung_id], knobs, fetch, replicates) for rung_id in members})
+
+
+def judge_rung(
+    rung,
+    knobs: Knobs,
+    fetch: Callable[..., Run],
+    framework_checks: Callable[[Run], list[str]] | None = None,
+    holm=None,
+    contract_check: Callable[[Run], tuple[str, str]] | None = None,
+    replicates: int = 1,
+    paired: Callable[[Run, Run], object] | None = None,
+    boundary_check: Callable[[Run], tuple[str, str, str | None]] | None = None,
+    framework_not_checked: Callable[[Run], list[str]] | None = None,
+):
+    """Gather a rung's evidence, then judge it (harness.judge.ladder.judge). `fetch(rung_id, **overrides)`
+    returns a run at the same stage and mode; `replicates` is how many seeds a side is judged on;
+    `framework_checks(run)` returns the failed framework probes' messages and `framework_not_checked(run)`
+    those that could not run; `contract_check(run)` is probe 6, (status, verdict); `boundary_check(run)`
+    the boundary table, (status, reason, boundary); `paired(child, parent)` the paired per-token delta.
+    Each is asked only for the runs the judgement reaches; a source not given is "not checked"."""
+    children = [fetch(rung.id)]
+    parents: list[Run] = []
+    if rung.parent is not None and not ladder.first_seed_problems(rung, knobs, children[0]):
+        children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
+    measured = ladder.measure(rung, knobs, children, parents, holm)
+    if measured.problems:
+        return measured
+    evidence = RungEvidence(contract_probe=contract_check is not None, boundary_table=boundary_check is not None)
+    if framework_checks is not None:
+        evidence.framework = {
+            run.id: FrameworkResult(tuple(framework_checks(run)), tuple(framework_not_checked(run)) if framework_not_checked else None)
+            for run in children + parents
+        }
+    if paired is not None and parents:
+        evidence.paired = paired(children[0], parents[0])
+    runs = {run.id: run for run in children + parents}
+    for _ in range(4):  # each round gives a step what it asked for; three steps can ask
+        judgement = ladder.classify(rung, knobs, measured, children, parents, evidence, holm)
+        if not judgement.needs:
+            return judgement
+        for need in judgement.needs:
+            if need.kind == "contract":
+                evidence.contract[need.key] = ContractResult(*contract_check(runs[need.key]))
+            elif need.kind == "boundary":
+                evidence.boundary[need.key] = BoundaryResult(*boundary_check(runs[need.key]))
+            elif need.kind == "replay":
+                evidence.replay[need.key] = fetch(need.key, **{knobs.classification.semantic_replay.flag: True})
+    raise AssertionError(f"{rung.id}: the judgement still needs {judgement.needs} after every round of evidence")
+
+
 def judge_ladder_rung(rung, knobs: Knobs, fetch: Callable[..., Run], probes: Probes, *, holm, replicates: int, backend: str):
     """One rung judged against its parent with every piece of evidence the judge can use."""
-    return ladder.judge_rung(
+    return judge_rung(
         rung,
         knobs,
         fetch,

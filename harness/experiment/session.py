@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.experiment.evidence import Probes, judge_ladder_rung
+from harness.experiment.evidence import Probes, family_levels, judge_ladder_rung, replicate_runs
 from harness.experiment.recorder import Recorder
 from harness.experiment.runs import RunSource
 from harness.judge import ab
 from harness.judge.acceptance import CHECKS, JudgeContext, abs_diff_present_every_step
-from harness.judge.ladder import bound_findings, expectation_findings, family_levels, family_members, replicate_runs
+from harness.judge.ladder import bound_findings, expectation_findings, family_members
 from harness.spec import Knobs, SpecError
 from harness.spec.cluster import skip_reason
 from harness.spec.schema import Rung

@@ -22,6 +22,7 @@ from harness.judge.decisions import fallbacks, read_decisions
 from harness.judge.ladder import effect_of_interest
 from harness.judge.margin import noninferiority_margin, outcome_margin
 from harness.judge.verdict import after_warmup
+from harness.recipes import DATA_RECIPES, URI_PREFIX, recipe_hash
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
 from harness.spec import Knobs
@@ -36,14 +37,15 @@ class Answer:
 
 
 def prompts_fingerprint(prompt_data: str | None) -> str | None:
-    """sha256 of the prompt file the flag points at (embedded:// recipes resolved through the factory)."""
+    """sha256 of the prompt file (or folder) the flag points at. An embedded data set
+    (embedded://data/NAME) is generated from its recipe (harness.recipes: same recipe, same prompts,
+    byte for byte), so the recipe's hash stands for its content; an unknown name is None (unreadable)."""
     if not prompt_data:
         return None
+    if prompt_data.startswith(URI_PREFIX + "data/"):
+        recipe = DATA_RECIPES.get(prompt_data.removeprefix(URI_PREFIX + "data/"))
+        return None if recipe is None else hashlib.sha256(f"recipe {recipe_hash(recipe)}".encode()).hexdigest()
     path = Path(prompt_data)
-    if prompt_data.startswith("embedded://data/"):
-        from harness.embedded.factory import ensure_prompts
-
-        path = Path(ensure_prompts(prompt_data.removeprefix("embedded://data/")))
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file())
     elif path.is_file():

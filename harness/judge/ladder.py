@@ -24,7 +24,7 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +32,7 @@ import numpy as np
 from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.completeness import series_problems
+from harness.judge.evidence import BoundaryResult, Need, RungEvidence
 from harness.judge.exact_zero import exactly_zero_findings
 from harness.judge.margin import Margin, outcome_margin
 from harness.judge.verdict import after_warmup
@@ -58,6 +59,8 @@ class RungJudgement:
     # Drift classes the evidence rules out, each with the evidence ({class: why}): what a rung whose
     # delta stays undetermined can still show (temperature: "no framework or semantic drift").
     ruled_out: dict[str, str] = field(default_factory=dict)
+    # Evidence a step reached without (harness.judge.evidence.Need): not a verdict until it is given.
+    needs: list[Need] = field(default_factory=list)
 
     def summary(self) -> str:
         head = f"{self.rung}: abs-diff mean {self.child_mean:.4g}"
@@ -92,16 +95,6 @@ class RungJudgement:
 
 def _series(run: Run, warmup: int) -> list[float]:
     return after_warmup(run.series(ABS_DIFF), warmup)[1]
-
-
-def replicate_runs(rung_id: str, fetch: Callable[..., Run], count: int) -> list[Run]:
-    """The rung's run and its replicates: the same spec at seeds seed+1 .. seed+count-1 (the stage's
-    `replicates` knob). Replicate 0 is the run itself, so one seed reuses the runs it always had."""
-    first = fetch(rung_id)
-    if count <= 1:
-        return [first]
-    seed = int(first.spec.flag("seed") if first.spec.flag("seed") is not None else 1234)  # VIME's default seed
-    return [first] + [fetch(rung_id, seed=seed + i) for i in range(1, count)]
 
 
 def _replicate_problems(runs: list[Run], knobs: Knobs, rung_id: str) -> list[str]:
@@ -158,12 +151,11 @@ def effect_of_interest(knobs: Knobs, parent_mean: float) -> float:
     return outcomes.effect_of_interest(parent_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
 
 
-def rung_difference(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], replicates: int = 1) -> tuple[stats.DiffCI, float] | None:
-    """The rung's delta against its parent (over `replicates` seeds a side) and its effect of
+def rung_difference(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run]) -> tuple[stats.DiffCI, float] | None:
+    """The rung's delta against its parent (its runs and its parent's, one a seed) and its effect of
     interest, or None when a run falls short of the completeness knobs (the rung's own judgement
     says why)."""
     warmup = int(knobs.threshold("warmup_steps"))
-    children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
     if _replicate_problems(children, knobs, rung.id) or _replicate_problems(parents, knobs, rung.parent):
         return None
     parent_series, child_series = _replicate_series(parents, warmup), _replicate_series(children, warmup)
@@ -173,44 +165,32 @@ def rung_difference(rung: Rung, knobs: Knobs, fetch: Callable[..., Run], replica
     return diff, effect_of_interest(knobs, _grand_mean(parent_series))
 
 
-def family_levels(knobs: Knobs, stage: str, backend: str, fetch: Callable[..., Run]) -> dict[str, outcomes.HolmLevel]:
-    """Holm levels of the stage's family. A member that cannot be judged (incomplete run) counts
-    with p = 1: it stays in the family size and never helps another decision pass."""
-    p_values = {}
-    replicates = knobs.stages[stage].replicate_count(backend)
-    for rung_id in family_members(knobs, stage, backend):
-        judged = rung_difference(knobs.rungs[rung_id], knobs, fetch, replicates)
-        p_values[rung_id] = 1.0 if judged is None else outcomes.decision_p_value(*judged)
+def family_levels(knobs: Knobs, differences: dict[str, tuple[stats.DiffCI, float] | None]) -> dict[str, outcomes.HolmLevel]:
+    """Holm levels of a stage's family from each member's rung_difference. A member that cannot be
+    judged (None: an incomplete run) counts with p = 1: it stays in the family size and never helps
+    another decision pass."""
+    p_values = {rung_id: 1.0 if judged is None else outcomes.decision_p_value(*judged) for rung_id, judged in differences.items()}
     return outcomes.holm_levels(p_values, 1.0 - knobs.threshold("bootstrap_confidence"))
 
 
-def judge_rung(
-    rung: Rung,
-    knobs: Knobs,
-    fetch: Callable[..., Run],
-    framework_checks: Callable[[Run], list[str]] | None = None,
-    holm: outcomes.HolmLevel | None = None,
-    contract_check: Callable[[Run], tuple[str, str]] | None = None,
-    replicates: int = 1,
-    paired: Callable[[Run, Run], object] | None = None,
-    boundary_check: Callable[[Run], tuple[str, str, str | None]] | None = None,
-    framework_not_checked: Callable[[Run], list[str]] | None = None,
-) -> RungJudgement:
-    """`fetch(rung_id, **overrides)` returns a run at the same stage and mode; `replicates` is how many
-    seeds a side is judged on (the stage's knob; replicate_runs); `paired(child, parent)` gives the
-    paired per-token delta on the parent's recorded tokens (harness.judge.paired), reported beside the
-    trajectory delta and deciding nothing; `framework_checks(run)`
-    returns the failed framework probes' messages (empty when sample identity and weights agree);
-    `holm` is the rung's place in its family (family_levels); without it the rung is a family of one;
-    `contract_check(run)` is probe 6 on the run's dumps, (status, verdict): the only evidence on a
-    sampling rung where no replay run exists (VIME, records); without it such a rung is undecided.
-    `boundary_check(run)` is the run's boundary table, (status "within" | "breaks" | "not checked",
-    reason, localised boundary): step 4's evidence; without it what survives step 3 is undecided.
-    `framework_not_checked(run)` names the framework probes that could not run on a run; framework
-    drift is ruled out (RungJudgement.ruled_out) only when none failed and none went unchecked."""
+def first_seed_problems(rung: Rung, knobs: Knobs, child: Run) -> list[str]:
+    """Why the rung's own run (first seed) cannot be judged: missing or non-finite steps."""
+    return series_problems(child, ABS_DIFF, knobs, rung.id)
+
+
+def judge(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run], evidence: RungEvidence, holm: outcomes.HolmLevel | None = None):
+    """The rung judged on its runs (`children`, first seed first; `parents`, empty for a root) and the
+    evidence: measure, then classify. `holm` is the rung's place in its family (family_levels);
+    without it the rung is a family of one. A judgement with `needs` stopped for evidence it lacks."""
+    return classify(rung, knobs, measure(rung, knobs, children, parents, holm), children, parents, evidence, holm)
+
+
+def measure(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run], holm: outcomes.HolmLevel | None = None) -> RungJudgement:
+    """Steps 1-2's numbers: the runs complete, the means, the delta's interval and its outcome against
+    the effect of interest at the rung's Holm level. No class is decided here."""
     warmup = int(knobs.threshold("warmup_steps"))
-    child = fetch(rung.id)
-    incomplete = series_problems(child, ABS_DIFF, knobs, rung.id)
+    child = children[0]
+    incomplete = first_seed_problems(rung, knobs, child)
     child_values = _series(child, warmup)
     if incomplete:
         return RungJudgement(rung.id, rung.parent, float(np.mean(child_values)) if child_values else float("nan"), problems=incomplete)
@@ -219,41 +199,34 @@ def judge_rung(
     if rung.parent is None:
         # A root's bounds are judged on its first seed; its replicates serve as the parent of the rungs above.
         judgement.reasons.append("root rung: judged against its absolute bounds, not a parent")
-        # A root is still a run of the pipeline: a sample or weight mismatch there would make every
-        # rung above it meaningless, so it gets the framework probes like any other rung.
-        if framework_checks is not None:
-            failed = framework_checks(child)
-            judgement.evidence["framework_checks"] = {child.id: failed or "pass"}
-            if failed:
-                judgement.drift_class = "framework"
-                judgement.reasons.append(f"framework probe failed on {child.id}: {failed[0]}")
         return judgement
-    parent = fetch(rung.parent)
-    children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
     incomplete = _replicate_problems(children, knobs, rung.id) + _replicate_problems(parents, knobs, rung.parent)
     if incomplete:
         judgement.problems = incomplete
         return judgement
     child_series, parent_series = _replicate_series(children, warmup), _replicate_series(parents, warmup)
     judgement.child_mean, judgement.parent_mean = _grand_mean(child_series), _grand_mean(parent_series)
-    judgement.evidence["parent_run"] = parent.id
+    judgement.evidence["parent_run"] = parents[0].id
     judgement.evidence["replicates"] = {
-        "count": replicates,
+        "count": len(children),
         "rule": "seeds seed .. seed+count-1; delta = mean of the replicate means, two-stage bootstrap over seeds and steps",
         rung.id: {run.id: {"seed": run.spec.flag("seed"), "mean": float(np.mean(v))} for run, v in zip(children, child_series, strict=True)},
         rung.parent: {run.id: {"seed": run.spec.flag("seed"), "mean": float(np.mean(v))} for run, v in zip(parents, parent_series, strict=True)},
     }
-    confidence = knobs.threshold("bootstrap_confidence")
-    judgement.diff = diff = stats.hierarchical_diff_ci(
-        parent_series, child_series, confidence=confidence, seed_effect_alpha=knobs.threshold("seed_effect_alpha")
+    judgement.diff = stats.hierarchical_diff_ci(
+        parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"), seed_effect_alpha=knobs.threshold("seed_effect_alpha")
     )
-    effect = effect_of_interest(knobs, judgement.parent_mean)
-    if holm is None:
-        holm = outcomes.HolmLevel(1, 1, 1.0 - confidence, True, (rung.id,))
-    if paired is not None:  # evidence beside the trajectory delta; the decision stays the trajectory's
-        measured = paired(child, parent)
-        judgement.evidence["paired_delta"] = measured.as_dict() if hasattr(measured, "as_dict") else {"not_checked": measured.reason}
-        judgement.paired_summary = measured.summary()
+    _decide_outcome(judgement, rung, knobs, _holm_or_alone(holm, rung, knobs), child_series, parent_series)
+    return judgement
+
+
+def _holm_or_alone(holm: outcomes.HolmLevel | None, rung: Rung, knobs: Knobs) -> outcomes.HolmLevel:
+    return holm if holm is not None else outcomes.HolmLevel(1, 1, 1.0 - knobs.threshold("bootstrap_confidence"), True, (rung.id,))
+
+
+def _decide_outcome(judgement: RungJudgement, rung: Rung, knobs: Knobs, holm: outcomes.HolmLevel, child_series, parent_series) -> None:
+    """Step 2: up, down, flat or inconclusive against the effect of interest, at the rung's Holm level."""
+    diff, effect = judgement.diff, effect_of_interest(knobs, judgement.parent_mean)
     judgement.outcome = result = outcomes.judge_outcome(diff, effect, holm.confidence, holm.reached)
     judgement.observed_direction = result.direction
     judgement.evidence["decision"] = {
@@ -276,102 +249,39 @@ def judge_rung(
         judgement.reasons.append(
             f"Holm step-down stopped before rank {holm.rank} of {holm.family_size}: a smaller p-value in the family was not significant"
         )
-    if framework_checks is not None:
-        for side in children + parents:
-            failed = framework_checks(side)
-            judgement.evidence.setdefault("framework_checks", {})[side.id] = failed or "pass"
-            if failed:
-                judgement.drift_class = "framework"
-                judgement.reasons.append(f"framework probe failed on {side.id}: {failed[0]}")
-                return judgement
-        unchecked = [
-            f"{side.id}: {what}" for side in children + parents for what in (framework_not_checked(side) if framework_not_checked else ["not asked"])
-        ]
-        if unchecked:
-            judgement.evidence["framework_not_checked"] = unchecked
-        else:
-            judgement.ruled_out["framework"] = f"framework probes 1-2 (sample identity, weights) pass on all {len(children + parents)} runs"
-    family = f"Holm rank {holm.rank} of a family of {holm.family_size}, adjusted alpha {holm.alpha:.3g}"
-    if result.direction == "flat":
-        judgement.reasons.append(f"delta {diff.diff:+.3g} is no effect: {result.describe()} ({family})")
-        _rule_out_every_source(judgement, "the delta is no effect")
-        return judgement
-    if result.direction == "inconclusive":
-        # One side can still be decided: when the interval's upper end stays below +E the rung adds
-        # no drift of interest, so no drift source needs explaining (class none), whether or not it
-        # lowers the drift. Every drift class names a cause of *added* drift (a mishandled contract
-        # or a broken sync only ever adds), so "not up" is enough to rule them out.
-        one_sided = outcomes.not_up(diff, effect, 1.0 - confidence, holm.family_size)
-        judgement.evidence["decision"]["not_up"] = {
-            "decided": one_sided.decided,
-            "upper_bound": one_sided.upper,
-            "confidence": one_sided.confidence,
-            "rule": "one-sided, Bonferroni over the family",
-        }
-        if one_sided.decided:
-            judgement.reasons.append(
-                f"delta {diff.diff:+.3g}: {result.describe()} ({family}); not up: {one_sided.describe()}, so the rung adds "
-                "no drift of interest (class none); whether it lowers the drift is undecided"
-            )
-            _rule_out_every_source(judgement, "not up: the rung adds no drift of interest")
-            return judgement
-        judgement.drift_class = "undetermined"
-        judgement.reasons.append(f"delta {diff.diff:+.3g}: {result.describe()} ({family}); no drift class is decided on it")
-        _contract_on_every_replicate(judgement, rung.id, children, contract_check)
-        return judgement
-    judgement.reasons.append(f"delta {diff.diff:+.3g} is an effect: {result.describe()} ({family})")
-    drifting, steadier = (child, parent) if diff.diff > 0 else (parent, child)
-    drifting_rung = rung.id if diff.diff > 0 else rung.parent
 
-    replay_flag = knobs.classification.semantic_replay.flag
-    drifting_flags = drifting.spec.flags
-    if drifting_flags.get(replay_flag):
-        removed = None
-        judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
-        judgement.ruled_out["semantic"] = f"the drifting side replays the rollout's processed contract ({replay_flag})"
-    elif replay_is_identity(drifting_flags):
-        removed = 0.0
-        judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
-    elif drifting.spec.backend == "embedded":
-        replayed = fetch(drifting_rung, **{replay_flag: True})
-        # A missing or non-finite step of the replay run makes the rung "not judged", naming it.
-        incomplete = series_problems(replayed, ABS_DIFF, knobs, f"{drifting_rung} replaying the processed contract")
-        if incomplete:
-            judgement.problems = ["not judged: " + "; ".join(incomplete)]
-            return judgement
-        replayed_values = _series(replayed, warmup)
-        # The replay run has the first seed only: it is compared seed for seed with the first seeds'
-        # delta (the replicates' delta when the first seeds alone do not show the drift).
-        steadier_mean = float(np.mean(_series(steadier, warmup)))
-        first_seed_delta = float(np.mean(_series(drifting, warmup))) - steadier_mean
-        remaining = float(np.mean(replayed_values)) - steadier_mean
-        removed = 1.0 - remaining / (first_seed_delta if first_seed_delta > 0 else abs(diff.diff))
-        judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)), "removed_fraction": removed})
-        judgement.reasons.append(f"replaying the processed contract on {drifting_rung} removes {removed:.0%} of the delta")
-    else:
-        # No replay run on this backend: probe 6 on the drifting run's dumps decides the contract or
-        # nothing does; a sampling rung is never candidate-operator by elimination of flag names.
-        status, verdict = contract_check(drifting) if contract_check is not None else ("not checked", "no contract probe was given")
-        judgement.evidence["contract_probe"] = {"run": drifting.id, "status": status, "verdict": verdict}
-        if status == "fail":
-            judgement.drift_class = "semantic"
-            judgement.reasons.append(f"probe 6 on {drifting.id}'s dumps: {verdict}")
-            return judgement
-        if status != "pass":
-            judgement.drift_class = "undecided"
-            judgement.reasons.append(f"undecided: needs probe 6 (sampling contract) on {drifting.id}: {verdict}")
-            return judgement
-        judgement.reasons.append(f"probe 6 passes on {drifting.id}'s dumps: {verdict}")
-        judgement.ruled_out["semantic"] = f"probe 6 passes on {drifting.id}: {verdict}"
-        removed = None
-        unexplained = changed_flags(child, parent) - _explained_flags(knobs)
-        if unexplained:
-            judgement.drift_class = "undecided"
-            judgement.reasons.append(
-                f"undecided: not semantic, and the changed flags {sorted(unexplained)} are neither precision nor workload knobs; "
-                "what survives needs the numerical probes 3-7, which need probe bundles this backend does not record"
-            )
-            return judgement
+
+def classify(
+    rung: Rung,
+    knobs: Knobs,
+    measured: RungJudgement,
+    children: list[Run],
+    parents: list[Run],
+    evidence: RungEvidence,
+    holm: outcomes.HolmLevel | None = None,
+) -> RungJudgement:
+    """Steps 1, 3 and 4 on a measured rung: the drift class from the evidence, in the seed's order
+    (framework, then no effect, then semantics, then numerics). Returns a new judgement; one that
+    stopped for evidence it lacks lists it in `needs`."""
+    judgement = copy.deepcopy(measured)
+    if judgement.problems:
+        return judgement
+    if rung.parent is None:
+        _root_framework(judgement, children[0], evidence)
+        return judgement
+    if evidence.paired is not None:  # evidence beside the trajectory delta; the decision stays the trajectory's
+        measured_pair = evidence.paired
+        paired = measured_pair.as_dict() if hasattr(measured_pair, "as_dict") else {"not_checked": measured_pair.reason}
+        judgement.evidence = _insert_before(judgement.evidence, "decision", "paired_delta", paired)
+        judgement.paired_summary = measured_pair.summary()
+    if _framework_step(judgement, children + parents, evidence):
+        return judgement
+    if _no_effect_step(judgement, rung, knobs, _holm_or_alone(holm, rung, knobs), children, evidence):
+        return judgement
+    drifting, drifting_rung = (children[0], rung.id) if judgement.diff.diff > 0 else (parents[0], rung.parent)
+    removed = _semantic_step(judgement, rung, knobs, drifting, drifting_rung, children[0], parents[0], evidence)
+    if removed is _DECIDED:
+        return judgement
     if removed is not None and removed >= knobs.threshold("semantic_replay_min_removed_fraction"):
         judgement.drift_class = "semantic"
         return judgement
@@ -380,10 +290,180 @@ def judge_rung(
             f"replaying the processed contract removes {removed:.0%} of the delta "
             f"(< thresholds.semantic_replay_min_removed_fraction {knobs.threshold('semantic_replay_min_removed_fraction'):g})"
         )
-    # 4. What survives aligned semantics and the framework checks is numerical: the drifting run's
-    # boundary table decides it (harness.attribution.boundaries), never the changed flags' names.
+    _numerical_step(judgement, knobs, drifting, children[0], parents[0], evidence)
+    return judgement
+
+
+_DECIDED = object()  # _semantic_step's answer when it decided the class (or stopped) itself
+
+
+def _insert_before(mapping: dict, before: str, key: str, value) -> dict:
+    """`mapping` with `key` placed just before `before` (the evidence reads in the order it was found)."""
+    items = [(k, v) for k, v in mapping.items() if k != key]
+    index = next((i for i, (k, _) in enumerate(items) if k == before), len(items))
+    return dict([*items[:index], (key, value), *items[index:]])
+
+
+def _root_framework(judgement: RungJudgement, child: Run, evidence: RungEvidence) -> None:
+    """A root is still a run of the pipeline: a sample or weight mismatch there would make every rung
+    above it meaningless, so it gets the framework probes like any other rung."""
+    if evidence.framework is None:
+        return
+    failed = list(evidence.framework[child.id].failed)
+    judgement.evidence["framework_checks"] = {child.id: failed or "pass"}
+    if failed:
+        judgement.drift_class = "framework"
+        judgement.reasons.append(f"framework probe failed on {child.id}: {failed[0]}")
+
+
+def _framework_step(judgement: RungJudgement, sides: list[Run], evidence: RungEvidence) -> bool:
+    """Step 1: a failed framework probe on any run, the rung's or its parent's, is framework drift
+    whatever the mean does. Framework drift is ruled out only when none failed and none went unchecked."""
+    if evidence.framework is None:
+        return False
+    for side in sides:
+        failed = list(evidence.framework[side.id].failed)
+        judgement.evidence.setdefault("framework_checks", {})[side.id] = failed or "pass"
+        if failed:
+            judgement.drift_class = "framework"
+            judgement.reasons.append(f"framework probe failed on {side.id}: {failed[0]}")
+            return True
+    unchecked = [
+        f"{side.id}: {what}"
+        for side in sides
+        for what in (evidence.framework[side.id].not_checked if evidence.framework[side.id].not_checked is not None else ["not asked"])
+    ]
+    if unchecked:
+        judgement.evidence["framework_not_checked"] = unchecked
+    else:
+        judgement.ruled_out["framework"] = f"framework probes 1-2 (sample identity, weights) pass on all {len(sides)} runs"
+    return False
+
+
+def _family_text(holm: outcomes.HolmLevel) -> str:
+    return f"Holm rank {holm.rank} of a family of {holm.family_size}, adjusted alpha {holm.alpha:.3g}"
+
+
+def _no_effect_step(
+    judgement: RungJudgement, rung: Rung, knobs: Knobs, holm: outcomes.HolmLevel, children: list[Run], evidence: RungEvidence
+) -> bool:
+    """Step 2's classes: flat -> none; inconclusive but not up -> none; otherwise inconclusive ->
+    undetermined (probe 6 may still rule semantic drift out). True when the class is decided here."""
+    diff, result, family = judgement.diff, judgement.outcome, _family_text(holm)
+    if result.direction == "flat":
+        judgement.reasons.append(f"delta {diff.diff:+.3g} is no effect: {result.describe()} ({family})")
+        _rule_out_every_source(judgement, "the delta is no effect")
+        return True
+    if result.direction != "inconclusive":
+        judgement.reasons.append(f"delta {diff.diff:+.3g} is an effect: {result.describe()} ({family})")
+        return False
+    # One side can still be decided: when the interval's upper end stays below +E the rung adds
+    # no drift of interest, so no drift source needs explaining (class none), whether or not it
+    # lowers the drift. Every drift class names a cause of *added* drift (a mishandled contract
+    # or a broken sync only ever adds), so "not up" is enough to rule them out.
+    one_sided = outcomes.not_up(diff, result.effect, 1.0 - knobs.threshold("bootstrap_confidence"), holm.family_size)
+    judgement.evidence["decision"]["not_up"] = {
+        "decided": one_sided.decided,
+        "upper_bound": one_sided.upper,
+        "confidence": one_sided.confidence,
+        "rule": "one-sided, Bonferroni over the family",
+    }
+    if one_sided.decided:
+        judgement.reasons.append(
+            f"delta {diff.diff:+.3g}: {result.describe()} ({family}); not up: {one_sided.describe()}, so the rung adds "
+            "no drift of interest (class none); whether it lowers the drift is undecided"
+        )
+        _rule_out_every_source(judgement, "not up: the rung adds no drift of interest")
+        return True
+    judgement.drift_class = "undetermined"
+    judgement.reasons.append(f"delta {diff.diff:+.3g}: {result.describe()} ({family}); no drift class is decided on it")
+    _contract_on_every_replicate(judgement, rung.id, children, evidence)
+    return True
+
+
+def _semantic_step(judgement, rung: Rung, knobs: Knobs, drifting: Run, drifting_rung: str, child: Run, parent: Run, evidence: RungEvidence):
+    """Step 3: the fraction of the delta that replaying the rollout's processed contract removes (None
+    when not measured), or _DECIDED when this step decided the class (or stopped for evidence)."""
+    replay_flag = knobs.classification.semantic_replay.flag
+    if drifting.spec.flags.get(replay_flag):
+        judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
+        judgement.ruled_out["semantic"] = f"the drifting side replays the rollout's processed contract ({replay_flag})"
+        return None
+    if replay_is_identity(drifting.spec.flags):
+        judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
+        return 0.0
+    if drifting.spec.backend == "embedded":
+        if drifting_rung not in evidence.replay:
+            judgement.needs.append(Need("replay", drifting_rung))
+            return _DECIDED
+        return _replay_removes(judgement, knobs, evidence.replay[drifting_rung], drifting, drifting_rung, child, parent)
+    return _contract_probe_decides(judgement, knobs, drifting, child, parent, evidence)
+
+
+def _replay_removes(judgement, knobs: Knobs, replayed: Run, drifting: Run, drifting_rung: str, child: Run, parent: Run):
+    """The replay run's share of the delta removed; a missing or non-finite step makes the rung not judged."""
+    warmup = int(knobs.threshold("warmup_steps"))
+    incomplete = series_problems(replayed, ABS_DIFF, knobs, f"{drifting_rung} replaying the processed contract")
+    if incomplete:
+        judgement.problems = ["not judged: " + "; ".join(incomplete)]
+        return _DECIDED
+    steadier = parent if drifting is child else child
+    replayed_values = _series(replayed, warmup)
+    # The replay run has the first seed only: it is compared seed for seed with the first seeds'
+    # delta (the replicates' delta when the first seeds alone do not show the drift).
+    steadier_mean = float(np.mean(_series(steadier, warmup)))
+    first_seed_delta = float(np.mean(_series(drifting, warmup))) - steadier_mean
+    remaining = float(np.mean(replayed_values)) - steadier_mean
+    removed = 1.0 - remaining / (first_seed_delta if first_seed_delta > 0 else abs(judgement.diff.diff))
+    judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)), "removed_fraction": removed})
+    judgement.reasons.append(f"replaying the processed contract on {drifting_rung} removes {removed:.0%} of the delta")
+    return removed
+
+
+def _contract_probe_decides(judgement, knobs: Knobs, drifting: Run, child: Run, parent: Run, evidence: RungEvidence):
+    """No replay run on this backend: probe 6 on the drifting run's dumps decides the contract or
+    nothing does; a sampling rung is never candidate-operator by elimination of flag names."""
+    if not evidence.contract_probe:
+        status, verdict = "not checked", "no contract probe was given"
+    elif drifting.id not in evidence.contract:
+        judgement.needs.append(Need("contract", drifting.id))
+        return _DECIDED
+    else:
+        status, verdict = evidence.contract[drifting.id].status, evidence.contract[drifting.id].verdict
+    judgement.evidence["contract_probe"] = {"run": drifting.id, "status": status, "verdict": verdict}
+    if status == "fail":
+        judgement.drift_class = "semantic"
+        judgement.reasons.append(f"probe 6 on {drifting.id}'s dumps: {verdict}")
+        return _DECIDED
+    if status != "pass":
+        judgement.drift_class = "undecided"
+        judgement.reasons.append(f"undecided: needs probe 6 (sampling contract) on {drifting.id}: {verdict}")
+        return _DECIDED
+    judgement.reasons.append(f"probe 6 passes on {drifting.id}'s dumps: {verdict}")
+    judgement.ruled_out["semantic"] = f"probe 6 passes on {drifting.id}: {verdict}"
+    unexplained = changed_flags(child, parent) - _explained_flags(knobs)
+    if unexplained:
+        judgement.drift_class = "undecided"
+        judgement.reasons.append(
+            f"undecided: not semantic, and the changed flags {sorted(unexplained)} are neither precision nor workload knobs; "
+            "what survives needs the numerical probes 3-7, which need probe bundles this backend does not record"
+        )
+        return _DECIDED
+    return None
+
+
+def _numerical_step(judgement: RungJudgement, knobs: Knobs, drifting: Run, child: Run, parent: Run, evidence: RungEvidence) -> None:
+    """Step 4. What survives aligned semantics and the framework checks is numerical: the drifting
+    run's boundary table decides it (harness.attribution.boundaries), never the changed flags' names."""
     judgement.evidence["changed_flags"] = sorted(changed_flags(child, parent))
-    status, verdict, boundary = boundary_check(drifting) if boundary_check is not None else ("not checked", "no boundary check was given", None)
+    if not evidence.boundary_table:
+        table = BoundaryResult("not checked", "no boundary check was given")
+    elif drifting.id not in evidence.boundary:
+        judgement.needs.append(Need("boundary", drifting.id))
+        return
+    else:
+        table = evidence.boundary[drifting.id]
+    status, verdict, boundary = table.status, table.verdict, table.boundary
     judgement.evidence["boundary_table"] = {"run": drifting.id, "status": status, "verdict": verdict, "boundary": boundary}
     if status == "within":
         judgement.drift_class = "expected-numerical"
@@ -396,7 +476,6 @@ def judge_rung(
     else:
         judgement.drift_class = "undecided"
         judgement.reasons.append(f"undecided: needs the boundary table of {drifting.id}: {verdict}")
-    return judgement
 
 
 def _rung_margin(rung: Rung, result: outcomes.Outcome, diff: stats.DiffCI, effect: float, child_series, parent_series):
@@ -421,17 +500,19 @@ def _rule_out_every_source(judgement: RungJudgement, why: str) -> None:
         judgement.ruled_out.setdefault(drift_class, why)
 
 
-def _contract_on_every_replicate(
-    judgement: RungJudgement, rung_id: str, children: list[Run], contract_check: Callable[[Run], tuple[str, str]] | None
-) -> None:
+def _contract_on_every_replicate(judgement: RungJudgement, rung_id: str, children: list[Run], evidence: RungEvidence) -> None:
     """An undetermined delta decides no class, but the sampling contract can still be checked directly:
     probe 6 on each of the rung's own runs (its dumps and probe bundles). Passing on every replicate
     rules semantic drift out; failing on any is semantic drift (probe 6 fails only when replaying the
     rollout's contract removes the drift it measures); a run it could not check rules nothing out."""
-    if contract_check is None:
+    if not evidence.contract_probe:
         judgement.evidence["contract_probe"] = {"status": "not checked", "verdict": "no contract probe was given"}
         return
-    results = {run.id: contract_check(run) for run in children}
+    missing = [run.id for run in children if run.id not in evidence.contract]
+    if missing:
+        judgement.needs += [Need("contract", run_id) for run_id in missing]
+        return
+    results = {run.id: (evidence.contract[run.id].status, evidence.contract[run.id].verdict) for run in children}
     judgement.evidence["contract_probe"] = {run_id: {"status": status, "verdict": verdict} for run_id, (status, verdict) in results.items()}
     failed = {run_id: verdict for run_id, (status, verdict) in results.items() if status == "fail"}
     if failed:

@@ -4,8 +4,8 @@ pair), and each further candidate of knobs/ab.yaml `candidates` against the same
 import pytest
 
 from fixtures.knobs import knobs_for
+from harness.experiment.evidence import replicate_runs
 from harness.judge import ab
-from harness.judge.ladder import replicate_runs
 
 pytestmark = [pytest.mark.ab, pytest.mark.p3]
 

@@ -145,7 +145,7 @@ def test_every_layer_boundary_is_bitwise_equal(get_run, variant):
     """Both engines' tensors, captured at rollouts 2, 12 and 22 for the probe samples (the
     recompute against a vLLM prefill on the same tokens), torch.equal at every boundary; the
     failure names the first boundary that is not."""
-    from harness.judge.bitwise_gates import first_unequal, run_gates
+    from harness.attribution.bitwise_gates import first_unequal, run_gates
 
     run = get_run("p1", "true-on-policy", "colocate", **RUNS[variant])
     _finished(run)
@@ -160,7 +160,7 @@ def test_every_layer_boundary_is_bitwise_equal(get_run, variant):
 def test_the_gates_fail_where_the_levers_are_off(get_run):
     """The control: the parent rung (near-aligned, the same bf16 model without the levers) has a
     first unequal boundary, so an all-equal table above is the levers' doing, not a blind gate."""
-    from harness.judge.bitwise_gates import first_unequal, run_gates
+    from harness.attribution.bitwise_gates import first_unequal, run_gates
 
     run = get_run("p1", "near-aligned", "colocate")
     _finished(run)

@@ -8,8 +8,9 @@ and stable). The judge (harness.judge.ladder) decides all of it; this file asks 
 
 import pytest
 
-from harness.judge.ladder import bound_findings, expectation_findings, family_levels, family_members, judge_rung, replicate_runs
-from harness.judge.paired import paired_delta
+from harness.experiment.evidence import family_levels, judge_rung, replicate_runs
+from harness.experiment.paired_scores import paired_delta
+from harness.judge.ladder import bound_findings, expectation_findings, family_members
 
 # Holm levels per (stage, mode): every rung of a stage's family is one decision of one family.
 _FAMILIES: dict[tuple[str, str], dict] = {}

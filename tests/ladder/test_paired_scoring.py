@@ -15,6 +15,7 @@ import json
 
 import pytest
 
+from harness.experiment import paired_scores
 from harness.judge import paired
 from harness.report.allure_attach import attach_text
 
@@ -25,9 +26,9 @@ LADDER: dict = {}  # no overrides: the ladder's P1 runs, launched once per sessi
 
 def test_the_fp32_configuration_scored_twice_gives_a_paired_delta_of_zero(get_run, knobs, tmp_path):
     parent = get_run("p1", "fp32-floor", "colocate", **LADDER)
-    sequences, rollouts, recorded = paired.parent_tokens(parent, int(knobs.threshold("paired_score_rollouts")))
-    cached = paired.scores(parent, sequences, parent.id)  # the run's cache, shared with the ladder
-    fresh = paired.scores(parent, sequences, parent.id, cache_dir=tmp_path)  # a second scorer process
+    sequences, rollouts, recorded = paired_scores.parent_tokens(parent, int(knobs.threshold("paired_score_rollouts")))
+    cached = paired_scores.scores(parent, sequences, parent.id)  # the run's cache, shared with the ladder
+    fresh = paired_scores.scores(parent, sequences, parent.id, cache_dir=tmp_path)  # a second scorer process
     result = paired.compare(fresh, cached, knobs, child_id=f"{parent.id} (scored again)", parent_id=parent.id, rollouts=rollouts, recorded=recorded)
     attach_text(json.dumps(result.as_dict(), indent=1), "paired delta: fp32 floor against itself")
     floor_max, floor_min = knobs.threshold("fp32_floor_max_abs_diff"), knobs.threshold("fp32_floor_min_abs_diff")
@@ -42,7 +43,7 @@ def test_the_fp32_configuration_scored_twice_gives_a_paired_delta_of_zero(get_ru
 
 def test_bf16_against_the_fp32_floor_is_a_positive_paired_delta(get_run, knobs):
     child, parent = get_run("p1", "near-aligned", "colocate", **LADDER), get_run("p1", "fp32-floor", "colocate", **LADDER)
-    result = paired.paired_delta(child, parent, knobs)
+    result = paired_scores.paired_delta(child, parent, knobs)
     attach_text(
         result.summary() if isinstance(result, paired.NotChecked) else json.dumps(result.as_dict(), indent=1),
         "paired delta: near-aligned vs fp32 floor",

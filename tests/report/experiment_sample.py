@@ -1,7 +1,7 @@
 """A small experiment record built the way a session builds one, without trainer runs.
 
 Run directories come from runbuilder (the real writers); the rungs are judged by the real judge
-(harness.judge.ladder.judge_rung), the rows by summary_row_from_run, the A/B answers by
+(harness.experiment.evidence.judge_rung), the rows by summary_row_from_run, the A/B answers by
 harness.judge.ab; the entries by harness.report.experiment_record. Only the metric series are
 chosen here, so the page shows figures computed from them, never typed in.
 """
@@ -14,8 +14,8 @@ from runbuilder import make_run, noisy, perf_series, resolved_spec
 
 from fixtures.knobs import RungCase
 from harness import DEFAULT_KNOBS_DIR
+from harness.experiment.evidence import judge_rung
 from harness.judge import ab
-from harness.judge.ladder import judge_rung
 from harness.report import experiment_record as entries
 from harness.report.summary import summary_row_from_run
 from harness.spec import load_knobs

@@ -140,7 +140,7 @@ SESSION = """
 import pytest
 from runbuilder import make_run, noisy, perf_series, resolved_spec
 from fixtures.knobs import RungCase
-from harness.judge.ladder import judge_rung
+from harness.experiment.evidence import judge_rung
 
 LEVELS = {"fp32-floor": 2e-6, "near-aligned": 0.0135}
 

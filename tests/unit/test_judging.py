@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from harness import DEFAULT_KNOBS_DIR
+from harness.experiment.evidence import judge_rung
 from harness.judge.acceptance import CHECKS, JudgeContext
-from harness.judge.ladder import judge_rung
 from harness.spec import load_knobs
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)

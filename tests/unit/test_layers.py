@@ -43,3 +43,17 @@ def test_an_upward_import_and_a_cycle_break_the_contracts(tmp_path):
     assert result.returncode != 0
     assert "harness.spec.rules -> harness.embedded.factory" in result.stdout
     assert "No cycles are allowed in harness.spec" in result.stdout
+
+
+def test_a_judge_that_launches_or_imports_the_trainer_breaks_the_pure_judge_contract(tmp_path):
+    shutil.copytree(REPO_ROOT / "harness", tmp_path / "harness", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    paired = tmp_path / "harness" / "judge" / "paired.py"
+    paired.write_text(paired.read_text() + "\nfrom harness.launch import warm  # noqa: E402\n")  # a scorer forked from the judge
+    ab = tmp_path / "harness" / "judge" / "ab.py"
+    ab.write_text(ab.read_text() + "\nfrom harness.embedded import factory  # noqa: E402\n")  # the trainer's data factory
+    result = _lint(tmp_path)
+    assert result.returncode != 0
+    assert "the judge takes numbers and evidence" in result.stdout and "BROKEN" in result.stdout
+    assert "harness.judge.paired -> harness.launch.warm" in result.stdout
+    assert "harness.judge.ab -> harness.embedded.factory" in result.stdout

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from harness import DEFAULT_KNOBS_DIR
+from harness.experiment import paired_scores
 from harness.judge import paired
 from harness.judge.outcome import judge_outcome
 from harness.judge.paired import NotChecked, PairedDelta, cluster_bootstrap_diff, not_checked_reason
@@ -124,7 +125,7 @@ def test_a_precision_rung_is_scored(tmp_path):
 def test_a_pair_that_cannot_be_scored_on_shared_tokens_is_not_checked(tmp_path, child_flags, child_backend, parent_dumps, says):
     child = _run(tmp_path, "child", backend=child_backend, **child_flags)
     parent = _run(tmp_path, "parent", dumps=parent_dumps)
-    result = paired.paired_delta(child, parent, KNOBS)
+    result = paired_scores.paired_delta(child, parent, KNOBS)
     assert isinstance(result, NotChecked) and says in result.reason, result
     assert result.summary().startswith("paired per-token delta not checked: ")
 
@@ -141,8 +142,8 @@ def test_a_scored_pair_is_read_back_from_the_runs_cache_without_scoring(tmp_path
     ]
     (parent.path / "dumps").mkdir(parents=True)
     torch.save({"rollout_id": 0, "samples": samples}, parent.path / "dumps" / "rollout_0.pt")
-    sequences, _, _ = paired.parent_tokens(parent, 3)
-    key = paired._tokens_hash(sequences)
+    sequences, _, _ = paired_scores.parent_tokens(parent, 3)
+    key = paired_scores._tokens_hash(sequences)
     for run, gap in ((parent, 0.0), (child, 0.01)):
         cached = {"rollout": [[-0.5, -0.25], [-1.0, -2.0]], "trainer": [[-0.5 - gap, -0.25 + gap], [-1.0 - gap, -2.0 - gap]]}
         (run.path / "paired").mkdir(parents=True, exist_ok=True)
@@ -151,8 +152,8 @@ def test_a_scored_pair_is_read_back_from_the_runs_cache_without_scoring(tmp_path
     def no_scoring(*args, **kwargs):
         raise AssertionError("the scorer ran although both runs hold cached scores")
 
-    monkeypatch.setattr(paired.subprocess, "run", no_scoring)
-    result = paired.paired_delta(child, parent, KNOBS)
+    monkeypatch.setattr(paired_scores.subprocess, "run", no_scoring)
+    result = paired_scores.paired_delta(child, parent, KNOBS)
     assert isinstance(result, PairedDelta), result
     assert result.diff.diff == pytest.approx(0.01) and result.sequences == 2 and result.tokens == 4
     assert result.replay_check == {"sequences": 2, "rollout_side_max_abs": 0.0}
