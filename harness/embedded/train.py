@@ -18,13 +18,17 @@ import tempfile
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 from harness.embedded import flags as flag_table  # noqa: E402
-from harness.embedded import fp8, record, vllm_cpu_fixes  # noqa: E402
+from harness.embedded import fp8, logprob_operator, record, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import logprobs as lp  # noqa: E402
 from harness.embedded import true_on_policy as true_on_policy_mode  # noqa: E402
 
 fp8.install_from_env()  # a vLLM engine process spawned from here re-imports this module
 vllm_cpu_fixes.install_from_env()
 true_on_policy_mode.install_from_env()
+# The engine core a TP=2 trainer spawns re-imports this module, not engine.py: without this its
+# sampler ran vLLM's own log-probs whatever --embedded-logprob-operator said (found by the counts,
+# operator_calls.py: the TP=2 engine core counted no sampler call).
+logprob_operator.install_from_env()
 
 RANK_ENV, STORE_ENV = "EMBEDDED_TP_RANK", "EMBEDDED_STORE"
 logger = logging.getLogger("harness.embedded.train")
