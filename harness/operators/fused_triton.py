@@ -617,7 +617,8 @@ def triton_merge(m, s, z_t, targets=None, vocab: int = 0, flag=None):
 # ---------------------------------------------------------------------------------------------
 # Backward: per vocab slice, (1) grad_logits recomputed tile by tile and stored as a [T, slice]
 # 16-bit buffer, (2) grad_weight rows of the slice = grad_logits^T @ hidden (rows of T reduced in
-# fixed blocks from row 0), (3) grad_hidden group partial += grad_logits @ weight_slice.
+# fixed blocks from row 0), (3) grad_hidden group partial += grad_logits @ weight_slice. The buffer
+# holds grad_out's mantissa only; its exponent goes into (2) and (3) exactly (BackwardConfig.g_exp).
 
 
 @dataclass(frozen=True)
@@ -628,6 +629,13 @@ class BackwardConfig:
     g_buffer_bytes: int = 64 * 2**20
     slice_cols: int = 0  # > 0: a fixed slice width instead (experiments)
     g_dtype: str = "fp16"  # grad_logits buffer: fp16 keeps 11 bits (bf16's 8 give ~1.5e-3 rel. error)
+    # The buffer holds (onehot - softmax) * m * 2**g_exp, where grad_out / temperature = m * 2**e per row (m in
+    # [1/2, 1), frexp): never grad_out's exponent. |onehot - softmax| * |m| < 1, so 2**15 keeps every entry below fp16's
+    # max (65504) and a probability down to 3.7e-9 a normal fp16 number, whatever grad_out's scale (a mean loss over
+    # N tokens hands each 1/N, which flushed (onehot - softmax) * grad_out to zero). The power of two 2**(e - g_exp)
+    # is applied exactly in fp32: per row on each group's grad_hidden partial (the grad_hidden kernel's last slice),
+    # and through the grad_weight product's other operand (_row_scales).
+    g_exp: int = 15
     block_t: int = 128
     block_v: int = 256
     block_k: int = 64
@@ -693,7 +701,8 @@ def _grad_logits_kernel(
     BLOCK_C: tl.constexpr,
     EXP2: tl.constexpr = False,
 ):
-    """grad_logits[t, c] = (onehot - softmax)[t, v0 + c] * grad_out[t] / temperature, one tile.
+    """grad_logits[t, c] = (onehot - softmax)[t, v0 + c] * scale[t], one tile, where scale[t] is the mantissa of
+    grad_out[t] / temperature times 2**g_exp; its exponent is applied in fp32 by the products (BackwardConfig.g_exp).
 
     With COPY_W, one more row of programs (program_id(0) == n_row_blocks) copies the tile's weight rows
     into the 16-bit buffer the grad_hidden product reads (zeros past the slice's end): no launch of its
@@ -733,6 +742,7 @@ def _grad_weight_kernel(
     g_desc,
     h_desc,
     gw_ptr,
+    factor_ptr,
     T,
     H,
     width,
@@ -741,12 +751,14 @@ def _grad_weight_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """grad_weight[c, :] for c in one tile of the slice: sum over T in blocks of BLOCK_K from row 0."""
+    """grad_weight[c, :] for c in one tile of the slice: sum over T in blocks of BLOCK_K from row 0, times the
+    power of two at factor_ptr (an exact fp32 multiply; _row_scales)."""
     c0 = tl.program_id(0) * BLOCK_V
     h0 = tl.program_id(1) * BLOCK_H
     acc = tl.zeros([BLOCK_V, BLOCK_H], tl.float32)
     for t0 in range(0, tl.cdiv(T, BLOCK_K) * BLOCK_K, BLOCK_K):
         acc = tl.dot(g_desc.load([t0, c0]).T, h_desc.load([t0, h0]), acc)
+    acc = acc * tl.load(factor_ptr)
     cols = c0 + tl.arange(0, BLOCK_V)
     hs = h0 + tl.arange(0, BLOCK_H)
     ptrs = gw_ptr + cols[:, None].to(tl.int64) * stride_gw + hs[None, :]
@@ -758,11 +770,13 @@ def _grad_hidden_kernel(
     g_desc,
     w_desc,
     p_ptr,
+    rs_ptr,
     T,
     H,
     w_row0,
     width,
     ACCUMULATE: tl.constexpr,
+    SCALE_ROWS: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -772,6 +786,8 @@ def _grad_hidden_kernel(
     The accumulator resumes from the stored fp32 partial (an exact round trip), so a group's K loop is
     the same sequence of fp32 accumulations however the group is cut into slices: the slice width
     changes no bit of grad_hidden (checked by tests/operators/test_triton_kernel_interpreted.py).
+    SCALE_ROWS (the group's last slice): the finished sum times each row's 2**(e - g_exp), the exponent of
+    grad_out / temperature that grad_logits leaves out (an exact fp32 multiply), once per group whatever the slicing.
     """
     row0 = tl.program_id(0) * BLOCK_T
     h0 = tl.program_id(1) * BLOCK_H
@@ -784,6 +800,8 @@ def _grad_hidden_kernel(
         acc = tl.zeros([BLOCK_T, BLOCK_H], tl.float32)
     for k0 in range(0, tl.cdiv(width, BLOCK_K) * BLOCK_K, BLOCK_K):
         acc = tl.dot(g_desc.load([row0, k0]), w_desc.load([w_row0 + k0, h0]), acc)
+    if SCALE_ROWS:
+        acc = acc * tl.load(rs_ptr + rows, mask=rows < T, other=0.0)[:, None]
     tl.store(ptrs, acc, mask=ok)
 
 
@@ -797,6 +815,39 @@ def _slice_width(cfg: BackwardConfig, rows: int, widest: int, itemsize: int) -> 
     return cols
 
 
+def _pow2(exponent: torch.Tensor) -> torch.Tensor:
+    """2**exponent (an int32 tensor) as fp32, built from its bits: exact, no host sync; 0 below 2**-126."""
+    return ((exponent + 127).clamp(0, 254).to(torch.int32) << 23).view(torch.float32)
+
+
+def _row_scales(scale: torch.Tensor, g_exp: int):
+    """grad_out / temperature per row (``scale``, fp32) split for the kernels, every piece exact (frexp and powers of two):
+
+    - ``g_scale`` = m * 2**g_exp, where scale = m * 2**e, m in [1/2, 1): grad_logits' row factor, never small;
+    - ``h_scale`` = 2**(e - g_exp): grad_hidden's row factor, applied in fp32 to each group's finished sum;
+    - ``w_rows`` = 2**(e - E), E the exponent of max_t |scale| (so <= 1): each row of hidden's 16-bit copy for
+      grad_weight, whose sum over rows cannot take a per-row factor after the product; a bf16 row times a power of
+      two is exact in fp16 while it stays in fp16's range, so only a row whose grad_out is 2**-k of the largest
+      loses bits, as 2**-k of the sum (rows with grad_out 0 get 0, not 2**(0 - E));
+    - ``w_factor`` = 2**(E - g_exp) [1]: grad_weight's sum times it, in fp32.
+
+    E is the same for every TP rank (all hold every row's grad_out) and every plan over the same rows, so
+    grad_weight's bits do not depend on the split or the plan; grad_hidden's factors are per row (batch invariant).
+    """
+    m, e = torch.frexp(scale)
+    top = torch.frexp(scale.abs().amax())[1]
+    w_rows = torch.where(m != 0, _pow2(e - top), 0.0)
+    return m * 2.0**g_exp, _pow2(e - g_exp), w_rows, _pow2(top - g_exp).reshape(1)
+
+
+def _weight_operand(hidden, w_rows, g_dtype):
+    """hidden's 16-bit copy with row t times w_rows[t] (_row_scales), in one elementwise launch: torch computes
+    in fp32 and writes the 16-bit result, no fp32 [T, H] temporary."""
+    hc = torch.empty(hidden.shape, dtype=g_dtype, device=hidden.device)
+    torch.mul(hidden, w_rows[:, None], out=hc)
+    return hc
+
+
 class _SliceKernels:
     """The backward's operands, buffers and descriptors for one block of rows and one weight shard, and
     the three launches per vocab slice. The fast plan uses one over all T rows; the lean plan one per
@@ -804,11 +855,12 @@ class _SliceKernels:
     (row, vocab column) computes the same bits whichever rows the block starts at (row blocks of
     block_t from the block's first row; row chunks are multiples of block_t)."""
 
-    def __init__(self, cfg, hidden, weight_shard, targets, lse, scale, temperature, slice_cols, hc=None, weight_grad=True, hidden_grad=True):
+    def __init__(self, cfg, hidden, weight_shard, targets, lse, scale, temperature, slice_cols, wop=None, weight_grad=True, hidden_grad=True):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         self.cfg, self.rows, self.width = cfg, hidden.shape[0], hidden.shape[1]
-        self.hidden, self.weight, self.tgt, self.lse, self.scale = hidden, weight_shard, targets, lse, scale
+        self.hidden, self.weight, self.tgt, self.lse = hidden, weight_shard, targets, lse
+        self.g_scale, self.h_scale, w_rows, self.w_factor = _row_scales(scale, cfg.g_exp)
         self.inv_temp = 1.0 / temperature
         g_dtype = _G_DTYPES[cfg.g_dtype]
         dev = hidden.device
@@ -818,8 +870,8 @@ class _SliceKernels:
         lv, hh = cfg.logits_block_v, cfg.hidden_block_h
         self.w_desc = TensorDescriptor.from_tensor(weight_shard, [lv, bk])
         self.weight_grad, self.hidden_grad = weight_grad, hidden_grad
-        if weight_grad:  # grad_weight: K(rows) x vocab tile of grad_logits, times the 16-bit hidden
-            hc = hc if hc is not None else (hidden if hidden.dtype == g_dtype else hidden.to(g_dtype))
+        if weight_grad:  # grad_weight: K(rows) x vocab tile of grad_logits, times the scaled 16-bit hidden
+            hc = wop if wop is not None else _weight_operand(hidden, w_rows, g_dtype)
             self.g_load_w = TensorDescriptor.from_tensor(self.g_buf, [bk, bt])
             self.hc_desc = TensorDescriptor.from_tensor(hc, [bk, bv])
         self.copy = hidden_grad and g_dtype != weight_shard.dtype
@@ -835,9 +887,10 @@ class _SliceKernels:
         self.in_logits = self.copy and cfg.copy_in_logits
         self.n_row_blocks = triton.cdiv(self.rows, bt)
 
-    def slice(self, s0, n, grad_w_rows, partial, accumulate):
+    def slice(self, s0, n, grad_w_rows, partial, accumulate, last=True):
         """grad_logits of vocab columns [s0, s0 + n) for this block's rows; then the slice's grad_weight rows
-        (``grad_w_rows``, when this block computes them) and ``partial`` (+)= grad_logits @ weight slice."""
+        (``grad_w_rows``, when this block computes them) and ``partial`` (+)= grad_logits @ weight slice,
+        scaled per row when ``last`` (the group's last slice)."""
         cfg, rows, width = self.cfg, self.rows, self.width
         bt, bv, bk = cfg.block_t, cfg.block_v, cfg.block_k
         lv, hh = cfg.logits_block_v, cfg.hidden_block_h
@@ -849,7 +902,7 @@ class _SliceKernels:
             self.wc_buf,
             self.tgt,
             self.lse,
-            self.scale,
+            self.g_scale,
             rows,
             width,
             s0,
@@ -873,6 +926,7 @@ class _SliceKernels:
                 self.g_load_w,
                 self.hc_desc,
                 grad_w_rows,
+                self.w_factor,
                 rows,
                 width,
                 n,
@@ -891,11 +945,13 @@ class _SliceKernels:
             self.g_load_t,
             self.wc_desc,
             partial,
+            self.h_scale,
             rows,
             width,
             0 if self.copy else s0,
             n,
             ACCUMULATE=accumulate,
+            SCALE_ROWS=last,
             BLOCK_T=bt,
             BLOCK_H=hh,
             BLOCK_K=bk,
@@ -930,8 +986,8 @@ def triton_backward_groups(
     [T, H] fp32 tensor) each group is folded into ``into`` in group order instead (the first group
     accumulated in it directly when ``start_sum``, later ones added), the additions of
     fused_plan.sum_group_partials, and None is yielded per group. Extra memory: one [T, slice] 16-bit
-    grad_logits buffer, the group partial, and (fp16 buffers) an fp16 copy of hidden and of the
-    current weight slice.
+    grad_logits buffer, the group partial, a 16-bit copy of hidden with its rows scaled for grad_weight
+    (_row_scales), and (fp16 buffers) an fp16 copy of the current weight slice.
     """
     cfg = config or BACKWARD_CONFIG
     rows, width = hidden.shape
@@ -952,7 +1008,7 @@ def triton_backward_groups(
             partial = reused if reused is not None else torch.empty(rows, width, dtype=torch.float32, device=dev)
         for s0 in range(g0, g1, slice_cols):
             n = min(slice_cols, g1 - s0)
-            k.slice(s0, n, grad_w[s0 : s0 + n], partial, accumulate=s0 != g0)
+            k.slice(s0, n, grad_w[s0 : s0 + n], partial, accumulate=s0 != g0, last=s0 + n == g1)
         if into is None:
             yield partial
             continue
@@ -1006,7 +1062,7 @@ def triton_backward_lean(hidden, shards, lse, temperature, grad_out, grad_h, row
                 acc = tot if first else part
                 for s0 in range(g0, g1, slice_cols):
                     n = min(slice_cols, g1 - s0)
-                    k.slice(s0, n, grad_w[s0 : s0 + n] if one_chunk else None, acc, accumulate=s0 != g0)
+                    k.slice(s0, n, grad_w[s0 : s0 + n] if one_chunk else None, acc, accumulate=s0 != g0, last=s0 + n == g1)
                 if not first:
                     tot += part  # fused_plan.sum_group_partials' left-to-right adds, row by row
                 first = False
@@ -1015,11 +1071,10 @@ def triton_backward_lean(hidden, shards, lse, temperature, grad_out, grad_h, row
     del total, partial, tot, part, acc  # every view too: pass 2's buffers take their memory
     if one_chunk:
         return
-    g_dtype = _G_DTYPES[cfg.g_dtype]
-    hc = hidden if hidden.dtype == g_dtype else hidden.to(g_dtype)
+    wop = _weight_operand(hidden, _row_scales(scale, cfg.g_exp)[2], _G_DTYPES[cfg.g_dtype])  # the fast plan's operand: the same bits
     w_cols = _slice_width(replace(cfg, g_buffer_bytes=cfg.lean_weight_g_bytes), rows, widest, itemsize)
     for weight_shard, tgt, bounds, grad_w in shards:
-        k = _SliceKernels(cfg, hidden, weight_shard, tgt, lse, scale, temperature, w_cols, hc=hc, hidden_grad=False)
+        k = _SliceKernels(cfg, hidden, weight_shard, tgt, lse, scale, temperature, w_cols, wop=wop, hidden_grad=False)
         for g0, g1 in zip(bounds[:-1], bounds[1:]):
             for s0 in range(g0, g1, w_cols):
                 n = min(w_cols, g1 - s0)

@@ -194,7 +194,7 @@ def _path_name(device: torch.device, dtype: torch.dtype) -> str:
 
     return (
         f"triton {c.variant}{' exp2' if c.exp2 else ''} {c.block_t}x{c.block_v}x{c.block_k} w{c.num_warps} s{c.num_stages}, {N_CHUNKS} chunks; "
-        f"bwd {b.g_dtype} grad_logits in {'equal ' if b.even_slices else ''}slices of <= {b.g_buffer_bytes >> 20} MiB"
+        f"bwd {b.g_dtype} (onehot - p) x 2^{b.g_exp} in {'equal ' if b.even_slices else ''}slices of <= {b.g_buffer_bytes >> 20} MiB, grad_out in fp32"
         + (", weight slice copied by the grad_logits launch" if b.copy_in_logits else "")
     )
 
@@ -212,7 +212,10 @@ class FusedLinearLogprobOperator(Operator):
             "partials returned in natural units (max * ln2, target acc * (1/T)); CPU and backward: fp32 / T (as x * (1/T)), exp",
             "fp32 online max/exp/sum",
             "fp32 merge of 120 chunk partials",
-            "backward: grad_logits stored in fp16 per vocab slice (GPU), fp32 accumulation of both products, gradients returned in the operand dtype",
+            "backward (GPU): (onehot - softmax) * m * 2^15 stored in fp16 per vocab slice, m the mantissa of grad_out / T "
+            "(its exponent kept out, so no underflow under a mean loss); the exponent applied exactly in fp32, per row to "
+            "grad_hidden and through hidden's fp16 copy (rows times a power of two) to grad_weight; fp32 accumulation of "
+            "both products; gradients returned in the operand dtype",
         ],
         reduction_order=(
             "vocabulary cut into 120 chunks at (c*V)//120; tiles from each chunk's start in fixed order; "
