@@ -26,8 +26,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fixtures.runs import find_recorded_run  # noqa: E402
 from harness import DEFAULT_KNOBS_DIR  # noqa: E402
+from harness.experiment.runs import find_recorded_run  # noqa: E402
 from harness.judge import stats  # noqa: E402
 from harness.judge.design import needed_sample, relative_seed_spread, side_variance  # noqa: E402
 from harness.judge.ladder import family_members  # noqa: E402
@@ -168,7 +168,8 @@ def _rung_entry(knobs, design, rung, child, parent, e_rel: float, family_alpha: 
 def _acceptance(knobs, design, runs_dir: Path, seed: int) -> dict:
     """Each acceptance criterion with a statistic, judged by its own check on the design seed's runs:
     its margin there is the design's measurement (one run a side, as the main job judges it)."""
-    from harness.judge.acceptance import CHECKS, JudgeContext
+    from harness.experiment.evidence import acceptance_context
+    from harness.judge.acceptance import CHECKS
 
     judged = knobs.acceptance.judges
     out = {}
@@ -176,9 +177,8 @@ def _acceptance(knobs, design, runs_dir: Path, seed: int) -> dict:
         name = f"acceptance/{criterion.id}"
         try:
             run = _run(knobs, runs_dir, judged["stage"], judged["rung"], seed)
-            context = JudgeContext(
-                run=run, knobs=knobs, fetch=lambda rung, **o: _run(knobs, runs_dir, judged["stage"], rung, o.pop("seed", seed), **o)
-            )
+            fetch = lambda rung, **o: _run(knobs, runs_dir, judged["stage"], rung, o.pop("seed", seed), **o)  # noqa: E731
+            context = acceptance_context(run, knobs, fetch, criterion.check)
             verdict = CHECKS[criterion.check](context)
         except MissingRun as missing:
             out[name] = {"missing": str(missing)}

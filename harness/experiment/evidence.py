@@ -153,3 +153,26 @@ def judge_ladder_rung(rung, knobs: Knobs, fetch: Callable[..., Run], probes: Pro
         boundary_check=probes.boundary_check,
         framework_not_checked=probes.framework_not_checked,
     )
+
+
+def acceptance_context(run: Run, knobs: Knobs, fetch: Callable[..., Run], check: str | None = None):
+    """The judged run and the runs `check` compares it with (harness.judge.acceptance.NEEDS; every
+    check's when None): the near-aligned rung and the same spec at seed + 1, fetched at the judged
+    run's stage and mode. A run the fetcher does not know (LookupError) is left out: the check then
+    says what it lacked; a run it fails to find or launch fails the caller as it would have."""
+    from harness.judge.acceptance import NEEDS, JudgeContext
+
+    needs = NEEDS.get(check, ()) if check is not None else {need for wanted in NEEDS.values() for need in wanted}
+    context = JudgeContext(run=run, knobs=knobs)
+    seed, rung = run.spec.seed, run.spec.rung
+    try:
+        if "near_aligned" in needs:
+            context.near_aligned = fetch("near-aligned")
+    except LookupError:
+        pass
+    try:
+        if "second_seed" in needs and seed is not None and rung:
+            context.second_seed = fetch(rung, seed=seed + 1)
+    except LookupError:
+        pass
+    return context

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.experiment.evidence import Probes, family_levels, judge_ladder_rung, replicate_runs
+from harness.experiment.evidence import Probes, acceptance_context, family_levels, judge_ladder_rung, replicate_runs
 from harness.experiment.recorder import Recorder
 from harness.experiment.runs import RunSource
 from harness.judge import ab
@@ -122,7 +122,7 @@ class Session:
         """A rung whose parent does not run at this stage: the run finished, abs-diff at every step, its own bounds."""
         record.smoke(stage, rung, run)
         _require_finished(run, f"{rung.id} at {stage}")
-        verdict = abs_diff_present_every_step(JudgeContext(run=run, knobs=self.knobs, fetch=None))
+        verdict = abs_diff_present_every_step(JudgeContext(run=run, knobs=self.knobs))
         findings = ([] if verdict.passed else [verdict.message]) + bound_findings(rung, run, self.knobs)
         if findings:
             raise Failed("\n  ".join(findings))
@@ -135,7 +135,7 @@ class Session:
         if self.mode not in self.knobs.stages[stage].modes:
             raise Skipped(f"the judged stage {stage} runs {', '.join(self.knobs.stages[stage].modes)} only, not --mode={self.mode}")
         run = self.source(stage, rung, self.mode)
-        verdict = CHECKS[criterion.check](JudgeContext(run=run, knobs=self.knobs, fetch=self.fetch(stage)))
+        verdict = CHECKS[criterion.check](acceptance_context(run, self.knobs, self.fetch(stage), criterion.check))
         record.criterion(criterion, run, verdict)
         if criterion.expect != "not-expected" and not verdict.passed:
             raise Failed(f"{criterion.seed_text}\n  -> {verdict.message}")

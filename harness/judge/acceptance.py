@@ -1,5 +1,6 @@
 """The seed's acceptance criteria as checks. knobs/acceptance.yaml names them; each takes the
-judged run and a way to fetch the other runs it compares with, and returns a Verdict.
+judged run and the other runs it compares with (gathered beforehand, as NEEDS says:
+harness.experiment.evidence.acceptance_context), and returns a Verdict.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ BLOCKING_SIGNATURES = {
 class JudgeContext:
     run: Run
     knobs: Knobs
-    # fetch(rung, **flag_overrides) -> the run of that rung at the same stage and mode
-    fetch: Callable[..., Run]
+    near_aligned: Run | None = None  # the near-aligned rung's run at the same stage and mode
+    second_seed: Run | None = None  # the judged spec at seed + 1 (an A/A pair); None: not recorded
 
     def threshold(self, name: str) -> float:
         return self.knobs.threshold(name)
@@ -133,7 +134,9 @@ def mismatch_above_near_aligned(ctx: JudgeContext) -> Verdict:
     warmup = int(ctx.threshold("warmup_steps"))
     confidence = ctx.threshold("bootstrap_confidence")
     min_delta = ctx.threshold("rung_min_abs_delta")
-    near = ctx.fetch("near-aligned")
+    near = ctx.near_aligned
+    if near is None:
+        return Verdict(False, "not judged: no near-aligned run was given to compare with", {"outcome": "not judged"})
     # A missing or non-finite step makes the answer "not judged", naming it: never a shorter series.
     incomplete = series_problems(ctx.run, ABS_DIFF, ctx.knobs, "baseline") + series_problems(near, ABS_DIFF, ctx.knobs, "near-aligned")
     if incomplete:
@@ -175,11 +178,7 @@ def stable_under_aa(ctx: JudgeContext) -> Verdict:
     warmup = int(ctx.threshold("warmup_steps"))
     rel_tol = ctx.threshold("aa_max_rel_diff")
     _, a = after_warmup(ctx.run.series(ABS_DIFF), warmup)
-    seed, rung = ctx.run.spec.seed, ctx.run.spec.rung
-    try:
-        other = ctx.fetch(rung, seed=seed + 1) if seed is not None and rung else None
-    except LookupError:
-        other = None
+    seed, other = ctx.run.spec.seed, ctx.second_seed
     # A missing or non-finite step makes the answer "not judged", naming it: never a shorter series.
     incomplete = series_problems(ctx.run, ABS_DIFF, ctx.knobs, f"seed {seed}")
     if other is not None:
@@ -251,4 +250,10 @@ CHECKS: dict[str, Callable[[JudgeContext], Verdict]] = {
         stable_under_aa,
         record_is_complete,
     )
+}
+
+# The other runs each check compares with (JudgeContext's fields); a check not named needs none.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "mismatch_above_near_aligned": ("near_aligned",),
+    "stable_under_aa": ("second_seed",),
 }

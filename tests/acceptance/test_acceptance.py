@@ -6,7 +6,8 @@ session's --mode, on the session's --backend.
 
 import pytest
 
-from harness.judge.acceptance import CHECKS, JudgeContext
+from harness.experiment.evidence import acceptance_context
+from harness.judge.acceptance import CHECKS
 
 
 @pytest.mark.acceptance
@@ -16,7 +17,7 @@ def test_criterion(criterion, knobs, pytestconfig, get_run, experiment_record):
     if mode not in knobs.stages[stage].modes:
         pytest.skip(f"the judged stage {stage} runs {', '.join(knobs.stages[stage].modes)} only, not --mode={mode}")
     run = get_run(stage, rung, mode)
-    context = JudgeContext(run=run, knobs=knobs, fetch=lambda other, **overrides: get_run(stage, other, mode, **overrides))
+    context = acceptance_context(run, knobs, lambda other, **overrides: get_run(stage, other, mode, **overrides), criterion.check)
     verdict = CHECKS[criterion.check](context)
     experiment_record.criterion(criterion, run, verdict, stage=stage, mode=mode)
     if criterion.expect == "not-expected":

@@ -77,5 +77,5 @@ def smoke_check(stage, rung, run, knobs, experiment_record) -> None:
     experiment_record.smoke(stage, rung, run)
     state = run.status.state if run.status else "unknown"
     assert state == "finished", f"{rung.id} at {stage}: run {run.id} is {state}: {run.status.failure if run.status else ''}"
-    verdict = abs_diff_present_every_step(JudgeContext(run=run, knobs=knobs, fetch=None))
+    verdict = abs_diff_present_every_step(JudgeContext(run=run, knobs=knobs))
     assert verdict.passed, verdict.message

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from harness import DEFAULT_KNOBS_DIR
-from harness.experiment.evidence import judge_rung
-from harness.judge.acceptance import CHECKS, JudgeContext
+from harness.experiment.evidence import acceptance_context, judge_rung
+from harness.judge.acceptance import CHECKS
 from harness.spec import load_knobs
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
@@ -31,7 +31,7 @@ def context(run, others=None):
             raise LookupError(key)
         return others[key]
 
-    return JudgeContext(run=run, knobs=KNOBS, fetch=fetch)
+    return acceptance_context(run, KNOBS, fetch)
 
 
 def test_every_check_named_in_knobs_exists():
