@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.judge import ladder
+from harness.judge import drift_class, ladder
 from harness.judge.evidence import BoundaryResult, ContractResult, FrameworkResult, RungEvidence
 from harness.records.runload import Run
 from harness.spec import Knobs
@@ -103,7 +103,7 @@ def judge_rung(
     boundary_check: Callable[[Run], tuple[str, str, str | None]] | None = None,
     framework_not_checked: Callable[[Run], list[str]] | None = None,
 ):
-    """Gather a rung's evidence, then judge it (harness.judge.ladder.judge). `fetch(rung_id, **overrides)`
+    """Gather a rung's evidence, then judge it (harness.judge.ladder.measure, then harness.judge.drift_class.classify). `fetch(rung_id, **overrides)`
     returns a run at the same stage and mode; `replicates` is how many seeds a side is judged on;
     `framework_checks(run)` returns the failed framework probes' messages and `framework_not_checked(run)`
     those that could not run; `contract_check(run)` is probe 6, (status, verdict); `boundary_check(run)`
@@ -126,7 +126,7 @@ def judge_rung(
         evidence.paired = paired(children[0], parents[0])
     runs = {run.id: run for run in children + parents}
     for _ in range(4):  # each round gives a step what it asked for; three steps can ask
-        judgement = ladder.classify(rung, knobs, measured, children, parents, evidence, holm)
+        judgement = drift_class.classify(rung, knobs, measured, children, parents, evidence, holm)
         if not judgement.needs:
             return judgement
         for need in judgement.needs:

@@ -1,6 +1,12 @@
 """One rung against its parent: the isolated delta with a confidence interval, and the drift class
 decided from evidence (never from the rung's name).
 
+This module measures (`measure`: the runs complete, the delta's interval, its outcome at the rung's
+Holm level; `rung_difference` and `family_levels` for the family); harness.judge.drift_class
+decides the class from typed evidence (harness.judge.evidence); harness.judge.expectations holds
+the result against the rung file. The runs and the evidence are gathered beforehand
+(harness.experiment.evidence); nothing here fetches, probes or launches.
+
 Decision procedure, in the seed's order (rule out framework, then semantics, before numerics):
   1. The rung's run (or its parent's) fails a framework probe (sample/token identity, weight
      version) -> framework, whatever the mean does: a sync fault confined to a few rollouts makes
@@ -24,7 +30,6 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,8 +37,8 @@ import numpy as np
 from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.completeness import series_problems
-from harness.judge.evidence import BoundaryResult, Need, RungEvidence
-from harness.judge.exact_zero import exactly_zero_findings
+from harness.judge.evidence import Need
+from harness.judge.expectations import bound_findings, expectation_findings  # noqa: F401  (the ladder's expectations, imported from here by its callers)
 from harness.judge.margin import Margin, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF
@@ -93,7 +98,7 @@ class RungJudgement:
         return f"{replicates['count']} seeds: " + ", ".join(sides)
 
 
-def _series(run: Run, warmup: int) -> list[float]:
+def abs_diff_after_warmup(run: Run, warmup: int) -> list[float]:
     return after_warmup(run.series(ABS_DIFF), warmup)[1]
 
 
@@ -106,28 +111,11 @@ def _replicate_problems(runs: list[Run], knobs: Knobs, rung_id: str) -> list[str
 
 
 def _replicate_series(runs: list[Run], warmup: int) -> list[list[float]]:
-    return [_series(run, warmup) for run in runs]
+    return [abs_diff_after_warmup(run, warmup) for run in runs]
 
 
 def _grand_mean(series: list[list[float]]) -> float:
     return float(np.mean([np.mean(values) for values in series]))
-
-
-def replay_is_identity(flags: dict) -> bool:
-    return (
-        float(flags.get("rollout-temperature", 1.0)) == 1.0
-        and float(flags.get("rollout-top-p", 1.0)) >= 1.0
-        and int(flags.get("rollout-top-k", -1)) <= 0
-    )
-
-
-def _explained_flags(knobs: Knobs) -> set[str]:
-    return set(knobs.classification.precision_flags.flags) | set(knobs.classification.workload_flags.flags)
-
-
-def changed_flags(child: Run, parent: Run) -> set[str]:
-    a, b = child.spec.flags, parent.spec.flags
-    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
 
 
 def family_members(knobs: Knobs, stage: str, backend: str) -> list[str]:
@@ -178,20 +166,13 @@ def first_seed_problems(rung: Rung, knobs: Knobs, child: Run) -> list[str]:
     return series_problems(child, ABS_DIFF, knobs, rung.id)
 
 
-def judge(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run], evidence: RungEvidence, holm: outcomes.HolmLevel | None = None):
-    """The rung judged on its runs (`children`, first seed first; `parents`, empty for a root) and the
-    evidence: measure, then classify. `holm` is the rung's place in its family (family_levels);
-    without it the rung is a family of one. A judgement with `needs` stopped for evidence it lacks."""
-    return classify(rung, knobs, measure(rung, knobs, children, parents, holm), children, parents, evidence, holm)
-
-
 def measure(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run], holm: outcomes.HolmLevel | None = None) -> RungJudgement:
     """Steps 1-2's numbers: the runs complete, the means, the delta's interval and its outcome against
     the effect of interest at the rung's Holm level. No class is decided here."""
     warmup = int(knobs.threshold("warmup_steps"))
     child = children[0]
     incomplete = first_seed_problems(rung, knobs, child)
-    child_values = _series(child, warmup)
+    child_values = abs_diff_after_warmup(child, warmup)
     if incomplete:
         return RungJudgement(rung.id, rung.parent, float(np.mean(child_values)) if child_values else float("nan"), problems=incomplete)
     judgement = RungJudgement(rung.id, rung.parent, float(np.mean(child_values)))
@@ -216,11 +197,11 @@ def measure(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run], h
     judgement.diff = stats.hierarchical_diff_ci(
         parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"), seed_effect_alpha=knobs.threshold("seed_effect_alpha")
     )
-    _decide_outcome(judgement, rung, knobs, _holm_or_alone(holm, rung, knobs), child_series, parent_series)
+    _decide_outcome(judgement, rung, knobs, holm_level_or_alone(holm, rung, knobs), child_series, parent_series)
     return judgement
 
 
-def _holm_or_alone(holm: outcomes.HolmLevel | None, rung: Rung, knobs: Knobs) -> outcomes.HolmLevel:
+def holm_level_or_alone(holm: outcomes.HolmLevel | None, rung: Rung, knobs: Knobs) -> outcomes.HolmLevel:
     return holm if holm is not None else outcomes.HolmLevel(1, 1, 1.0 - knobs.threshold("bootstrap_confidence"), True, (rung.id,))
 
 
@@ -251,233 +232,6 @@ def _decide_outcome(judgement: RungJudgement, rung: Rung, knobs: Knobs, holm: ou
         )
 
 
-def classify(
-    rung: Rung,
-    knobs: Knobs,
-    measured: RungJudgement,
-    children: list[Run],
-    parents: list[Run],
-    evidence: RungEvidence,
-    holm: outcomes.HolmLevel | None = None,
-) -> RungJudgement:
-    """Steps 1, 3 and 4 on a measured rung: the drift class from the evidence, in the seed's order
-    (framework, then no effect, then semantics, then numerics). Returns a new judgement; one that
-    stopped for evidence it lacks lists it in `needs`."""
-    judgement = copy.deepcopy(measured)
-    if judgement.problems:
-        return judgement
-    if rung.parent is None:
-        _root_framework(judgement, children[0], evidence)
-        return judgement
-    if evidence.paired is not None:  # evidence beside the trajectory delta; the decision stays the trajectory's
-        measured_pair = evidence.paired
-        paired = measured_pair.as_dict() if hasattr(measured_pair, "as_dict") else {"not_checked": measured_pair.reason}
-        judgement.evidence = _insert_before(judgement.evidence, "decision", "paired_delta", paired)
-        judgement.paired_summary = measured_pair.summary()
-    if _framework_step(judgement, children + parents, evidence):
-        return judgement
-    if _no_effect_step(judgement, rung, knobs, _holm_or_alone(holm, rung, knobs), children, evidence):
-        return judgement
-    drifting, drifting_rung = (children[0], rung.id) if judgement.diff.diff > 0 else (parents[0], rung.parent)
-    removed = _semantic_step(judgement, rung, knobs, drifting, drifting_rung, children[0], parents[0], evidence)
-    if removed is _DECIDED:
-        return judgement
-    if removed is not None and removed >= knobs.threshold("semantic_replay_min_removed_fraction"):
-        judgement.drift_class = "semantic"
-        return judgement
-    if removed is not None:
-        judgement.ruled_out["semantic"] = (
-            f"replaying the processed contract removes {removed:.0%} of the delta "
-            f"(< thresholds.semantic_replay_min_removed_fraction {knobs.threshold('semantic_replay_min_removed_fraction'):g})"
-        )
-    _numerical_step(judgement, knobs, drifting, children[0], parents[0], evidence)
-    return judgement
-
-
-_DECIDED = object()  # _semantic_step's answer when it decided the class (or stopped) itself
-
-
-def _insert_before(mapping: dict, before: str, key: str, value) -> dict:
-    """`mapping` with `key` placed just before `before` (the evidence reads in the order it was found)."""
-    items = [(k, v) for k, v in mapping.items() if k != key]
-    index = next((i for i, (k, _) in enumerate(items) if k == before), len(items))
-    return dict([*items[:index], (key, value), *items[index:]])
-
-
-def _root_framework(judgement: RungJudgement, child: Run, evidence: RungEvidence) -> None:
-    """A root is still a run of the pipeline: a sample or weight mismatch there would make every rung
-    above it meaningless, so it gets the framework probes like any other rung."""
-    if evidence.framework is None:
-        return
-    failed = list(evidence.framework[child.id].failed)
-    judgement.evidence["framework_checks"] = {child.id: failed or "pass"}
-    if failed:
-        judgement.drift_class = "framework"
-        judgement.reasons.append(f"framework probe failed on {child.id}: {failed[0]}")
-
-
-def _framework_step(judgement: RungJudgement, sides: list[Run], evidence: RungEvidence) -> bool:
-    """Step 1: a failed framework probe on any run, the rung's or its parent's, is framework drift
-    whatever the mean does. Framework drift is ruled out only when none failed and none went unchecked."""
-    if evidence.framework is None:
-        return False
-    for side in sides:
-        failed = list(evidence.framework[side.id].failed)
-        judgement.evidence.setdefault("framework_checks", {})[side.id] = failed or "pass"
-        if failed:
-            judgement.drift_class = "framework"
-            judgement.reasons.append(f"framework probe failed on {side.id}: {failed[0]}")
-            return True
-    unchecked = [
-        f"{side.id}: {what}"
-        for side in sides
-        for what in (evidence.framework[side.id].not_checked if evidence.framework[side.id].not_checked is not None else ["not asked"])
-    ]
-    if unchecked:
-        judgement.evidence["framework_not_checked"] = unchecked
-    else:
-        judgement.ruled_out["framework"] = f"framework probes 1-2 (sample identity, weights) pass on all {len(sides)} runs"
-    return False
-
-
-def _family_text(holm: outcomes.HolmLevel) -> str:
-    return f"Holm rank {holm.rank} of a family of {holm.family_size}, adjusted alpha {holm.alpha:.3g}"
-
-
-def _no_effect_step(
-    judgement: RungJudgement, rung: Rung, knobs: Knobs, holm: outcomes.HolmLevel, children: list[Run], evidence: RungEvidence
-) -> bool:
-    """Step 2's classes: flat -> none; inconclusive but not up -> none; otherwise inconclusive ->
-    undetermined (probe 6 may still rule semantic drift out). True when the class is decided here."""
-    diff, result, family = judgement.diff, judgement.outcome, _family_text(holm)
-    if result.direction == "flat":
-        judgement.reasons.append(f"delta {diff.diff:+.3g} is no effect: {result.describe()} ({family})")
-        _rule_out_every_source(judgement, "the delta is no effect")
-        return True
-    if result.direction != "inconclusive":
-        judgement.reasons.append(f"delta {diff.diff:+.3g} is an effect: {result.describe()} ({family})")
-        return False
-    # One side can still be decided: when the interval's upper end stays below +E the rung adds
-    # no drift of interest, so no drift source needs explaining (class none), whether or not it
-    # lowers the drift. Every drift class names a cause of *added* drift (a mishandled contract
-    # or a broken sync only ever adds), so "not up" is enough to rule them out.
-    one_sided = outcomes.not_up(diff, result.effect, 1.0 - knobs.threshold("bootstrap_confidence"), holm.family_size)
-    judgement.evidence["decision"]["not_up"] = {
-        "decided": one_sided.decided,
-        "upper_bound": one_sided.upper,
-        "confidence": one_sided.confidence,
-        "rule": "one-sided, Bonferroni over the family",
-    }
-    if one_sided.decided:
-        judgement.reasons.append(
-            f"delta {diff.diff:+.3g}: {result.describe()} ({family}); not up: {one_sided.describe()}, so the rung adds "
-            "no drift of interest (class none); whether it lowers the drift is undecided"
-        )
-        _rule_out_every_source(judgement, "not up: the rung adds no drift of interest")
-        return True
-    judgement.drift_class = "undetermined"
-    judgement.reasons.append(f"delta {diff.diff:+.3g}: {result.describe()} ({family}); no drift class is decided on it")
-    _contract_on_every_replicate(judgement, rung.id, children, evidence)
-    return True
-
-
-def _semantic_step(judgement, rung: Rung, knobs: Knobs, drifting: Run, drifting_rung: str, child: Run, parent: Run, evidence: RungEvidence):
-    """Step 3: the fraction of the delta that replaying the rollout's processed contract removes (None
-    when not measured), or _DECIDED when this step decided the class (or stopped for evidence)."""
-    replay_flag = knobs.classification.semantic_replay.flag
-    if drifting.spec.flags.get(replay_flag):
-        judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
-        judgement.ruled_out["semantic"] = f"the drifting side replays the rollout's processed contract ({replay_flag})"
-        return None
-    if replay_is_identity(drifting.spec.flags):
-        judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
-        return 0.0
-    if drifting.spec.backend == "embedded":
-        if drifting_rung not in evidence.replay:
-            judgement.needs.append(Need("replay", drifting_rung))
-            return _DECIDED
-        return _replay_removes(judgement, knobs, evidence.replay[drifting_rung], drifting, drifting_rung, child, parent)
-    return _contract_probe_decides(judgement, knobs, drifting, child, parent, evidence)
-
-
-def _replay_removes(judgement, knobs: Knobs, replayed: Run, drifting: Run, drifting_rung: str, child: Run, parent: Run):
-    """The replay run's share of the delta removed; a missing or non-finite step makes the rung not judged."""
-    warmup = int(knobs.threshold("warmup_steps"))
-    incomplete = series_problems(replayed, ABS_DIFF, knobs, f"{drifting_rung} replaying the processed contract")
-    if incomplete:
-        judgement.problems = ["not judged: " + "; ".join(incomplete)]
-        return _DECIDED
-    steadier = parent if drifting is child else child
-    replayed_values = _series(replayed, warmup)
-    # The replay run has the first seed only: it is compared seed for seed with the first seeds'
-    # delta (the replicates' delta when the first seeds alone do not show the drift).
-    steadier_mean = float(np.mean(_series(steadier, warmup)))
-    first_seed_delta = float(np.mean(_series(drifting, warmup))) - steadier_mean
-    remaining = float(np.mean(replayed_values)) - steadier_mean
-    removed = 1.0 - remaining / (first_seed_delta if first_seed_delta > 0 else abs(judgement.diff.diff))
-    judgement.evidence.update({"replay_run": replayed.id, "replay_mean": float(np.mean(replayed_values)), "removed_fraction": removed})
-    judgement.reasons.append(f"replaying the processed contract on {drifting_rung} removes {removed:.0%} of the delta")
-    return removed
-
-
-def _contract_probe_decides(judgement, knobs: Knobs, drifting: Run, child: Run, parent: Run, evidence: RungEvidence):
-    """No replay run on this backend: probe 6 on the drifting run's dumps decides the contract or
-    nothing does; a sampling rung is never candidate-operator by elimination of flag names."""
-    if not evidence.contract_probe:
-        status, verdict = "not checked", "no contract probe was given"
-    elif drifting.id not in evidence.contract:
-        judgement.needs.append(Need("contract", drifting.id))
-        return _DECIDED
-    else:
-        status, verdict = evidence.contract[drifting.id].status, evidence.contract[drifting.id].verdict
-    judgement.evidence["contract_probe"] = {"run": drifting.id, "status": status, "verdict": verdict}
-    if status == "fail":
-        judgement.drift_class = "semantic"
-        judgement.reasons.append(f"probe 6 on {drifting.id}'s dumps: {verdict}")
-        return _DECIDED
-    if status != "pass":
-        judgement.drift_class = "undecided"
-        judgement.reasons.append(f"undecided: needs probe 6 (sampling contract) on {drifting.id}: {verdict}")
-        return _DECIDED
-    judgement.reasons.append(f"probe 6 passes on {drifting.id}'s dumps: {verdict}")
-    judgement.ruled_out["semantic"] = f"probe 6 passes on {drifting.id}: {verdict}"
-    unexplained = changed_flags(child, parent) - _explained_flags(knobs)
-    if unexplained:
-        judgement.drift_class = "undecided"
-        judgement.reasons.append(
-            f"undecided: not semantic, and the changed flags {sorted(unexplained)} are neither precision nor workload knobs; "
-            "what survives needs the numerical probes 3-7, which need probe bundles this backend does not record"
-        )
-        return _DECIDED
-    return None
-
-
-def _numerical_step(judgement: RungJudgement, knobs: Knobs, drifting: Run, child: Run, parent: Run, evidence: RungEvidence) -> None:
-    """Step 4. What survives aligned semantics and the framework checks is numerical: the drifting
-    run's boundary table decides it (harness.attribution.boundaries), never the changed flags' names."""
-    judgement.evidence["changed_flags"] = sorted(changed_flags(child, parent))
-    if not evidence.boundary_table:
-        table = BoundaryResult("not checked", "no boundary check was given")
-    elif drifting.id not in evidence.boundary:
-        judgement.needs.append(Need("boundary", drifting.id))
-        return
-    else:
-        table = evidence.boundary[drifting.id]
-    status, verdict, boundary = table.status, table.verdict, table.boundary
-    judgement.evidence["boundary_table"] = {"run": drifting.id, "status": status, "verdict": verdict, "boundary": boundary}
-    if status == "within":
-        judgement.drift_class = "expected-numerical"
-        judgement.reasons.append(f"the delta survives aligned semantics; {drifting.id}'s boundary table: {verdict}")
-    elif status == "breaks":
-        judgement.drift_class = "candidate-operator"
-        judgement.reasons.append(
-            f"the delta survives aligned semantics and framework checks; {drifting.id}'s boundary table localises it at {boundary}: {verdict}"
-        )
-    else:
-        judgement.drift_class = "undecided"
-        judgement.reasons.append(f"undecided: needs the boundary table of {drifting.id}: {verdict}")
-
-
 def _rung_margin(rung: Rung, result: outcomes.Outcome, diff: stats.DiffCI, effect: float, child_series, parent_series):
     """The delta's distance in standard errors from the boundary of the rung's expected direction (or
     of the direction observed, when the rung expects none; NaN when inconclusive), with its sample."""
@@ -490,111 +244,3 @@ def _rung_margin(rung: Rung, result: outcomes.Outcome, diff: stats.DiffCI, effec
     if answer not in ("up", "down", "flat"):  # inconclusive and not expected: no boundary to measure from
         return Margin(float("nan"), diff.diff, float("nan"), diff.se, answer, sample)
     return outcome_margin(answer, diff.diff, diff.se, effect, sample)
-
-
-def _rule_out_every_source(judgement: RungJudgement, why: str) -> None:
-    """Class none: the rung adds no drift of interest, so no numerical or contract cause of added drift
-    needs explaining. Framework drift is not among them: only probes 1-2 rule that out (a sync fault
-    confined to a few rollouts can leave the mean where it was)."""
-    for drift_class in ("semantic", "candidate-operator", "expected-numerical"):
-        judgement.ruled_out.setdefault(drift_class, why)
-
-
-def _contract_on_every_replicate(judgement: RungJudgement, rung_id: str, children: list[Run], evidence: RungEvidence) -> None:
-    """An undetermined delta decides no class, but the sampling contract can still be checked directly:
-    probe 6 on each of the rung's own runs (its dumps and probe bundles). Passing on every replicate
-    rules semantic drift out; failing on any is semantic drift (probe 6 fails only when replaying the
-    rollout's contract removes the drift it measures); a run it could not check rules nothing out."""
-    if not evidence.contract_probe:
-        judgement.evidence["contract_probe"] = {"status": "not checked", "verdict": "no contract probe was given"}
-        return
-    missing = [run.id for run in children if run.id not in evidence.contract]
-    if missing:
-        judgement.needs += [Need("contract", run_id) for run_id in missing]
-        return
-    results = {run.id: (evidence.contract[run.id].status, evidence.contract[run.id].verdict) for run in children}
-    judgement.evidence["contract_probe"] = {run_id: {"status": status, "verdict": verdict} for run_id, (status, verdict) in results.items()}
-    failed = {run_id: verdict for run_id, (status, verdict) in results.items() if status == "fail"}
-    if failed:
-        run_id, verdict = next(iter(failed.items()))
-        judgement.drift_class = "semantic"
-        judgement.reasons.append(f"probe 6 on {run_id}'s dumps: {verdict}")
-    elif all(status == "pass" for status, _ in results.values()):
-        judgement.ruled_out["semantic"] = f"probe 6 (sampling contract) passes on each of {rung_id}'s {len(results)} runs"
-        judgement.reasons.append(
-            f"not semantic: probe 6 passes on each of {rung_id}'s {len(results)} runs"
-            + ("; not framework: probes 1-2 pass on every run" if "framework" in judgement.ruled_out else "")
-        )
-    else:
-        unchecked = next(f"{run_id}: {verdict}" for run_id, (status, verdict) in results.items() if status != "pass")
-        judgement.reasons.append(f"semantic drift not ruled out: probe 6 not checked on {unchecked}")
-
-
-def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
-    """Every absolute expectation of the rung on its own run: exactly zero at every step
-    (expect.exactly_zero_every_step, no tolerance) and the statistical bounds (expect.max_*/min_*)."""
-    return exactly_zero_findings(rung, run) + _mean_bound_findings(rung, run, knobs)
-
-
-def _mean_bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
-    """The rung's absolute bounds (ladder/<rung>.yaml expect.max_*), each judged on its own run's
-    abs-diff after warm-up; one line per bound it breaks, with the figures and the threshold's name."""
-    bounds = rung.expect.bound_names()
-    if not bounds:
-        return []
-    steps, values = after_warmup(run.series(ABS_DIFF), int(knobs.threshold("warmup_steps")))
-    if len(values) < 3:
-        return [f"{rung.id}: only {len(values)} finite abs-diff values after warm-up; bounds {sorted(bounds)} not judged"]
-    summary = stats.summarize(values, warmup=0, steps=steps)
-    low, high = stats.block_bootstrap_mean_ci(values, confidence=knobs.threshold("bootstrap_confidence"))
-    observed = {
-        "max_abs_diff": summary.mean,
-        "max_rel_ci_halfwidth": (high - low) / 2 / summary.mean if summary.mean else float("inf"),
-        "max_rel_trend": abs(summary.slope) * (steps[-1] - steps[0]) / summary.mean if summary.mean else float("inf"),
-    }
-    observed["min_abs_diff"] = summary.mean
-    what = {
-        "max_abs_diff": "mean abs-diff",
-        "max_rel_ci_halfwidth": "CI half-width / mean",
-        "max_rel_trend": "trend over the run / mean",
-        "min_abs_diff": "mean abs-diff",
-    }
-    figures = (
-        f"mean {summary.mean:.4g}, CI [{low:.4g}, {high:.4g}], trend {observed['max_rel_trend']:.0%} of the mean "
-        f"over steps {steps[0]}-{steps[-1]}, per-step CV {summary.cv:.2f}"
-    )
-    findings = []
-    for bound, name in bounds.items():
-        limit = knobs.threshold(name)
-        is_floor = bound.startswith("min_")
-        if not (observed[bound] >= limit if is_floor else observed[bound] <= limit):
-            findings.append(
-                f"{rung.id}: {what[bound]} {observed[bound]:.4g} {'<' if is_floor else '>'} thresholds.{name} {limit:g} "
-                f"(ladder/{rung.id}.yaml expect.{bound}); {figures}"
-            )
-    return findings
-
-
-def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs) -> list[str]:
-    """What the rung file expects that the judgement or the run contradicts: the one direction against
-    the parent, the one drift class, the classes the evidence must rule out, then the rung's absolute
-    bounds. An answer the file marks not-expected (knobs/design.yaml says why) is judged and reported,
-    never checked here. Empty: as expected."""
-    findings = []
-    expected = rung.expect
-    if rung.parent is not None and expected.direction_expected and judgement.observed_direction != expected.direction:
-        observed = judgement.observed_direction
-        if judgement.outcome is not None and observed == "inconclusive":
-            observed += f" (smallest detectable effect {judgement.outcome.detectable:.3g}, effect of interest {judgement.outcome.effect:.3g})"
-        findings.append(f"expected direction {expected.direction!r} against {rung.parent} (ladder/{rung.id}.yaml), observed {observed}")
-    # The class is checked on a root too: its framework probes decide it (the fp32 floor: none).
-    if expected.class_expected and judgement.drift_class != expected.drift_class:
-        findings.append(f"expected drift class {expected.drift_class!r} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
-    # Classes the rung must rule out by evidence, whatever class (or none) the delta decides.
-    for drift_class in expected.rules_out:
-        if drift_class not in judgement.ruled_out:
-            findings.append(
-                f"expected {drift_class} drift ruled out (ladder/{rung.id}.yaml expect.rules_out), "
-                f"but no evidence rules it out (decided class {judgement.drift_class!r})"
-            )
-    return findings + bound_findings(rung, run, knobs)

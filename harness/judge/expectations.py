@@ -1,0 +1,90 @@
+"""What a rung file expects, held against its judgement and its run: the one direction against the
+parent, the drift class, the classes the evidence must rule out, and the absolute bounds
+(ladder/<rung>.yaml expect). The judgement itself is harness.judge.ladder's; nothing here decides
+a class or a direction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.judge import stats
+from harness.judge.exact_zero import exactly_zero_findings
+from harness.judge.verdict import after_warmup
+from harness.records.metric_names import ABS_DIFF
+from harness.records.runload import Run
+from harness.spec import Knobs
+from harness.spec.schema import Rung
+
+if TYPE_CHECKING:
+    from harness.judge.ladder import RungJudgement
+
+
+def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
+    """Every absolute expectation of the rung on its own run: exactly zero at every step
+    (expect.exactly_zero_every_step, no tolerance) and the statistical bounds (expect.max_*/min_*)."""
+    return exactly_zero_findings(rung, run) + _mean_bound_findings(rung, run, knobs)
+
+
+def _mean_bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
+    """The rung's absolute bounds (ladder/<rung>.yaml expect.max_*), each judged on its own run's
+    abs-diff after warm-up; one line per bound it breaks, with the figures and the threshold's name."""
+    bounds = rung.expect.bound_names()
+    if not bounds:
+        return []
+    steps, values = after_warmup(run.series(ABS_DIFF), int(knobs.threshold("warmup_steps")))
+    if len(values) < 3:
+        return [f"{rung.id}: only {len(values)} finite abs-diff values after warm-up; bounds {sorted(bounds)} not judged"]
+    summary = stats.summarize(values, warmup=0, steps=steps)
+    low, high = stats.block_bootstrap_mean_ci(values, confidence=knobs.threshold("bootstrap_confidence"))
+    observed = {
+        "max_abs_diff": summary.mean,
+        "max_rel_ci_halfwidth": (high - low) / 2 / summary.mean if summary.mean else float("inf"),
+        "max_rel_trend": abs(summary.slope) * (steps[-1] - steps[0]) / summary.mean if summary.mean else float("inf"),
+    }
+    observed["min_abs_diff"] = summary.mean
+    what = {
+        "max_abs_diff": "mean abs-diff",
+        "max_rel_ci_halfwidth": "CI half-width / mean",
+        "max_rel_trend": "trend over the run / mean",
+        "min_abs_diff": "mean abs-diff",
+    }
+    figures = (
+        f"mean {summary.mean:.4g}, CI [{low:.4g}, {high:.4g}], trend {observed['max_rel_trend']:.0%} of the mean "
+        f"over steps {steps[0]}-{steps[-1]}, per-step CV {summary.cv:.2f}"
+    )
+    findings = []
+    for bound, name in bounds.items():
+        limit = knobs.threshold(name)
+        is_floor = bound.startswith("min_")
+        if not (observed[bound] >= limit if is_floor else observed[bound] <= limit):
+            findings.append(
+                f"{rung.id}: {what[bound]} {observed[bound]:.4g} {'<' if is_floor else '>'} thresholds.{name} {limit:g} "
+                f"(ladder/{rung.id}.yaml expect.{bound}); {figures}"
+            )
+    return findings
+
+
+def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs) -> list[str]:
+    """What the rung file expects that the judgement or the run contradicts: the one direction against
+    the parent, the one drift class, the classes the evidence must rule out, then the rung's absolute
+    bounds. An answer the file marks not-expected (knobs/design.yaml says why) is judged and reported,
+    never checked here. Empty: as expected."""
+    findings = []
+    expected = rung.expect
+    if rung.parent is not None and expected.direction_expected and judgement.observed_direction != expected.direction:
+        observed = judgement.observed_direction
+        if judgement.outcome is not None and observed == "inconclusive":
+            observed += f" (smallest detectable effect {judgement.outcome.detectable:.3g}, effect of interest {judgement.outcome.effect:.3g})"
+        findings.append(f"expected direction {expected.direction!r} against {rung.parent} (ladder/{rung.id}.yaml), observed {observed}")
+    # The class is checked on a root too: its framework probes decide it (the fp32 floor: none).
+    if expected.class_expected and judgement.drift_class != expected.drift_class:
+        findings.append(f"expected drift class {expected.drift_class!r} (ladder/{rung.id}.yaml), decided {judgement.drift_class!r}")
+    # Classes the rung must rule out by evidence, whatever class (or none) the delta decides.
+    for drift_class in expected.rules_out:
+        if drift_class not in judgement.ruled_out:
+            findings.append(
+                f"expected {drift_class} drift ruled out (ladder/{rung.id}.yaml expect.rules_out), "
+                f"but no evidence rules it out (decided class {judgement.drift_class!r})"
+            )
+    return findings + bound_findings(rung, run, knobs)
