@@ -1,0 +1,83 @@
+"""The judge takes runs and typed evidence and returns a verdict; it asks for nothing by callback.
+
+harness.judge.ladder.measure gives the numbers, harness.judge.drift_class.classify the class. Where
+a step's evidence depends on the delta's direction (the drifting run's probe 6 or boundary table,
+the drifting rung's replay run) and is not in hand, the judgement lists it in `needs` and decides
+nothing; given the evidence, the same call decides. Runs are real run directories (conftest.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness import DEFAULT_KNOBS_DIR
+from harness.judge.drift_class import classify
+from harness.judge.evidence import BoundaryResult, ContractResult, FrameworkResult, Need, RungEvidence
+from harness.judge.ladder import measure
+from harness.spec import load_knobs
+
+KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
+
+
+def noisy(mean, scale=0.05, seed=0):
+    rng = np.random.default_rng(seed)
+    values = mean * (1 + scale * rng.standard_normal(200))
+    return lambda n: float(values[n])
+
+
+def with_flags(run, **flags):
+    run.spec.flags.update(flags)
+    return run
+
+
+def _judge(rung_id, child, parent, evidence):
+    rung = KNOBS.rungs[rung_id]
+    return classify(rung, KNOBS, measure(rung, KNOBS, [child], [parent]), [child], [parent], evidence)
+
+
+def test_a_vime_top_p_rung_asks_for_probe_6_on_the_drifting_run_then_decides_with_it(build_run):
+    parent = with_flags(build_run("parent", rung="near-aligned", backend="vime", abs_diff=noisy(0.013)), **{"rollout-top-p": 1.0})
+    child = with_flags(build_run("child", rung="top-p", backend="vime", abs_diff=noisy(0.035, seed=1)), **{"rollout-top-p": 0.95})
+    evidence = RungEvidence(framework={run.id: FrameworkResult() for run in (child, parent)})
+    asked = _judge("top-p", child, parent, evidence)
+    assert asked.observed_direction == "up" and asked.needs == [Need("contract", child.id)], asked.summary()
+    evidence.contract[child.id] = ContractResult("fail", "12 sampled tokens lie outside the rollout's own top-p set")
+    decided = _judge("top-p", child, parent, evidence)
+    assert not decided.needs and decided.drift_class == "semantic" and decided.evidence["contract_probe"]["run"] == child.id
+
+
+def test_a_precision_rung_asks_for_the_drifting_runs_boundary_table(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
+    child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04, seed=1)), **{"vllm-quantization": "fp8"})
+    evidence = RungEvidence(framework={run.id: FrameworkResult(not_checked=()) for run in (child, parent)})
+    assert _judge("fp8-rollout", child, parent, evidence).needs == [Need("boundary", child.id)]
+    evidence.boundary[child.id] = BoundaryResult("breaks", "first boundary beyond 4x its envelope: logsumexp", "logsumexp")
+    decided = _judge("fp8-rollout", child, parent, evidence)
+    assert decided.drift_class == "candidate-operator" and "logsumexp" in decided.reasons[-1]
+    assert decided.ruled_out["framework"].startswith("framework probes 1-2"), "both runs' probes 1-2 ran and passed"
+
+
+def test_without_a_boundary_table_the_class_is_undecided_not_asked_for(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
+    child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04, seed=1)), **{"vllm-quantization": "fp8"})
+    judgement = _judge("fp8-rollout", child, parent, RungEvidence(boundary_table=False))
+    assert not judgement.needs and judgement.drift_class == "undecided" and "needs the boundary table" in judgement.reasons[-1]
+
+
+def test_a_failed_framework_probe_decides_before_any_other_evidence_is_asked_for(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
+    child = with_flags(build_run("child", rung="stale-weights", abs_diff=noisy(0.03, seed=1)), **{"embedded-inject": "stale-weights:2"})
+    evidence = RungEvidence(framework={child.id: FrameworkResult(("probe 2 (model state): weight version 3 vs 5",)), parent.id: FrameworkResult()})
+    judgement = _judge("stale-weights", child, parent, evidence)
+    assert not judgement.needs and judgement.drift_class == "framework" and "probe 2" in judgement.reasons[-1]
+
+
+def test_classify_leaves_the_measured_judgement_as_it_was(build_run):
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.013, seed=1))
+    rung = KNOBS.rungs["temperature"]
+    measured = measure(rung, KNOBS, [child], [parent])
+    before = (list(measured.reasons), dict(measured.evidence), measured.drift_class)
+    classify(rung, KNOBS, measured, [child], [parent], RungEvidence())
+    classify(rung, KNOBS, measured, [child], [parent], RungEvidence())
+    assert (measured.reasons, measured.evidence, measured.drift_class) == before, "judging again starts from the same numbers"
