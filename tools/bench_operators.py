@@ -3,7 +3,7 @@
     python tools/bench_operators.py --device cuda --shape production --regime matched --out reports/bench/h200-peers-matched.json
     python tools/bench_operators.py --device cpu --shape 256,256,4096 --out /tmp/cpu.json
     python tools/bench_operators.py --device cuda --bundle dumps/probe_3.pt --out /tmp/capture.json
-    python tools/bench_operators.py --device cuda --shape production --precision --out reports/bench/h200-grad-precision.json
+    python tools/bench_operators.py --device cuda --shape production --regime high-entropy --precision --grad-scale 1.2207e-4 --out /tmp/p.json
     python tools/bench_operators.py --device cuda --megatron-step --out reports/bench/h200-megatron-step.json
 
 --shape is ``production`` (T=8192, H=2048, V=151936), ``small`` (T=256, H=256, V=4096) or T,H,V.
