@@ -25,7 +25,7 @@ DEFAULT_OUT = REPO_ROOT / "reports" / "judged"
 
 def cmd_judge(args: argparse.Namespace) -> int:
     from harness.experiment.runs import RunSource
-    from harness.experiment.session import judge_main_job
+    from harness.experiment.session import NOT_JUDGED_HERE, judge_main_job
     from harness.spec import load_knobs
 
     runs_dir = Path(args.runs_dir)
@@ -40,6 +40,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
     page = write_outputs(session, Path(args.out), options=vars(args))
     counts = {o: list(session.outcomes.values()).count(o) for o in ("passed", "failed", "skipped")}
     print(", ".join(f"{n} {o}" for o, n in counts.items()))
+    for path, why in NOT_JUDGED_HERE.items():
+        print(f"not judged here: {path} ({why})")
     print(page)
     return 1 if counts["failed"] else 0
 

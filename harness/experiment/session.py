@@ -8,7 +8,8 @@ tests/ab: the same judge functions, the same expectations) and recorded through 
 Recorder, under the test's node id, so a record written here and one written by pytest on the
 same runs compare entry by entry (`python -m harness report --compare`). A check whose runs are
 not in the source fails with the lookup's line; nothing is launched by a find-only source.
-The bitwise true-on-policy tests marked p1 (tests/embedded) record nothing and are not repeated.
+Tests of the selection not judged here are listed in NOT_JUDGED_HERE, with the reason; the command
+names them under its answer.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ from harness.spec.schema import Rung
 LADDER_TEST = "tests/ladder/test_ladder.py::test_rung_against_parent"
 ACCEPTANCE_TEST = "tests/acceptance/test_acceptance.py::test_criterion"
 AB_TESTS = "tests/ab/test_ab_gate.py"
+# Tests of the main job's selection this module does not judge, and why (a reader of the command's
+# answer must not take it for the whole session's; tests/experiment holds the two lists to pytest's).
+NOT_JUDGED_HERE = {
+    "tests/embedded/test_true_on_policy.py": "bitwise true-on-policy checks on launched runs; they record nothing",
+    "tests/ab/test_candidate_executed.py": "the candidate-execution check (operator call counts): not yet judged by this command",
+}
 
 
 @dataclass(frozen=True)
@@ -240,29 +247,31 @@ def _ab_replicates(knobs: Knobs, backend: str) -> int:
     return 1 if chosen is None else (chosen.embedded if backend == "embedded" else chosen.cluster)
 
 
-def judge_main_job(source: RunSource, knobs: Knobs, mode: str = "colocate", stage: str = "p1") -> Session:
-    """The main job's checks in pytest's order (tests/ab, tests/acceptance, tests/ladder)."""
-    session = Session(knobs, source, mode)
-    backend = source.backend
-    session.check(f"{AB_TESTS}::test_same_workload_contract", session.ab_contract, None)
-    for question in sorted(ab.QUESTIONS):
-        session.check(f"{AB_TESTS}::test_question[{question}]", session.ab_question, question, None)
+def main_job_checks(knobs: Knobs, backend: str, mode: str = "colocate", stage: str = "p1") -> list[tuple[str, str | None, tuple]]:
+    """The main job's checks in pytest's order (tests/ab, tests/acceptance, tests/ladder): (node id,
+    the Session method that judges it or None when its test is skipped on this backend, its arguments)."""
+    checks: list[tuple[str, str | None, tuple]] = [(f"{AB_TESTS}::test_same_workload_contract", "ab_contract", (None,))]
+    checks += [(f"{AB_TESTS}::test_question[{question}]", "ab_question", (question, None)) for question in sorted(ab.QUESTIONS)]
     for name, candidate in knobs.ab.candidates.items():
-        if backend not in candidate.backends:
-            session.outcomes[f"{AB_TESTS}::test_further_candidate_same_workload_contract[{name}]"] = "skipped"
-            continue
-        session.check(f"{AB_TESTS}::test_further_candidate_same_workload_contract[{name}]", session.ab_contract, name)
+        runs_here = backend in candidate.backends
+        checks.append((f"{AB_TESTS}::test_further_candidate_same_workload_contract[{name}]", "ab_contract" if runs_here else None, (name,)))
         for question in sorted(ab.QUESTIONS):
-            session.check(f"{AB_TESTS}::test_further_candidate_question[{name}-{question}]", session.ab_question, question, name)
-    session.check(f"{AB_TESTS}::test_consistent_between_colocate_and_non_colocate", session.mode_consistency)
-    for criterion in knobs.acceptance.criteria:
-        session.check(f"{ACCEPTANCE_TEST}[{criterion.id}]", session.criterion, criterion)
+            nodeid = f"{AB_TESTS}::test_further_candidate_question[{name}-{question}]"
+            checks.append((nodeid, "ab_question" if runs_here else None, (question, name)))
+    checks.append((f"{AB_TESTS}::test_consistent_between_colocate_and_non_colocate", "mode_consistency", ()))
+    checks += [(f"{ACCEPTANCE_TEST}[{criterion.id}]", "criterion", (criterion,)) for criterion in knobs.acceptance.criteria]
     for case in rung_cases(knobs, mode, backend):
-        if case.stage != stage:
-            continue
-        nodeid = f"{LADDER_TEST}[{case.id}]"
-        if skip_reason(knobs, case.rung, backend):
+        if case.stage == stage:
+            checks.append((f"{LADDER_TEST}[{case.id}]", None if skip_reason(knobs, case.rung, backend) else "rung", (case,)))
+    return checks
+
+
+def judge_main_job(source: RunSource, knobs: Knobs, mode: str = "colocate", stage: str = "p1") -> Session:
+    """Every check of main_job_checks judged on the source's runs."""
+    session = Session(knobs, source, mode)
+    for nodeid, method, args in main_job_checks(knobs, source.backend, mode, stage):
+        if method is None:
             session.outcomes[nodeid] = "skipped"
-            continue
-        session.check(nodeid, session.rung, case)
+        else:
+            session.check(nodeid, getattr(session, method), *args)
     return session

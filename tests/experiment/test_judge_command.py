@@ -96,3 +96,26 @@ def test_a_missing_runs_directory_is_one_error_line(tmp_path, capsys):
     assert main(["judge", "--runs-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0] and "--runs-dir" in err[0]
+
+
+def test_the_command_judges_the_checks_the_main_jobs_pytest_session_collects():
+    """The Makefile's baseline selection, as pytest collects it, is the command's list of checks plus
+    the test files it names as not judged here (with the reason): a test renamed, added or dropped on
+    one side, or a new test file in the selection, shows here."""
+    import subprocess
+    import sys
+
+    from harness import REPO_ROOT
+    from harness.experiment.session import NOT_JUDGED_HERE, main_job_checks
+
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "-m", "p1 or acceptance or (p3 and ab)", "--mode=colocate"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    nodeids = {line for line in collected.stdout.splitlines() if "::" in line}
+    assert nodeids, collected.stdout[-2000:] + collected.stderr[-2000:]
+    judged_elsewhere = {nodeid for nodeid in nodeids if nodeid.split("::")[0] in NOT_JUDGED_HERE}
+    assert {nodeid for nodeid, _, _ in main_job_checks(load_knobs(DEFAULT_KNOBS_DIR), "embedded")} == nodeids - judged_elsewhere
