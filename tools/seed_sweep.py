@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     table = render(rows, offsets, made)
     SWEEP_DIR.mkdir(parents=True, exist_ok=True)
     (SWEEP_DIR / "sweep.md").write_text(table)
-    (SWEEP_DIR / "sweep.json").write_text(json.dumps({"offsets": offsets, **made, "rows": rows, "problems": problems, "seconds": durations}, indent=1))
+    (SWEEP_DIR / "sweep.json").write_text(
+        json.dumps({"offsets": offsets, **made, "rows": rows, "problems": problems, "seconds": durations}, indent=1)
+    )
     print(table)
     for problem in problems:
         print(f"seed_sweep: {problem}", file=sys.stderr)
