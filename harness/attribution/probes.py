@@ -404,12 +404,12 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
 
 
 def _contract_verdict(
-    results: list[dict], flags: dict, settings: RunSettings, mismatches: list, one_sided: float = 1.0, min_removed: float = 1.0
+    results: list[dict], membership: dict, settings: RunSettings, mismatches: list, one_sided: float = 1.0, min_removed: float = 1.0
 ) -> ProbeVerdict:
     evidence = {
         "bundles": [{"file": r["file"], **r["evidence"]} for r in results],
         "pooled_tokens": sum(int(r["evidence"].get("tokens") or 0) for r in results if not r.get("skipped")),
-        "dump_filter_flags": flags,
+        "dump_filter_flags": membership,
         "recorded_contract_mismatches": [m.line() for m in mismatches[:MAX_LINES]],
     }
     if mismatches:
@@ -451,22 +451,22 @@ def _contract_verdict(
             evidence,
             "sampling contract (temperature / top-k / top-p processed log-probs)",
         )
-    if flags["sampled_outside_flagged_set"] and settings.filters_on:
+    if membership["sampled_outside_flagged_set"] and settings.filters_on:
         return _verdict(
             6,
             "fail",
-            f"semantic: {flags['sampled_outside_flagged_set']} sampled tokens lie outside the "
+            f"semantic: {membership['sampled_outside_flagged_set']} sampled tokens lie outside the "
             "rollout's own top-k/top-p set (the filter did not apply to sampling)",
             evidence,
             "sampling contract (retained top-k/top-p set)",
         )
-    negative = flags.get("dlogp_negative_fraction")
+    negative = membership.get("dlogp_negative_fraction")
     if not evaluated and settings.filters_on and "processed" in settings.logprobs_mode and negative is not None and negative >= one_sided:
         # Dumps only: a one-sided dlogp is the processed-vs-raw gap (thresholds.contract_one_sided_min_fraction).
         return _verdict(
             6,
             "fail",
-            f"semantic: {negative:.1%} of {flags['dlogp_tokens']} tokens have trainer log-prob < rollout log-prob "
+            f"semantic: {negative:.1%} of {membership['dlogp_tokens']} tokens have trainer log-prob < rollout log-prob "
             f"(>= {one_sided:.0%}): the trainer's raw log-probs against the rollout's processed (top-k/top-p renormalised) ones",
             evidence,
             "sampling contract (processed vs raw log-probs, one-sided dlogp in the dumps)",

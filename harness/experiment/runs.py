@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.records.runload import Run
 from harness.spec import Knobs, SpecError, resolve, validate
+from harness.spec.flag_read import int_flag
 from harness.spec.resolve import RunSpec
 
 
@@ -104,7 +105,7 @@ class RunSource:
         """The resolved, validated spec; the seed offset added unless a seed is given (a replicate
         of an offset run, seed + i, is already offset). Raises SpecError."""
         if self.seed_offset and "seed" not in overrides:
-            base = resolve(self.knobs, stage, rung, mode, self.backend, overrides).flags.get("seed")
+            base = int_flag(resolve(self.knobs, stage, rung, mode, self.backend, overrides).flags, "seed")
             if base is not None:
                 overrides = {**overrides, "seed": int(base) + self.seed_offset}
         return validate(resolve(self.knobs, stage, rung, mode, self.backend, overrides), self.knobs)

@@ -11,14 +11,12 @@ import math
 
 from harness.records.runload import Run
 from harness.spec import Knobs
+from harness.spec.flag_read import int_flag
 
 
 def expected_steps(run: Run, logged: list[int]) -> list[int]:
-    count = run.spec.flags.get("num-rollout")
-    try:
-        return list(range(int(count)))
-    except (TypeError, ValueError):
-        return sorted(set(logged))
+    count = int_flag(run.spec.flags, "num-rollout")
+    return list(range(count)) if count is not None else sorted(set(logged))
 
 
 def _shorten(steps: list[int], limit: int = 12) -> str:

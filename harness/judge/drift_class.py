@@ -20,14 +20,15 @@ from harness.judge.ladder import RungJudgement, abs_diff_after_warmup, holm_leve
 from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
 from harness.spec import Knobs
+from harness.spec.flag_read import is_on, number_flag
 from harness.spec.schema import Rung
 
 
 def replay_is_identity(flags: dict) -> bool:
     return (
-        float(flags.get("rollout-temperature", 1.0)) == 1.0
-        and float(flags.get("rollout-top-p", 1.0)) >= 1.0
-        and int(flags.get("rollout-top-k", -1)) <= 0
+        number_flag(flags, "rollout-temperature", 1.0) == 1.0
+        and number_flag(flags, "rollout-top-p", 1.0) >= 1.0
+        and number_flag(flags, "rollout-top-k", -1) <= 0
     )
 
 
@@ -174,7 +175,7 @@ def _semantic_step(judgement, rung: Rung, knobs: Knobs, drifting: Run, drifting_
     """Step 3: the fraction of the delta that replaying the rollout's processed contract removes (None
     when not measured), or _DECIDED when this step decided the class (or stopped for evidence)."""
     replay_flag = knobs.classification.semantic_replay.flag
-    if drifting.spec.flags.get(replay_flag):
+    if is_on(drifting.spec.flags, replay_flag):
         judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
         judgement.ruled_out["semantic"] = f"the drifting side replays the rollout's processed contract ({replay_flag})"
         return None

@@ -33,6 +33,7 @@ from harness.records.logparse import LogParser
 from harness.records.models import Failure, Record
 from harness.records.rundir import RunDir, written_by_harness
 from harness.spec import RunSpec, SpecError, render_argv
+from harness.spec.flag_read import int_flag
 
 POLL_SECONDS = 0.5
 # In the run directory: the trainer's pid and start time (or Ray job id), so that a later launch
@@ -314,8 +315,7 @@ def _completion(parser: LogParser, spec: RunSpec):
     result = parser.result
     length = length_from_arguments(result.arguments, result.argument_lines)
     if length is None:
-        count = spec.flags.get("num-rollout")
-        length = Length(int(count) if isinstance(count, int) else None, "the spec's num-rollout")
+        length = Length(int_flag(spec.flags, "num-rollout"), "the spec's num-rollout")
     return completion(result.records, length)
 
 
@@ -326,7 +326,7 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
     started = getattr(source, "started_at", None) or time.time()
     deadline = started + options.timeout_s
     run_dir.append_log(f"# time limit {options.timeout_s:.0f} s" + (f" ({options.timeout_why})" if options.timeout_why else ""))
-    total = spec.flags.get("num-rollout") if isinstance(spec.flags.get("num-rollout"), int) else None
+    total = int_flag(spec.flags, "num-rollout")
     with RunProgress(spec.run_id, total, options.progress, started=started, sink=options.progress_sink) as progress:
         while True:
             for line in source.poll(POLL_SECONDS):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness import DEFAULT_RUNS_DIR
 from harness.launch.progress import eta_s, format_eta
+from harness.spec.flag_read import int_flag
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def in_flight(runs_dir: Path, ray_address: str | None = None) -> list[InFlight]:
             continue
         mapping, _ = read_yaml_mapping(run_path / "spec.yaml")
         spec, _ = recorded_spec(mapping, None)
-        total = spec.flags.get("num-rollout") if isinstance(spec.flags.get("num-rollout"), int) else None
+        total = int_flag(spec.flags, "num-rollout")
         label = f"{spec.stage or '?'}/{spec.rung or '?'} ({spec.mode or '?'})"
         if identity.get("ray_job"):
             job, address = identity["ray_job"], ray_address or identity.get("address")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness import REPO_ROOT
 from harness.spec import SpecError
+from harness.spec.flag_read import is_on
 
 
 def trainer_command(backend: str, vime_root: str | Path | None, on_cluster: bool = False) -> tuple[list[str], Path]:
@@ -46,8 +47,8 @@ def output_flags(run_path: Path, backend: str, spec_flags: dict | None = None) -
         flags += ["--embedded-output-dir", str(run_path)]  # its TensorBoard and W&B default to this directory
         return flags
     spec_flags = spec_flags or {}
-    if spec_flags.get("use-tensorboard") and "tensorboard-dir" not in spec_flags:
+    if is_on(spec_flags, "use-tensorboard") and "tensorboard-dir" not in spec_flags:
         flags += ["--tensorboard-dir", str(run_path / "tensorboard")]
-    if spec_flags.get("use-wandb") and "wandb-dir" not in spec_flags:
+    if is_on(spec_flags, "use-wandb") and "wandb-dir" not in spec_flags:
         flags += ["--wandb-dir", str(run_path)]
     return flags

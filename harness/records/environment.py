@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from harness.records.redact import REDACTED
+from harness.spec.flag_read import is_on, text_flag
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "VLLM_", "NVTE_", "TORCH_", "PYTORCH_", "NVSHMEM_", "WANDB_", "TENSORBOARD_")
 SECRET_KEY_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
@@ -245,17 +246,19 @@ def tracking_record(flags: dict, printed: dict, run_path: Path | None = None, en
     from the URL; an offline run has a directory and an id until `wandb sync` uploads it."""
     environ = dict(os.environ if environ is None else environ)
     record: dict = {}
-    if flags.get("use-wandb"):
+    if is_on(flags, "use-wandb"):
         url, directory = printed.get("wandb_url"), printed.get("wandb_dir")
         found = _RUN_URL.match(url or "")
         named = _RUN_DIR.search(directory or "")
         wandb = {
             "mode": "offline"
             if Path(directory or "").name.startswith("offline-run-")
-            else flags.get("wandb-mode") or environ.get("WANDB_MODE") or ("online" if url else None),
-            "project": found.group("project") if found else flags.get("wandb-project") or environ.get("WANDB_PROJECT"),
-            "entity": found.group("entity") if found else flags.get("wandb-team") or flags.get("wandb-entity") or environ.get("WANDB_ENTITY"),
-            "group": flags.get("wandb-group"),
+            else text_flag(flags, "wandb-mode") or environ.get("WANDB_MODE") or ("online" if url else None),
+            "project": found.group("project") if found else text_flag(flags, "wandb-project") or environ.get("WANDB_PROJECT"),
+            "entity": found.group("entity")
+            if found
+            else text_flag(flags, "wandb-team") or text_flag(flags, "wandb-entity") or environ.get("WANDB_ENTITY"),
+            "group": text_flag(flags, "wandb-group"),
             "run_id": found.group("run_id") if found else named.group("run_id") if named else None,
             "path": "/".join(found.group("entity", "project", "run_id")) if found else None,
             "url": url,
@@ -264,8 +267,8 @@ def tracking_record(flags: dict, printed: dict, run_path: Path | None = None, en
         if not url and not directory:
             wandb["note"] = "the log names no W&B run (no 'wandb:' banner line): the run may not have reached init_tracking"
         record["wandb"] = wandb
-    if flags.get("use-tensorboard"):
-        tb_dir = flags.get("tensorboard-dir") or environ.get("TENSORBOARD_DIR")
+    if is_on(flags, "use-tensorboard"):
+        tb_dir = text_flag(flags, "tensorboard-dir") or environ.get("TENSORBOARD_DIR")
         if tb_dir is None and run_path is not None and (Path(run_path) / "tensorboard").is_dir():
             tb_dir = str(Path(run_path) / "tensorboard")  # the embedded trainer's default
         record["tensorboard"] = {"dir": tb_dir} if tb_dir else {"dir": None, "note": "no --tensorboard-dir or TENSORBOARD_DIR given"}

@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.spec.flag_read import flag_value, int_flag
 from harness.spec.schema import FlagValue
 
 SPEC_FILE = "spec.yaml"
@@ -42,13 +43,11 @@ class RecordedSpec(BaseModel):
 
     def flag(self, name: str, default=None):
         """A flag's value, `default` when the run does not set it (or sets it to null)."""
-        value = self.flags.get(name)
-        return default if value is None else value
+        return flag_value(self.flags, name, default)
 
     @property
     def seed(self) -> int | None:
-        seed = self.flags.get("seed")
-        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        return int_flag(self.flags, "seed")
 
     def as_yaml(self) -> str:
         """The record as spec.yaml spells it (the report attaches this)."""

@@ -26,6 +26,7 @@ from allure_commons import plugin_manager
 
 from harness.records.commit import harness_commit
 from harness.report.tables import to_csv, to_markdown
+from harness.spec.flag_read import text_flag
 from harness.spec.render import argv_lines
 
 EXCERPT_CONTEXT_LINES = 15
@@ -105,8 +106,8 @@ def tracking_links(run) -> dict[str, str]:
         links.setdefault("W&B", str(wandb["url"]))
     flags = run.spec.flags
     for flag in ("tensorboard-dir", "tb-dir", "tensorboard-log-dir"):
-        if flags.get(flag):
-            path = Path(str(flags[flag]))
+        if text_flag(flags, flag):
+            path = Path(text_flag(flags, flag))
             links.setdefault("TensorBoard logs", path.as_uri() if path.is_absolute() else str(path))
     return links
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from harness.judge.decisions import decision_fields, is_fallback
+from harness.spec.flag_read import is_on, text_flag
 
 # vLLM's --dtype spellings (vLLM accepts these aliases) -> the table's words.
 _DTYPE_WORDS = {
@@ -28,22 +29,18 @@ _OPERATOR_FLAG_WORDS = ("operator", "linear-logp", "rl-kernel", "logprob-backend
 PROCESSED_REPLAY_FLAG = "embedded-replay-processed-logprobs"
 
 
-def _on(value) -> bool:
-    return value is True or (isinstance(value, str) and value.lower() in ("true", "1", "yes"))
-
-
 def describe_precision(flags: dict) -> str:
     """'BF16 train + FP8 rollout' from --bf16/--fp16, --vllm-quantization, an FP8 --hf-checkpoint
     and --vllm-dtype; without any rollout dtype flag vLLM uses the checkpoint's dtype."""
-    if _on(flags.get("bf16")):
+    if is_on(flags, "bf16"):
         train = "BF16"
-    elif _on(flags.get("fp16")):
+    elif is_on(flags, "fp16"):
         train = "FP16"
     else:
         train = "FP32"
-    quantization = flags.get("vllm-quantization")
-    checkpoint = str(flags.get("hf-checkpoint") or "")
-    dtype = str(flags.get("vllm-dtype") or "auto").lower()
+    quantization = text_flag(flags, "vllm-quantization")
+    checkpoint = text_flag(flags, "hf-checkpoint") or ""
+    dtype = (text_flag(flags, "vllm-dtype") or "auto").lower()
     if quantization:
         rollout = str(quantization).upper()
     elif "fp8" in checkpoint.lower():
@@ -72,7 +69,7 @@ def describe_operator_path(flags: dict, execution_decisions: list[dict] | None =
     """'default', or the operator flags that changed the path, plus what the execution decision
     records say ran (a requested path that fell back is shown as such)."""
     parts = []
-    if _on(flags.get(PROCESSED_REPLAY_FLAG)):
+    if is_on(flags, PROCESSED_REPLAY_FLAG):
         parts.append("processed-logprob replay (trainer)")
     for name in sorted(flags):
         if name != PROCESSED_REPLAY_FLAG and any(word in name for word in _OPERATOR_FLAG_WORDS):

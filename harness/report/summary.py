@@ -19,6 +19,7 @@ from harness.judge.verdict import after_warmup, finite_values
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
 from harness.report.flags import describe_hardware, describe_operator_path, describe_precision
 from harness.report.tables import format_cell, to_csv, to_markdown
+from harness.spec.flag_read import is_on
 
 COLUMNS = (
     "Run",
@@ -170,7 +171,7 @@ def summary_row_from_run(
     warmup, reward_window = int(knobs.threshold("warmup_steps")), int(knobs.threshold("reward_window_steps"))
     confidence = knobs.threshold("bootstrap_confidence")
     flags = run.spec.flags
-    mode = run.spec.mode or ("colocate" if flags.get("colocate") else "non-colocate")
+    mode = run.spec.mode or ("colocate" if is_on(flags, "colocate") else "non-colocate")
     remarks = [notes] if notes else []
 
     abs_diff, dropped = _values_after(run, ABS_DIFF, warmup)
