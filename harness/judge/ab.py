@@ -17,6 +17,7 @@ import numpy as np
 
 from harness.judge import outcome as outcomes
 from harness.judge import stats
+from harness.judge.candidate_execution import judge_execution
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks, read_decisions
 from harness.judge.ladder import effect_of_interest
@@ -24,6 +25,7 @@ from harness.judge.margin import noninferiority_margin, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.recipes import DATA_RECIPES, URI_PREFIX, recipe_hash
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
+from harness.records.operator_calls import read_operator_calls
 from harness.records.runload import Run
 from harness.spec import Knobs
 
@@ -71,6 +73,19 @@ def _environment_identity(run: Run) -> dict:
     }
 
 
+def execution_problems(baseline: Run, candidate: Run) -> list[str]:
+    """An embedded candidate's operator, counted inside the calls by both engines (operator_calls.json):
+    "candidate not executed" when an expected count is zero, "candidate not checked" when no counts
+    were recorded. A VIME run counts nothing; its rl_kernel.execution_decision records are its evidence."""
+    if candidate.spec.backend != "embedded":
+        return []
+    calls, problem = read_operator_calls(candidate.path)
+    base, _ = read_operator_calls(baseline.path)
+    logged = len({n for n, _ in candidate.series(ABS_DIFF)})
+    verdict = judge_execution(calls, problem, baseline=base, rollouts_logged=logged)
+    return [] if verdict.passed else [verdict.message]
+
+
 def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     """Why this pair is not a same-workload A/B (empty when it is)."""
     problems = []
@@ -103,6 +118,8 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
     for key in ia:
         if ia[key] != ib[key]:
             problems.append(f"{key} differs: baseline {ia[key]!r}, candidate {ib[key]!r}")
+    if differing & operator_flags:
+        problems += execution_problems(baseline, candidate)
     decisions, warnings = read_decisions(candidate)
     problems += warnings
     if not decisions:

@@ -241,6 +241,14 @@ def ab_section(record: dict, baseline: dict | None) -> str:
             f"<li>{_question_line('Same workload (contract)', badge(outcomes.get(contract['test']['nodeid'])))}"
             f"<span class='m'>{esc(_short(contract['message']))}</span></li>"
         )
+    executed = answers.get("candidate-executed")
+    if executed:
+        # The operator's own calls, counted inside both engines: without them no answer below is about the candidate.
+        items.append(
+            f"<li><details><summary>{_question_line('Candidate executed (operator calls counted in both engines)', badge(outcomes.get(executed['test']['nodeid'])))}"
+            f"<span class='m'>{esc(_short(executed['message']))} <span class='more'>counts</span></span></summary>"
+            f"<div class='e'>{esc(_evidence(executed.get('evidence')))}</div></details></li>"
+        )
     for number, (key, question) in enumerate(SEED_QUESTIONS, 1):
         answer = answers.get(key) if key else None
         if answer is None:

@@ -53,14 +53,17 @@ def _rollouts_logged(run) -> int:
     return len({n for n, _ in run.series("train/train_rollout_logprob_abs_diff")})
 
 
-def test_candidate_executed_on_both_engines(candidate, ab_runs):
+def test_candidate_executed_on_both_engines(candidate, ab_runs, experiment_record):
     """The candidate's operator counted calls and tokens in the trainer's recompute and training
-    forward and in vLLM's sampler; the baseline's own operators counted too."""
+    forward and in vLLM's sampler; the baseline's own operators counted too. The counts go into the
+    experiment record beside the A/B's answers."""
     baseline, run = ab_runs
     calls, problem = read_operator_calls(run.path)
     base, base_problem = read_operator_calls(baseline.path)
     verdict = judge_execution(calls, problem, baseline=base, rollouts_logged=_rollouts_logged(run))
     print(f"{candidate}: {verdict.message} (rollout counted in {verdict.evidence.get('rollout_counted_in')})")
+    key = "candidate-executed" if candidate == "pair" else f"{candidate}:candidate-executed"
+    experiment_record.ab("candidate executed", (baseline, run), passed=verdict.passed, message=verdict.message, evidence=verdict.evidence, key=key)
     assert verdict.status == EXECUTED, verdict.message
     for row in verdict.evidence["expected"]:
         assert row["calls"] > 0 and row["tokens"] > 0, row

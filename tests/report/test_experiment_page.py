@@ -248,3 +248,18 @@ def test_a_further_candidates_answers_have_their_own_block():
     assert "Further candidate: true-on-policy" in html
     assert "drift-reduced" in html and "abs-diff 9.46e-3 -&gt; 3.10e-3" in html
     assert "<h3>" not in ab_section({"ab": [], "outcomes": {}}, None)
+
+
+def test_the_candidates_counted_calls_stand_beside_the_answers():
+    from harness.report.experiment_page import ab_section
+
+    test = {"nodeid": "tests/ab/test_candidate_executed.py::test_candidate_executed_on_both_engines[pair]", "title": "t"}
+    evidence = {"expected": [{"side": "rollout", "pass": "sampler", "operator": "fused-linear-logprob", "calls": 83, "tokens": 2541}]}
+    record = {
+        "ab": [{"key": "candidate-executed", "passed": True, "message": "executed: counted in both engines", "evidence": evidence, "test": test}],
+        "outcomes": {test["nodeid"]: "passed"},
+    }
+    html = ab_section(record, None)
+    assert "Candidate executed (operator calls counted in both engines)" in html
+    assert "fused-linear-logprob" in html and "calls: 83" in html and "tokens: 2541" in html
+    assert "Candidate executed" not in ab_section({"ab": [], "outcomes": {}}, None)

@@ -211,9 +211,29 @@ def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
     assert any("sampled-token contract: rollout-top-p" in p for p in problems), problems
 
 
-def test_ab_accepts_a_clean_pair(build_run, tmp_path):
-    from harness.judge.ab import contract_problems
+def write_operator_calls(run, operator: str, sampler_operator: str | None = None, rollouts: int | None = None) -> None:
+    """The run's operator_calls.json as the embedded trainer writes it: `operator` expected and counted
+    in the trainer's recompute and training forward and in vLLM's sampler (`sampler_operator` counted there instead)."""
+    import json
 
+    from harness.records.operator_calls import FILE, FORMAT
+
+    rollouts = rollouts if rollouts is not None else len({n for n, _ in run.series("train/train_rollout_logprob_abs_diff")})
+    count = {"calls": rollouts, "tokens": 100 * rollouts}
+    record = {
+        "format": FORMAT,
+        "rollouts_counted": rollouts,
+        "engine_mode": "colocate",
+        "expected": [{"side": "trainer", "pass": p, "operator": operator} for p in ("recompute", "training")]
+        + [{"side": "rollout", "pass": "sampler", "operator": operator}],
+        "trainer": {"process": 1, "passes": {"recompute": {operator: count}, "training": {operator: count}}},
+        "rollout": {"process": 1, "passes": {"sampler": {sampler_operator or operator: count}}},
+        "problems": [],
+    }
+    (run.path / FILE).write_text(json.dumps(record))
+
+
+def _clean_pair(build_run, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": [], "label": "1"}')
     baseline = build_run("baseline")
@@ -223,7 +243,31 @@ def test_ab_accepts_a_clean_pair(build_run, tmp_path):
     candidate.spec.flags["embedded-logprob-operator"] = "fused-linear-logprob"
     for run in (baseline, candidate):
         run.spec.flags["prompt-data"] = str(prompts)
+    return baseline, candidate
+
+
+def test_ab_accepts_a_clean_pair(build_run, tmp_path):
+    from harness.judge.ab import contract_problems
+
+    baseline, candidate = _clean_pair(build_run, tmp_path)
+    assert candidate.spec.backend == "embedded"
+    write_operator_calls(baseline, "native")
+    write_operator_calls(candidate, "fused-linear-logprob")
     assert contract_problems(baseline, candidate, KNOBS) == []
+
+
+def test_ab_rejects_a_candidate_whose_operator_was_not_counted(build_run, tmp_path):
+    from harness.judge.ab import contract_problems
+
+    baseline, candidate = _clean_pair(build_run, tmp_path)
+    write_operator_calls(baseline, "native")
+    # The flags and the decision records ask for the operator; vLLM's sampler counted only its own path.
+    write_operator_calls(candidate, "fused-linear-logprob", sampler_operator="native")
+    problems = contract_problems(baseline, candidate, KNOBS)
+    assert any(p.startswith("candidate not executed: rollout sampler counted 0 calls") for p in problems), problems
+    (candidate.path / "operator_calls.json").unlink()
+    problems = contract_problems(baseline, candidate, KNOBS)
+    assert any(p.startswith("candidate not checked:") and "operator_calls.json" in p for p in problems), problems
 
 
 def test_rung_bounds_come_from_the_rung_file_and_name_the_threshold(build_run):
