@@ -3,21 +3,6 @@ a bare `wandb:RUN_ID` names a run of the site's W&B project; a site that cannot 
 
 from pathlib import Path
 
-import pytest
-
-from harness.cli import main
-
-
-@pytest.fixture
-def harness_cli(capsys):
-    def run(*args):
-        capsys.readouterr()
-        code = main([str(arg) for arg in args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
 
 def write_site(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")

@@ -24,21 +24,6 @@ def harness_subprocess(*args):
     return done.returncode, done.stdout, done.stderr
 
 
-@pytest.fixture
-def harness_cli(capsys):
-    """The real `python -m harness` command line, run in this process (a subprocess per case
-    costs a second of imports; one test below goes through the subprocess)."""
-    from harness.cli import main
-
-    def run(*args):
-        capsys.readouterr()
-        code = main([str(arg) for arg in args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
-
 def test_cli_writes_a_run_dir_whose_records_match_the_parse(vime_logs, tmp_path):
     code, out, err = harness_subprocess("ingest", vime_logs / "colocate_3_rollouts.log", "--runs-dir", tmp_path)
     assert code == 0, err
