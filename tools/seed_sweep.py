@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.report.answers import is_expected, margin_text  # noqa: E402
 from harness.report.experiment_record import RecordError, load_record  # noqa: E402
+from harness.report.record_model import Margin  # noqa: E402
 
 MAIN_JOB = "p1 or acceptance or (p3 and ab)"  # the Makefile's baseline selection
 SWEEP_DIR = REPO / "reports" / "sweep"
@@ -63,20 +64,19 @@ def summarize(offsets: list[int]) -> tuple[list[dict], list[str]]:
         except RecordError as err:
             problems.append(f"offset {offset:+d}: {err}")
             continue
-        outcomes = record.get("outcomes", {})
-        for answer in record.get("answers", []):
+        for answer in record.answers:
             if not is_expected(answer):
                 continue
             row = by_key.setdefault(
-                answer["key"], {"key": answer["key"], "expected": answer["expected"], "held": 0, "seeds": 0, "min_margin": None, "missed": []}
+                answer.key, {"key": answer.key, "expected": answer.expected, "held": 0, "seeds": 0, "min_margin": None, "missed": []}
             )
             row["seeds"] += 1
-            outcome = outcomes.get((answer.get("test") or {}).get("nodeid"))
+            outcome = record.outcome(answer.test)
             if outcome == "passed":
                 row["held"] += 1
             else:
-                row["missed"].append(f"{offset:+d}: {answer.get('observed')} ({outcome})")
-            value = (answer.get("margin") or {}).get("se_units")
+                row["missed"].append(f"{offset:+d}: {answer.observed} ({outcome})")
+            value = answer.margin.se_units if answer.margin is not None else None
             if isinstance(value, (int, float)) and value == value:
                 row["min_margin"] = value if row["min_margin"] is None else min(row["min_margin"], value)
     return sorted(by_key.values(), key=lambda r: r["key"]), problems
@@ -93,10 +93,10 @@ def provenance(offsets: list[int]) -> dict:
             record = load_record(SWEEP_DIR / f"offset-{offset}" / "experiment")
         except RecordError:
             continue
-        for env in record.get("environment", []):
-            harness = env.get("harness") or {}
+        for env in record.environment:
+            harness = env.harness or {}  # harness.records.commit's {"commit", "dirty"}, carried as written
             commits.add((harness.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if harness.get("dirty") else ""))
-            cpu = (env.get("hardware") or {}).get("cpu") or {}
+            cpu = (env.hardware or {}).get("cpu") or {}
             if cpu:
                 machines.add(f"{cpu.get('cores')} cores, {cpu.get('model') or 'unknown CPU'}, {isa_text(cpu)}")
     return {"commits": sorted(commits), "machines": sorted(machines)}
@@ -112,7 +112,7 @@ def render(rows: list[dict], offsets: list[int], made: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for row in rows:
-        margin = margin_text({"se_units": row["min_margin"]}) if row["min_margin"] is not None else "not measured"
+        margin = margin_text(Margin(se_units=row["min_margin"])) if row["min_margin"] is not None else "not measured"
         lines.append(f"| {row['key']} | {row['expected']} | {row['held']} of {row['seeds']} | {margin} | {'; '.join(row['missed'])} |")
     return "\n".join(lines) + "\n"
 

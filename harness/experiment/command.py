@@ -50,19 +50,18 @@ def write_outputs(session, out: Path, options: dict) -> Path:
     """The experiment record, the summary table and the experiment page of a judged session; the page's path."""
     from harness.report.answers import render_markdown as render_answers
     from harness.report.command import build_experiment_page
-    from harness.report.experiment_record import FOLDER, add_entry, new_record, write_record
+    from harness.report.experiment_record import FOLDER, add_entry, new_record, tested_nodeids, write_record
     from harness.report.summary import write_summary
 
     shown = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if k not in ("func", "command")}
     record = new_record(argv=["python", "-m", "harness", "judge", *sys.argv[2:]], options={**shown, "front_end": "python -m harness judge"})
     for kind, entry in session.entries:
         add_entry(record, kind, entry)
-    named = {e["test"]["nodeid"] for kind in ("rows", "rungs", "ab", "answers") for e in record[kind] if e.get("test")}
-    record["min_margin_se"] = minimum = float(session.knobs.threshold("min_margin_se"))
-    record["outcomes"] = {nodeid: session.outcomes.get(nodeid, "not reported") for nodeid in sorted(named)}
+    record.min_margin_se = minimum = float(session.knobs.threshold("min_margin_se"))
+    record.outcomes = {nodeid: session.outcomes.get(nodeid, "not reported") for nodeid in sorted(tested_nodeids(record))}
     record_dir = write_record(record, out / FOLDER).parent
     if session.rows:
-        write_summary(session.rows, out, render_answers(record["answers"], minimum) if record["answers"] else "")
+        write_summary(session.rows, out, render_answers(record.answers, minimum) if record.answers else "")
     return build_experiment_page(record_dir, record_dir / "index.html")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pydantic import BaseModel
+
 from harness.report import experiment_record as record_entries
 from harness.report.answers import answer_entry
 from harness.report.summary import summary_row_from_run
@@ -60,7 +62,7 @@ class Recorder:
         knobs: Knobs,
         backend: str,
         record_row: Callable,
-        record_experiment: Callable[[str, dict], None] | None = None,
+        record_experiment: Callable[[str, BaseModel], None] | None = None,
         nodeid: str = "",
         title: str = "",
     ):
@@ -69,14 +71,14 @@ class Recorder:
         self.record_experiment = record_experiment or (lambda kind, entry: None)
         self.nodeid, self.title = nodeid, title
 
-    def _test(self, title: str) -> dict:
+    def _test(self, title: str) -> record_entries.TestRef:
         self.title = title
         return record_entries.test_ref(self.nodeid, title)
 
     def _row(self, row, kind: str, title: str, replicates: int = 1) -> None:
         """A summary row: the session's table, and the experiment record with the check that made it."""
         self.record_summary_row(row)
-        self.record_experiment("rows", {**row.to_dict(), "kind": kind, "replicates": replicates, "test": record_entries.test_ref(self.nodeid, title)})
+        self.record_experiment("rows", record_entries.row_entry(row, kind, record_entries.test_ref(self.nodeid, title), replicates))
 
     def criterion(self, criterion, run, verdict) -> None:
         observed = (verdict.evidence or {}).get("outcome") or ("pass" if verdict.passed else "fail")
@@ -119,7 +121,9 @@ class Recorder:
         row = summary_row_from_run(run, f"{stage}:{rung.id}", notes="smoke", knobs=self.knobs)
         self._row(row, "smoke", f"{rung.title} [{stage} smoke]")
 
-    def ab(self, question: str, pair, *, passed: bool, message: str, evidence: dict | None = None, key: str | None = None, expected=None) -> dict:
+    def ab(
+        self, question: str, pair, *, passed: bool, message: str, evidence: dict | None = None, key: str | None = None, expected=None
+    ) -> record_entries.AbAnswer:
         """key: the judge's name for the question (harness.judge.ab.QUESTIONS, "mode-consistency",
         "contract"), so the page can put the answer beside the seed's question."""
         entry = record_entries.ab_entry(key or question, question, pair, passed=passed, message=message, evidence=evidence, test=self._test(question))
@@ -127,7 +131,7 @@ class Recorder:
         if expected is not None:  # a judged question (the contract is a check, not an estimate)
             observed = ("yes" if passed else "no") + (f" ({evidence['outcome']})" if (evidence or {}).get("outcome") else "")
             margin = (evidence or {}).get("margin")
-            self.record_experiment("answers", answer_entry(f"ab/{key or question}", "ab", expected, observed, margin, entry["test"], message))
+            self.record_experiment("answers", answer_entry(f"ab/{key or question}", "ab", expected, observed, margin, entry.test, message))
         return entry
 
     def ab_rows(self, pair, name: str | None = None, notes: str = "") -> None:

@@ -10,6 +10,7 @@ summary_figure the summary table as a PNG (Allure shows images in full)
 tables         rows as Markdown or CSV
 envprops       environment.properties for the Allure results directory
 report         build_report: the Allure 3 HTML report from reports/allure-results
+record_model   the experiment record's pydantic models (ExperimentRecord and its entries), shared by writer and page
 experiment_record  the session's experiment.json: entries from the judged tests, load_record
 experiment_page    reports/experiment/index.html from a record (table, ladder, A/B, environment)
 ladder_figure  the ladder as one inline SVG (abs-diff per rung, classes, parents, floors)

@@ -9,44 +9,45 @@ from __future__ import annotations
 import math
 
 from harness.judge.margin import below_minimum
+from harness.report.record_model import Answer, Margin, TestRef
 
 NOT_EXPECTED = "not-expected"
 
 
-def is_expected(entry: dict) -> bool:
+def is_expected(entry: Answer) -> bool:
     """A pre-registered answer the test holds (not a reported one: "not-expected ...", or no expectation)."""
-    expected = entry.get("expected")
+    expected = entry.expected
     return expected is not None and not str(expected).startswith(NOT_EXPECTED)
 
 
-def answer_entry(key: str, kind: str, expected: str | None, observed: str, margin: dict | None, test: dict, note: str = "") -> dict:
+def answer_entry(key: str, kind: str, expected: str | None, observed: str, margin: dict | None, test: TestRef, note: str = "") -> Answer:
     """kind: ladder / acceptance / ab. expected: the pre-registered answer, "not-expected" (reported
     only, knobs/design.yaml says why), or None where the answer has no statistic (a record check)."""
-    return {"key": key, "kind": kind, "expected": expected, "observed": observed, "margin": margin, "note": note, "test": test}
+    return Answer(key=key, kind=kind, expected=expected, observed=observed, margin=margin, note=note, test=test)
 
 
-def is_flagged(entry: dict, minimum: float) -> bool:
+def is_flagged(entry: Answer, minimum: float) -> bool:
     """An expected answer (not a reported one) whose margin is under `minimum`, or not measured."""
-    if not is_expected(entry) or entry.get("margin") is None:
+    if not is_expected(entry) or entry.margin is None:
         return False
-    return below_minimum(entry["margin"], minimum)
+    return below_minimum(entry.margin.model_dump(), minimum)
 
 
-def margin_text(margin: dict | None) -> str:
-    if not margin:
+def margin_text(margin: Margin | None) -> str:
+    if margin is None:
         return "—"
-    value = margin.get("se_units")
+    value = margin.se_units
     if not isinstance(value, (int, float)) or math.isnan(value):
         return "not measured"
     return "∞" if math.isinf(value) else f"{value:+.1f}"
 
 
-def sample_text(margin: dict | None) -> str:
-    sample = (margin or {}).get("sample") or {}
+def sample_text(margin: Margin | None) -> str:
+    sample = margin.sample if margin is not None else {}
     return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sample.items() if k != "measured_for")
 
 
-def render_markdown(answers: list[dict], minimum: float) -> str:
+def render_markdown(answers: list[Answer], minimum: float) -> str:
     """The answers table for reports/summary.md."""
     if not answers:
         return ""
@@ -64,8 +65,5 @@ def render_markdown(answers: list[dict], minimum: float) -> str:
     ]
     for a in answers:
         flag = f"**under {minimum:g} SE**" if is_flagged(a, minimum) else ""
-        expected = a.get("expected") or "—"
-        lines.append(
-            f"| {a['key']} | {a['kind']} | {expected} | {a['observed']} | {margin_text(a.get('margin'))} | {sample_text(a.get('margin'))} | {flag} |"
-        )
+        lines.append(f"| {a.key} | {a.kind} | {a.expected or '—'} | {a.observed} | {margin_text(a.margin)} | {sample_text(a.margin)} | {flag} |")
     return "\n".join(lines) + "\n"

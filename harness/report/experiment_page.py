@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.report.experiment_record import SEED_QUESTIONS
 from harness.report.ladder_figure import ladder_svg
+from harness.report.record_model import AbAnswer, ExperimentRecord, Rung, TestRef
 
 ALLURE_INDEX = "../allure-report/index.html"  # the page sits in reports/experiment/
 MAX_BYTES = 2_000_000
@@ -92,11 +93,11 @@ def allure_href(title: str | None) -> str:
     return f"{ALLURE_INDEX}#/{test_id}" if test_id else ALLURE_INDEX
 
 
-def test_cell(test: dict | None) -> str:
-    if not test:
+def test_cell(test: TestRef | None) -> str:
+    if test is None:
         return '<span class="none">no test recorded</span>'
-    title = test.get("title") or test.get("name")
-    return f'<a href="{allure_href(title)}" title="{esc(test.get("nodeid"))}">{esc(title)}</a>'
+    title = test.title or test.name
+    return f'<a href="{allure_href(title)}" title="{esc(test.nodeid)}">{esc(title)}</a>'
 
 
 def allure_ids(report_dir: str | Path) -> dict[str, str]:
@@ -115,14 +116,15 @@ def allure_ids(report_dir: str | Path) -> dict[str, str]:
     return {name: ids[0] for name, ids in names.items() if len(ids) == 1}
 
 
-def compare_verdict(candidate: dict, baseline: dict, mean_key: str, ci_key: str) -> tuple[str, str]:
-    """(delta cell, verdict) of candidate minus baseline for one figure. The records hold means and
-    intervals, not the steps, so a difference is called only when the two intervals do not overlap."""
-    a, b = baseline.get(mean_key), candidate.get(mean_key)
+def compare_verdict(candidate, baseline, mean_key: str, ci_key: str) -> tuple[str, str]:
+    """(delta cell, verdict) of candidate minus baseline for one figure (two rows or two rungs of the
+    records, by field name). The records hold means and intervals, not the steps, so a difference
+    is called only when the two intervals do not overlap."""
+    a, b = getattr(baseline, mean_key), getattr(candidate, mean_key)
     if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
         return "—", "not comparable (missing in one record)"
     delta = f"{b - a:+.3g}" + (f" ({(b - a) / a:+.0%})" if a else "")
-    ca, cb = baseline.get(ci_key), candidate.get(ci_key)
+    ca, cb = getattr(baseline, ci_key), getattr(candidate, ci_key)
     if not ca or not cb:
         return delta, "no interval in one record"
     if cb[1] < ca[0]:
@@ -135,19 +137,17 @@ def compare_verdict(candidate: dict, baseline: dict, mean_key: str, ci_key: str)
 # -- sections ---------------------------------------------------------------------------------
 
 
-def headline(record: dict, baseline: dict | None) -> str:
-    outcomes = record.get("outcomes", {})
-    counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("passed", "failed", "skipped")}
-    session = record.get("session", {})
-    options = session.get("options", {})
+def headline(record: ExperimentRecord, baseline: ExperimentRecord | None) -> str:
+    counts = {k: sum(1 for v in record.outcomes.values() if v == k) for k in ("passed", "failed", "skipped")}
+    options = record.session.options  # the front end's own options: a dict as it names them
     title = "VIME train-inference mismatch: experiment record" + (" (candidate vs baseline record)" if baseline else "")
     lead = (
-        f"{len(record['rungs'])} rung(s) judged, {len(record['ab'])} A/B answer(s); tests: {counts['passed']} passed, "
+        f"{len(record.rungs)} rung(s) judged, {len(record.ab)} A/B answer(s); tests: {counts['passed']} passed, "
         f"{counts['failed']} failed, {counts['skipped']} skipped. Mode {esc(options.get('mode'))}, backend {esc(options.get('backend'))}, "
-        f"recorded {esc(record.get('created'))}."
+        f"recorded {esc(record.created)}."
     )
     if baseline:
-        lead += f" Compared with the baseline record {esc(baseline.get('_path'))} (recorded {esc(baseline.get('created'))})."
+        lead += f" Compared with the baseline record {esc(baseline.path)} (recorded {esc(baseline.created)})."
     return f"<h1>{title}</h1><p class='lead'>{lead}</p>"
 
 
@@ -169,38 +169,36 @@ ROW_HEADERS = (
 SUMMARY_WIDTHS = (10, 10.5, 6, 9, 10, 5.5, 10, 9, 6, 6.5, 5.5, 12)
 
 
-def summary_table(record: dict, baseline: dict | None) -> str:
-    rows = record.get("rows", [])
+def summary_table(record: ExperimentRecord, baseline: ExperimentRecord | None) -> str:
+    rows = record.rows
     if not rows:
         return "<h2>Summary</h2><p class='none'>no summary row in this record (no judged test ran)</p>"
-    outcomes = record.get("outcomes", {})
-    base_rows = {r["run"]: r for r in (baseline or {}).get("rows", [])}
+    base_rows = {r.run: r for r in baseline.rows} if baseline else {}
     headers = list(ROW_HEADERS) + (["Baseline record mean [CI]", "Δ vs baseline record", "Change"] if baseline else [])
     body = []
     for row in rows:
-        test = row.get("test") or {}
         cells = [
-            f"<td>{esc(row['run'])}</td>",
-            f"<td>{esc(row.get('hardware'))}</td>",
-            f"<td>{esc(row.get('mode'))}</td>",
-            f"<td class='wrap'>{esc(row.get('precision'))}</td>",
-            f"<td class='wrap'>{esc(row.get('operator_path'))}</td>",
-            f"<td class='num'>{fmt(row.get('final_reward'), '.3f')}</td>",
-            f"<td class='num'>{fmt(row.get('abs_diff_mean'))} {interval(row.get('abs_diff_ci'))}</td>",
-            f"<td class='num'>{fmt(row.get('delta_vs_parent'), '.3g', True)} {interval(row.get('delta_ci'), True)}</td>",
-            f"<td class='num'>{fmt(row.get('step_time_mean'), '.3g')} s</td>",
-            f"<td class='num'>{esc(row.get('replicates', 1))}</td>",
-            f"<td>{badge(outcomes.get(test.get('nodeid')))}</td>",
-            f"<td class='notes'>{esc(row.get('notes'))}</td>",
+            f"<td>{esc(row.run)}</td>",
+            f"<td>{esc(row.hardware)}</td>",
+            f"<td>{esc(row.mode)}</td>",
+            f"<td class='wrap'>{esc(row.precision)}</td>",
+            f"<td class='wrap'>{esc(row.operator_path)}</td>",
+            f"<td class='num'>{fmt(row.final_reward, '.3f')}</td>",
+            f"<td class='num'>{fmt(row.abs_diff_mean)} {interval(row.abs_diff_ci)}</td>",
+            f"<td class='num'>{fmt(row.delta_vs_parent, '.3g', True)} {interval(row.delta_ci, True)}</td>",
+            f"<td class='num'>{fmt(row.step_time_mean, '.3g')} s</td>",
+            f"<td class='num'>{esc(row.replicates)}</td>",
+            f"<td>{badge(record.outcome(row.test))}</td>",
+            f"<td class='notes'>{esc(row.notes)}</td>",
         ]
         if baseline:
-            other = base_rows.get(row["run"])
+            other = base_rows.get(row.run)
             if other is None:
                 cells += ["<td class='none'>not in baseline record</td>", "<td>—</td>", "<td>—</td>"]
             else:
                 delta, verdict = compare_verdict(row, other, "abs_diff_mean", "abs_diff_ci")
                 cells += [
-                    f"<td class='num'>{fmt(other.get('abs_diff_mean'))} {interval(other.get('abs_diff_ci'))}</td>",
+                    f"<td class='num'>{fmt(other.abs_diff_mean)} {interval(other.abs_diff_ci)}</td>",
                     f"<td class='num'>{delta}</td>",
                     f"<td>{esc(verdict)}</td>",
                 ]
@@ -209,7 +207,7 @@ def summary_table(record: dict, baseline: dict | None) -> str:
     # Fixed column shares so the table fits 1400 px with the figure still on the first screen.
     compare_class = " class='compare'" if baseline else ""
     widths = "" if baseline else "<colgroup>" + "".join(f"<col style='width:{w}%'>" for w in SUMMARY_WIDTHS) + "</colgroup>"
-    most = max(int(row.get("replicates") or 1) for row in rows)
+    most = max(row.replicates for row in rows)
     if most > 1:
         spread = (
             "Replicates: seeds run per rung (the stage's knob). With more than one, a mean is the seeds' mean and its 95% interval "
@@ -230,24 +228,23 @@ def summary_table(record: dict, baseline: dict | None) -> str:
     )
 
 
-def ab_section(record: dict, baseline: dict | None) -> str:
-    answers = {a["key"]: a for a in record.get("ab", [])}
-    base_answers = {a["key"]: a for a in (baseline or {}).get("ab", [])}
-    outcomes = record.get("outcomes", {})
+def ab_section(record: ExperimentRecord, baseline: ExperimentRecord | None) -> str:
+    answers = {a.key: a for a in record.ab}
+    base_answers = {a.key: a for a in baseline.ab} if baseline else {}
     items = []
     contract = answers.get("contract")
     if contract:
         items.append(
-            f"<li>{_question_line('Same workload (contract)', badge(outcomes.get(contract['test']['nodeid'])))}"
-            f"<span class='m'>{esc(_short(contract['message']))}</span></li>"
+            f"<li>{_question_line('Same workload (contract)', badge(record.outcome(contract.test)))}"
+            f"<span class='m'>{esc(_short(contract.message))}</span></li>"
         )
     executed = answers.get("candidate-executed")
     if executed:
         # The operator's own calls, counted inside both engines: without them no answer below is about the candidate.
         items.append(
-            f"<li><details><summary>{_question_line('Candidate executed (operator calls counted in both engines)', badge(outcomes.get(executed['test']['nodeid'])))}"
-            f"<span class='m'>{esc(_short(executed['message']))} <span class='more'>counts</span></span></summary>"
-            f"<div class='e'>{esc(_evidence(executed.get('evidence')))}</div></details></li>"
+            f"<li><details><summary>{_question_line('Candidate executed (operator calls counted in both engines)', badge(record.outcome(executed.test)))}"
+            f"<span class='m'>{esc(_short(executed.message))} <span class='more'>counts</span></span></summary>"
+            f"<div class='e'>{esc(_evidence(executed.evidence))}</div></details></li>"
         )
     for number, (key, question) in enumerate(SEED_QUESTIONS, 1):
         answer = answers.get(key) if key else None
@@ -256,28 +253,28 @@ def ab_section(record: dict, baseline: dict | None) -> str:
             line = _question_line(f"{number}. {question}", "<span class='skip'>not answered</span>")
             items.append(f"<li>{line}<span class='m e'>{why}</span></li>")
             continue
-        outcome = outcomes.get(answer["test"]["nodeid"])
-        gated = "yes" if answer["passed"] else "no"
+        outcome = record.outcome(answer.test)
+        gated = "yes" if answer.passed else "no"
         extra = ""
         if baseline and key in base_answers:
             other = base_answers[key]
-            extra = f"<div class='e'>baseline record: {'yes' if other['passed'] else 'no'}: {esc(_short(other['message']))}</div>"
+            extra = f"<div class='e'>baseline record: {'yes' if other.passed else 'no'}: {esc(_short(other.message))}</div>"
         # The question and its answer are the details' summary, so they stay on the first screen
         # while the evidence folds under a click; "evidence" ends the answer's line, not one of its own.
         items.append(
             f"<li><details><summary>{_question_line(f'{number}. {question}', badge(outcome) + f' <b>{esc(gated)}</b>')}"
-            f"<span class='m'>{esc(_short(answer['message']))} <span class='more'>evidence, runs and test</span></span></summary>"
-            f"<div class='e'>{_full(answer['message'])}{esc(_evidence(answer.get('evidence')))}"
-            f"<div>runs {esc(answer.get('baseline_run'))} → {esc(answer.get('candidate_run'))}; test {test_cell(answer.get('test'))}</div></div></details>{extra}</li>"
+            f"<span class='m'>{esc(_short(answer.message))} <span class='more'>evidence, runs and test</span></span></summary>"
+            f"<div class='e'>{_full(answer.message)}{esc(_evidence(answer.evidence))}"
+            f"<div>runs {esc(answer.baseline_run)} → {esc(answer.candidate_run)}; test {test_cell(answer.test)}</div></div></details>{extra}</li>"
         )
-    further = further_candidates(answers, outcomes)
+    further = further_candidates(answers, record)
     return f"<section><h2>A/B gate: the seed's five questions</h2><ul class='qa' id='ab'>{''.join(items)}</ul>{further}</section>"
 
 
-def further_candidates(answers: dict, outcomes: dict) -> str:
+def further_candidates(answers: dict[str, AbAnswer], record: ExperimentRecord) -> str:
     """Candidates beyond the pair's own (knobs/ab.yaml `candidates`): their answers are keyed
     `NAME:question`; one line each, the question's verdict and the first words of its answer."""
-    by_candidate: dict[str, list[tuple[str, dict]]] = {}
+    by_candidate: dict[str, list[tuple[str, AbAnswer]]] = {}
     for key, answer in answers.items():
         if ":" in key:
             name, question = key.split(":", 1)
@@ -285,8 +282,8 @@ def further_candidates(answers: dict, outcomes: dict) -> str:
     blocks = []
     for name, entries in sorted(by_candidate.items()):
         lines = "".join(
-            f"<li>{_question_line(question, badge(outcomes.get(answer['test']['nodeid'])) + ' <b>' + ('yes' if answer['passed'] else 'no') + '</b>')}"
-            f"<span class='m'>{esc(_short(answer['message']))}</span></li>"
+            f"<li>{_question_line(question, badge(record.outcome(answer.test)) + ' <b>' + ('yes' if answer.passed else 'no') + '</b>')}"
+            f"<span class='m'>{esc(_short(answer.message))}</span></li>"
             for question, answer in entries
         )
         blocks.append(f"<h3>Further candidate: {esc(name)}</h3><ul class='qa'>{lines}</ul>")
@@ -325,82 +322,80 @@ def _evidence(evidence) -> str:
     return flat(evidence)
 
 
-def ladder_section(record: dict, baseline: dict | None) -> str:
+def ladder_section(record: ExperimentRecord, baseline: ExperimentRecord | None) -> str:
     caption = (
         "Mean abs-diff per rung after the warm-up with its 95% interval, coloured by the class the judge decided; arrows run from "
         "parent to child; the fp32 and near-aligned floors are the measured means of those rungs, drawn only where this record has them."
     )
-    missing = [name for name in ("fp32-floor", "near-aligned") if all(r["rung"] != name for r in record.get("rungs", []))]
+    missing = [name for name in ("fp32-floor", "near-aligned") if all(r.rung != name for r in record.rungs)]
     if missing:
         caption += f" Not in this record: {', '.join(missing)}."
     return f"<section><h2>Ladder</h2>{ladder_svg(record, baseline)}<p class='small'>{esc(caption)}</p></section>"
 
 
-def _ruled_out_note(rung: dict) -> str:
+def _ruled_out_note(rung: Rung) -> str:
     """What the evidence rules out, when the class is undecided (else the class says it)."""
-    ruled_out = rung.get("ruled_out") or {}
-    if rung.get("decided_class") not in ("undetermined", "undecided") or not ruled_out:
+    ruled_out = rung.ruled_out
+    if rung.decided_class not in ("undetermined", "undecided") or not ruled_out:
         return ""
     return f"<br><small>not {esc(', not '.join(sorted(ruled_out)))}</small>"
 
 
-def rungs_table(record: dict, baseline: dict | None) -> str:
-    rungs = record.get("rungs", [])
+def rungs_table(record: ExperimentRecord, baseline: ExperimentRecord | None) -> str:
+    rungs = record.rungs
     if not rungs:
         return "<h2>Rung judgements</h2><p class='none'>no rung judged in this record</p>"
-    outcomes = record.get("outcomes", {})
-    base = {(r["stage"], r["rung"]): r for r in (baseline or {}).get("rungs", [])}
+    base = {(r.stage, r.rung): r for r in baseline.rungs} if baseline else {}
     headers = ["Stage", "Rung", "Parent", "Mean [CI]", "Δ vs parent [CI]", "Decided class", "Expected", "Observed", "Test"]
     if baseline:
         headers += ["Baseline record class", "Δ mean vs baseline record", "Change"]
     body = []
     for r in rungs:
         cells = [
-            esc(r["stage"]),
-            esc(r["rung"]),
-            esc(r.get("parent") or "— (root)"),
-            f"{fmt(r.get('mean'))} {interval(r.get('ci'))}",
-            f"{fmt(r.get('delta'), '.3g', True)} {interval(r.get('delta_ci'), True)}",
-            esc(r.get("decided_class")) + _ruled_out_note(r),
-            esc(f"{' or '.join(r.get('expected_class') or [])}, {r.get('expected_direction') or '— (root)'}")
-            + (esc(f"; rules out {', '.join(r['expected_ruled_out'])}") if r.get("expected_ruled_out") else ""),
-            esc(r.get("observed_direction")),
-            f"{badge(outcomes.get(r['test']['nodeid']))} {test_cell(r.get('test'))}",
+            esc(r.stage),
+            esc(r.rung),
+            esc(r.parent or "— (root)"),
+            f"{fmt(r.mean)} {interval(r.ci)}",
+            f"{fmt(r.delta, '.3g', True)} {interval(r.delta_ci, True)}",
+            esc(r.decided_class) + _ruled_out_note(r),
+            esc(f"{' or '.join(str(c) for c in r.expected_class)}, {r.expected_direction or '— (root)'}")
+            + (esc(f"; rules out {', '.join(r.expected_ruled_out)}") if r.expected_ruled_out else ""),
+            esc(r.observed_direction),
+            f"{badge(record.outcome(r.test))} {test_cell(r.test)}",
         ]
         if baseline:
-            other = base.get((r["stage"], r["rung"]))
+            other = base.get((r.stage, r.rung))
             if other is None:
                 cells += ["<span class='none'>not in baseline record</span>", "—", "—"]
             else:
                 delta, verdict = compare_verdict(r, other, "mean", "ci")
-                cells += [esc(other.get("decided_class")), delta, esc(verdict)]
+                cells += [esc(other.decided_class), delta, esc(verdict)]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     return f"<h2>Rung judgements</h2><table id='rungs'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def answers_section(record: dict) -> str:
+def answers_section(record: ExperimentRecord) -> str:
     """Every judged answer with its margin in standard errors; expected answers under the record's
     min_margin_se are flagged (harness.report.answers)."""
     from harness.report.answers import is_expected, is_flagged, margin_text, sample_text
 
-    answers = record.get("answers") or []
+    answers = record.answers
     if not answers:
         return "<h2>Answers and margins</h2><p class='none'>no margins in this record (recorded before margins were kept)</p>"
-    minimum = float(record.get("min_margin_se") or 3.0)
-    outcomes = record.get("outcomes", {})
+    minimum = record.min_margin_se if record.min_margin_se is not None else 3.0
     flagged = sum(1 for a in answers if is_flagged(a, minimum))
     expected = sum(1 for a in answers if is_expected(a))
     body = []
     for a in answers:
         flag = is_flagged(a, minimum)
         cells = [
-            esc(a["key"]),
-            esc(a.get("expected") or "—"),
-            esc(a.get("observed")),
-            f"<span class='{'fail' if flag else ''}'>{esc(margin_text(a.get('margin')))}</span>" + (f" <b>under {minimum:g}</b>" if flag else ""),
-            esc(sample_text(a.get("margin"))),
-            f"{badge(outcomes.get((a.get('test') or {}).get('nodeid')))}",
+            esc(a.key),
+            esc(a.expected or "—"),
+            esc(a.observed),
+            f"<span class='{'fail' if flag else ''}'>{esc(margin_text(a.margin))}</span>" + (f" <b>under {minimum:g}</b>" if flag else ""),
+            esc(sample_text(a.margin)),
+            f"{badge(record.outcome(a.test))}",
         ]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("Answer", "Expected", "Observed", "Margin (SE)", "Sample", "Test"))
@@ -412,43 +407,43 @@ def answers_section(record: dict) -> str:
     return f"<h2>Answers and margins</h2><p class='small'>{esc(lead)}</p><table id='answers'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def tokens_section(record: dict) -> str:
+def tokens_section(record: ExperimentRecord) -> str:
     boundary = (
         "<p><b>Boundary table</b> (the seven probes): <span class='none'>not recorded</span> in the experiment record; "
         "<code>python -m harness attribute RUN_DIR</code> prints it for a run.</p>"
     )
-    worst = record.get("worst_tokens")
-    if not worst or not worst.get("rows"):
+    worst = record.worst_tokens
+    if worst is None or not worst.rows:
         return f"<h2>Boundary and worst tokens</h2>{boundary}<p><b>Worst tokens</b>: <span class='none'>not recorded</span> (the baseline run has no token dumps, or the A/B tests did not run).</p>"
-    columns = list(dict.fromkeys(k for row in worst["rows"] for k in row))
+    columns = list(dict.fromkeys(k for row in worst.rows for k in row))
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     body = "".join(
         "<tr>" + "".join(f"<td class='num'>{fmt(row.get(c)) if isinstance(row.get(c), float) else esc(row.get(c))}</td>" for c in columns) + "</tr>"
-        for row in worst["rows"]
+        for row in worst.rows
     )
     return (
-        f"<h2>Boundary and worst tokens</h2>{boundary}<p><b>Worst tokens</b> of the baseline run {esc(worst.get('run_id'))} "
-        f"({esc(worst.get('rung'))}), largest |dlogp| first:</p><div class='scroll'><table id='worst'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+        f"<h2>Boundary and worst tokens</h2>{boundary}<p><b>Worst tokens</b> of the baseline run {esc(worst.run_id)} "
+        f"({esc(worst.rung)}), largest |dlogp| first:</p><div class='scroll'><table id='worst'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
     )
 
 
-def environment_section(record: dict) -> str:
-    envs = record.get("environment", [])
-    session = record.get("session", {})
-    parts = [f"<p class='small'>pytest session: <code>{esc(' '.join(session.get('argv') or []))}</code></p>"]
+def environment_section(record: ExperimentRecord) -> str:
+    envs = record.environment
+    parts = [f"<p class='small'>pytest session: <code>{esc(' '.join(record.session.argv))}</code></p>"]
     if not envs:
         parts.append("<p class='none'>no environment recorded (no baseline run in this record)</p>")
     for env in envs:
-        harness = env.get("harness") or {}
-        hardware = env.get("hardware") or {}
+        # The environment's parts are harness.records.environment's dicts, carried as written.
+        harness = env.harness or {}
+        hardware = env.hardware or {}
         cpu, gpus = hardware.get("cpu") or {}, hardware.get("gpus") or {}
-        versions = env.get("versions") or {}
+        versions = env.versions or {}
         version_text = ", ".join(f"{k} {v.get('version') if isinstance(v, dict) else v}" for k, v in versions.items()) or "not recorded"
-        container = env.get("container") or {}
-        vime = env.get("vime") or {}
+        container = env.container or {}
+        vime = env.vime or {}
         rows = [
-            ("Run", f"{env.get('run_id')} ({env.get('stage')}:{env.get('rung')}, {env.get('mode')}, {env.get('backend')})"),
-            ("Run directory", env.get("run_dir")),
+            ("Run", f"{env.run_id} ({env.stage}:{env.rung}, {env.mode}, {env.backend})"),
+            ("Run directory", env.run_dir),
             ("Harness commit", f"{harness.get('commit') or 'not recorded'}{' (uncommitted changes)' if harness.get('dirty') else ''}"),
             ("VIME commit", vime.get("commit") or vime.get("note") or "not recorded"),
             ("Image", container.get("image") or container.get("note") or "not recorded"),
@@ -457,25 +452,25 @@ def environment_section(record: dict) -> str:
                 f"{cpu.get('model')}, {cpu.get('cores')} cores, {cpu.get('memory_gib')} GiB; GPUs: {gpus.get('count', 0)} {gpus.get('models') or gpus.get('note') or ''}",
             ),
             ("Libraries", version_text),
-            ("Spec hash", env.get("spec_hash")),
+            ("Spec hash", env.spec_hash),
         ]
         table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-        argv = "\n".join(env.get("argv") or []) or "not recorded"
+        argv = "\n".join(env.argv) or "not recorded"
         parts.append(
-            f"<h3 style='font-size:13px;margin:8px 0 4px'>{esc(env.get('label'))}</h3><table>{table}</table>"
-            f"<details><summary>exact argv ({len(env.get('argv') or [])} items)</summary><pre>{esc(argv)}</pre></details>"
+            f"<h3 style='font-size:13px;margin:8px 0 4px'>{esc(env.label)}</h3><table>{table}</table>"
+            f"<details><summary>exact argv ({len(env.argv)} items)</summary><pre>{esc(argv)}</pre></details>"
         )
     return "<h2>Environment</h2>" + "".join(parts)
 
 
-def allure_section(record: dict) -> str:
-    outcomes = record.get("outcomes", {})
+def allure_section(record: ExperimentRecord) -> str:
+    outcomes = record.outcomes
     titles = {}
-    for kind in ("rungs", "ab", "rows"):
-        for entry in record.get(kind, []):
-            test = entry.get("test")
-            if test and test.get("nodeid") not in titles:
-                titles[test["nodeid"]] = test.get("title") or test.get("name")
+    for entries in (record.rungs, record.ab, record.rows):
+        for entry in entries:
+            test = entry.test
+            if test is not None and test.nodeid not in titles:
+                titles[test.nodeid] = test.title or test.name
     items = "".join(
         f"<li>{badge(outcomes.get(n))} <a href='{allure_href(t)}'>{esc(t)}</a> <span class='small'>{esc(n)}</span></li>" for n, t in titles.items()
     )
@@ -485,7 +480,7 @@ def allure_section(record: dict) -> str:
     )
 
 
-def render_page(record: dict, baseline: dict | None = None, test_ids: dict[str, str] | None = None) -> str:
+def render_page(record: ExperimentRecord, baseline: ExperimentRecord | None = None, test_ids: dict[str, str] | None = None) -> str:
     _ALLURE_IDS.clear()
     _ALLURE_IDS.update(test_ids or {})
     top = f"<div class='row2'>{ladder_section(record, baseline)}{ab_section(record, baseline)}</div>"
@@ -505,7 +500,7 @@ def render_page(record: dict, baseline: dict | None = None, test_ids: dict[str, 
     return f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title><style>{CSS}</style></head><body><main>{body}</main></body></html>"
 
 
-def write_page(record: dict, out: str | Path, baseline: dict | None = None, test_ids: dict[str, str] | None = None) -> Path:
+def write_page(record: ExperimentRecord, out: str | Path, baseline: ExperimentRecord | None = None, test_ids: dict[str, str] | None = None) -> Path:
     from harness.records.atomic import atomic_write_text
 
     out = Path(out)

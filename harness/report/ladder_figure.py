@@ -21,6 +21,8 @@ matplotlib.use("Agg")  # before pyplot: the page is drawn on machines without a 
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from harness.report.record_model import ExperimentRecord  # noqa: E402
+
 CLASS_COLOURS = {
     "none": "#6b8e23",
     "expected-numerical": "#1f5fa8",
@@ -33,39 +35,39 @@ FLOOR_RUNGS = {"fp32-floor": ("fp32 floor", "#555555", ":"), "near-aligned": ("n
 FIGSIZE = (7.6, 3.3)  # short enough that the figure ends on the first screen under a 10-row table
 
 
-def ladder_points(record: dict) -> list[dict]:
+def ladder_points(record: ExperimentRecord) -> list[dict]:
     """One point per judged rung, then the A/B pair; each {key, label, mean, ci, parent_key, class}."""
     points = []
-    for rung in record.get("rungs", []):
-        stage = rung.get("stage")
+    for rung in record.rungs:
+        stage = rung.stage
         points.append(
             {
-                "key": f"{stage}:{rung['rung']}",
-                "label": rung["rung"] if _one_stage(record) else f"{stage}:{rung['rung']}",
-                "mean": rung.get("mean"),
-                "ci": rung.get("ci"),
-                "parent_key": f"{stage}:{rung['parent']}" if rung.get("parent") else None,
-                "class": rung.get("decided_class") or "none",
+                "key": f"{stage}:{rung.rung}",
+                "label": rung.rung if _one_stage(record) else f"{stage}:{rung.rung}",
+                "mean": rung.mean,
+                "ci": rung.ci,
+                "parent_key": f"{stage}:{rung.parent}" if rung.parent else None,
+                "class": rung.decided_class or "none",
             }
         )
-    for row in record.get("rows", []):
-        if row.get("kind") in ("ab-baseline", "ab-candidate"):
-            baseline_label = row["run"].replace("candidate", "baseline")
+    for row in record.rows:
+        if row.kind in ("ab-baseline", "ab-candidate"):
+            baseline_label = row.run.replace("candidate", "baseline")
             points.append(
                 {
-                    "key": row["run"],
-                    "label": row["run"],
-                    "mean": row.get("abs_diff_mean"),
-                    "ci": row.get("abs_diff_ci"),
-                    "parent_key": baseline_label if row["kind"] == "ab-candidate" else None,
+                    "key": row.run,
+                    "label": row.run,
+                    "mean": row.abs_diff_mean,
+                    "ci": row.abs_diff_ci,
+                    "parent_key": baseline_label if row.kind == "ab-candidate" else None,
                     "class": "A/B",
                 }
             )
     return _ordered(points)
 
 
-def _one_stage(record: dict) -> bool:
-    return len({r.get("stage") for r in record.get("rungs", [])}) <= 1
+def _one_stage(record: ExperimentRecord) -> bool:
+    return len({r.stage for r in record.rungs}) <= 1
 
 
 def _ordered(points: list[dict]) -> list[dict]:
@@ -90,7 +92,7 @@ def _usable(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def ladder_svg(record: dict, baseline: dict | None = None) -> str:
+def ladder_svg(record: ExperimentRecord, baseline: ExperimentRecord | None = None) -> str:
     points = ladder_points(record)
     fig, ax = plt.subplots(figsize=FIGSIZE, layout="constrained")
     ax.set_ylabel("abs-diff mean (nats, log)")

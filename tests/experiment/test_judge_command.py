@@ -52,16 +52,16 @@ def judged(tmp_path_factory):
 
 def test_the_recorded_root_is_judged_and_recorded(judged):
     status, lines, record, _, runs = judged
-    assert record["outcomes"][f"{LADDER}[p1-fp32-floor]"] == "passed", lines
-    [floor] = [r for r in record["rungs"] if r["rung"] == "fp32-floor"]
-    assert floor["run_id"] == FLOOR_RUN and floor["parent"] is None
+    assert record.outcomes[f"{LADDER}[p1-fp32-floor]"] == "passed", lines
+    [floor] = [r for r in record.rungs if r.rung == "fp32-floor"]
+    assert floor.run_id == FLOOR_RUN and floor.parent is None
     # The recorded mean is the run's own abs-diff after the warm-up, read here from its metrics.
     knobs = load_knobs(DEFAULT_KNOBS_DIR)
     run = RunSource(knobs, "embedded", runs, seed_offset=100, find_only=True)("p1", "fp32-floor", "colocate")
     warmup = int(knobs.threshold("warmup_steps"))
-    assert floor["mean"] == pytest.approx(float(np.mean(after_warmup(run.series(ABS_DIFF), warmup)[1])))
-    assert [e["run_id"] for e in record["environment"]] == [FLOOR_RUN], "the ladder root's environment and argv"
-    assert record["session"]["options"]["front_end"] == "python -m harness judge"
+    assert floor.mean == pytest.approx(float(np.mean(after_warmup(run.series(ABS_DIFF), warmup)[1])))
+    assert [e.run_id for e in record.environment] == [FLOOR_RUN], "the ladder root's environment and argv"
+    assert record.session.options["front_end"] == "python -m harness judge"
 
 
 def test_checks_whose_runs_are_missing_fail_with_one_line_each(judged):

@@ -17,6 +17,7 @@ from harness import DEFAULT_KNOBS_DIR
 from harness.experiment.evidence import judge_rung
 from harness.judge import ab
 from harness.report import experiment_record as entries
+from harness.report.record_model import ExperimentRecord
 from harness.report.summary import summary_row_from_run
 from harness.spec import load_knobs
 
@@ -35,7 +36,7 @@ LADDER_LEVELS = {
 AB_LEVELS = {"fp8-plus-filters": 0.036, "candidate-operator": 0.012}
 
 
-def build_sample_record(root: Path, stage: str = "p1", mode: str = "colocate") -> dict:
+def build_sample_record(root: Path, stage: str = "p1", mode: str = "colocate") -> ExperimentRecord:
     knobs = load_knobs(DEFAULT_KNOBS_DIR)
     runs = {}
     for i, (rung, level) in enumerate(LADDER_LEVELS.items()):
@@ -57,11 +58,11 @@ def build_sample_record(root: Path, stage: str = "p1", mode: str = "colocate") -
         title = f"{rung.title} [{stage}]"
         judgement = judge_rung(rung, knobs, lambda rid, **_: runs[rid])
         row = summary_row_from_run(run, f"{stage}:{rung_id}", parent=parent, knobs=knobs, notes=f"{rung_id}: class {judgement.drift_class}")
-        entries.add_entry(record, "rows", {**row.to_dict(), "kind": "rung", "replicates": 1, "test": entries.test_ref(nodeid, title)})
+        entries.add_entry(record, "rows", entries.row_entry(row, "rung", entries.test_ref(nodeid, title)))
         entries.add_entry(
             record, "rungs", entries.rung_entry(RungCase(stage, rung, mode, "embedded"), judgement, row, entries.test_ref(nodeid, title))
         )
-        record["outcomes"][nodeid] = "passed" if not judgement.problems else "failed"
+        record.outcomes[nodeid] = "passed" if not judgement.problems else "failed"
         if rung.parent is None:
             entries.add_entry(record, "environment", entries.environment_entry(run, f"ladder root {stage}:{rung_id}"))
     pair = []
@@ -77,9 +78,7 @@ def build_sample_record(root: Path, stage: str = "p1", mode: str = "colocate") -
     contract_id = "tests/ab/test_ab_gate.py::test_same_workload_contract"
     for run, label, kind in ((pair[0], f"baseline ({mode})", "ab-baseline"), (pair[1], f"candidate ({mode})", "ab-candidate")):
         row = summary_row_from_run(run, label, parent=pair[0] if kind == "ab-candidate" else None, knobs=knobs, notes=f"A/B {kind[3:]}")
-        entries.add_entry(
-            record, "rows", {**row.to_dict(), "kind": kind, "replicates": 1, "test": entries.test_ref(contract_id, "same-workload contract")}
-        )
+        entries.add_entry(record, "rows", entries.row_entry(row, kind, entries.test_ref(contract_id, "same-workload contract")))
     entries.add_entry(record, "environment", entries.environment_entry(pair[0], f"A/B baseline ({mode})"))
     problems = ab.contract_problems(*pair, knobs)
     entries.add_entry(
@@ -95,7 +94,7 @@ def build_sample_record(root: Path, stage: str = "p1", mode: str = "colocate") -
             test=entries.test_ref(contract_id, "same-workload contract"),
         ),
     )
-    record["outcomes"][contract_id] = "passed" if not problems else "failed"
+    record.outcomes[contract_id] = "passed" if not problems else "failed"
     for key, judge in sorted(ab.QUESTIONS.items()):
         answer = judge(*pair, knobs)
         nodeid = f"tests/ab/test_ab_gate.py::test_question[{key}]"
@@ -112,5 +111,5 @@ def build_sample_record(root: Path, stage: str = "p1", mode: str = "colocate") -
                 test=entries.test_ref(nodeid, answer.question),
             ),
         )
-        record["outcomes"][nodeid] = "passed" if answer.passed else "failed"
+        record.outcomes[nodeid] = "passed" if answer.passed else "failed"
     return record

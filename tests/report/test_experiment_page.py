@@ -18,9 +18,11 @@ from sessions import HERE, run_session
 
 from harness import REPO_ROOT
 from harness.cli import main
+from harness.report import experiment_record as entries
 from harness.report.command import build_experiment_page
 from harness.report.experiment_page import MAX_BYTES, ROW_HEADERS
-from harness.report.experiment_record import SEED_QUESTIONS, load_record, write_record
+from harness.report.experiment_record import SEED_QUESTIONS, add_entry, load_record, new_record, write_record
+from harness.report.record_model import AbAnswer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = [
@@ -75,12 +77,10 @@ def test_first_screen_shows_table_figure_and_answers(record_dir, tmp_path):
 
     # The seed's table: every row of the record, in order, each wholly on the first screen.
     assert found["summary"]["headers"] == list(ROW_HEADERS)
-    assert [row["cells"][0] for row in found["summary"]["rows"]] == [row["run"] for row in record["rows"]]
-    for shown, row in zip(found["summary"]["rows"], record["rows"]):
-        assert shown["bottom"] <= height, f"row {row['run']!r} ends at {shown['bottom']:.0f} px, below the first screen ({height} px)"
-        assert f"{row['abs_diff_mean']:.4g}" in shown["cells"][6], (
-            f"{row['run']}: abs-diff mean {row['abs_diff_mean']:.4g} not in {shown['cells'][6]!r}"
-        )
+    assert [row["cells"][0] for row in found["summary"]["rows"]] == [row.run for row in record.rows]
+    for shown, row in zip(found["summary"]["rows"], record.rows):
+        assert shown["bottom"] <= height, f"row {row.run!r} ends at {shown['bottom']:.0f} px, below the first screen ({height} px)"
+        assert f"{row.abs_diff_mean:.4g}" in shown["cells"][6], f"{row.run}: abs-diff mean {row.abs_diff_mean:.4g} not in {shown['cells'][6]!r}"
         assert shown["cells"][9] == "1", "one run per rung: the page says so"
     assert found["scrollWidth"] <= found["viewport"]["width"], "the page must not scroll sideways at 1400 px"
 
@@ -89,15 +89,15 @@ def test_first_screen_shows_table_figure_and_answers(record_dir, tmp_path):
     assert figure and figure["width"] > 400 and figure["height"] > 200, figure
     assert figure["bottom"] <= height, f"the ladder figure ends at {figure['bottom']:.0f} px, below the first screen"
     assert figure["marks"] > 20
-    for rung in record["rungs"]:
-        assert rung["rung"] in figure["text"], f"rung {rung['rung']} is not labelled in the figure"
+    for rung in record.rungs:
+        assert rung.rung in figure["text"], f"rung {rung.rung} is not labelled in the figure"
     assert "fp32 floor" in figure["text"] and "near-aligned floor" in figure["text"]
 
     # The A/B: the contract, then the seed's five questions in order, each ending on the first
     # screen with its verdict and its answer (the figures are in the message); evidence folded.
     assert len(found["ab"]) == 1 + len(SEED_QUESTIONS)
     assert "Same workload (contract)" in found["ab"][0]["text"]
-    answers = {a["key"]: a for a in record["ab"]}
+    answers = {a.key: a for a in record.ab}
     answered = 0
     for (key, question), shown in zip([("contract", "Same workload (contract)"), *SEED_QUESTIONS], found["ab"]):
         assert question in shown["text"], f"expected {question!r} first, got {shown['text']!r}"
@@ -106,12 +106,12 @@ def test_first_screen_shows_table_figure_and_answers(record_dir, tmp_path):
         if answer is None:
             assert "not answered" in shown["shown"], shown["shown"]
             continue
-        assert answer["message"][:60] in shown["shown"], f"{question!r}: answer {answer['message'][:60]!r} not shown in {shown['shown']!r}"
+        assert answer.message[:60] in shown["shown"], f"{question!r}: answer {answer.message[:60]!r} not shown in {shown['shown']!r}"
         assert shown["folded"], f"{question!r}: the evidence must start folded"
         if key != "contract":
             answered += 1
-            gate = "yes" if answer["passed"] else "no"
-            assert f"{record['outcomes'][answer['test']['nodeid']]} {gate}" in shown["shown"], shown["shown"]
+            gate = "yes" if answer.passed else "no"
+            assert f"{record.outcomes[answer.test.nodeid]} {gate}" in shown["shown"], shown["shown"]
     assert answered >= 3, "the sample answers drift, reward and timings: the check must see real answers"
     shutil.copyfile(found["screenshot"], REPO_ROOT / "reports" / "experiment-page-screenshot.png")
 
@@ -130,7 +130,7 @@ def test_compare_and_bad_paths_are_one_line(record_dir, tmp_path, capsys):
     (tmp_path / "bad" / "experiment.json").write_text('{"schema": 1, "rows": {}}')
     assert main(["report", "--compare", str(record_dir), str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "key 'rows': expected list" in err[0], err
+    assert len(err) == 1 and "key 'rows': expected a valid list" in err[0], err
 
 
 # A session as the ladder and the A/B run one: runs written by the real writers, judged by the real
@@ -175,24 +175,24 @@ def test_session_writes_the_experiment_record(tmp_path, workers):
     done = run_session(tmp_path, SESSION, "-p", "fixtures.experiment", "--mode=colocate", "--backend=embedded", *workers)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]  # the one deliberate failure
     record = load_record(tmp_path / "reports" / "experiment")
-    assert sorted(r["rung"] for r in record["rungs"]) == ["fp32-floor", "near-aligned"]
-    rungs = {r["rung"]: r for r in record["rungs"]}
+    assert sorted(r.rung for r in record.rungs) == ["fp32-floor", "near-aligned"]
+    rungs = {r.rung: r for r in record.rungs}
     child = rungs["near-aligned"]
-    assert child["parent"] == "fp32-floor" and child["delta"] is not None and child["delta_ci"][0] <= child["delta"] <= child["delta_ci"][1]
-    assert child["decided_class"] and child["observed_direction"] == "up"
-    outcomes = record["outcomes"]
-    assert outcomes[child["test"]["nodeid"]] == "failed" and outcomes[rungs["fp32-floor"]["test"]["nodeid"]] == "passed"
+    assert child.parent == "fp32-floor" and child.delta is not None and child.delta_ci[0] <= child.delta <= child.delta_ci[1]
+    assert child.decided_class and child.observed_direction == "up"
+    outcomes = record.outcomes
+    assert outcomes[child.test.nodeid] == "failed" and outcomes[rungs["fp32-floor"].test.nodeid] == "passed"
     # The rows are the session's summary table: the same runs and means as summary.csv.
     csv_lines = (tmp_path / "reports" / "summary.csv").read_text().splitlines()[1:]
-    assert len(record["rows"]) == len(csv_lines) == 4
-    assert {r["run"] for r in record["rows"]} == {line.split(",")[0] for line in csv_lines}
-    [answer] = record["ab"]
-    assert answer["key"] == "drift-reduced" and answer["passed"] is False and outcomes[answer["test"]["nodeid"]] == "passed"
+    assert len(record.rows) == len(csv_lines) == 4
+    assert {r.run for r in record.rows} == {line.split(",")[0] for line in csv_lines}
+    [answer] = record.ab
+    assert answer.key == "drift-reduced" and answer.passed is False and outcomes[answer.test.nodeid] == "passed"
     # The ladder root is also the A/B baseline here: one environment entry per run (labelled by
     # whichever test recorded it first; under xdist that order is the workers').
-    assert [e["run_id"] for e in record["environment"]] == [rungs["fp32-floor"]["run_id"]]
-    assert record["environment"][0]["argv"], "the baseline's exact argv is recorded"
-    assert record["worst_tokens"] is None, "runs without token dumps have no worst tokens, and none are invented"
+    assert [e.run_id for e in record.environment] == [rungs["fp32-floor"].run_id]
+    assert record.environment[0].argv, "the baseline's exact argv is recorded"
+    assert record.worst_tokens is None, "runs without token dumps have no worst tokens, and none are invented"
 
 
 ONE_ROW_TEST = """
@@ -226,7 +226,7 @@ def test_links_open_the_test_in_the_allure_report(record_dir, tmp_path):
     """A title the report names once links to that test (#/<id>); a title it names twice links to
     the front page, since either test could be meant."""
     record = load_record(record_dir)
-    unique, shared = record["ab"][1]["test"]["title"], record["rungs"][0]["test"]["title"]
+    unique, shared = record.ab[1].test.title, record.rungs[0].test.title
     report = tmp_path / "reports" / "allure-report"
     report.mkdir(parents=True)
     by_id = {"a1": {"id": "a1", "name": unique}, "b1": {"id": "b1", "name": shared}, "b2": {"id": "b2", "name": shared}}
@@ -239,27 +239,40 @@ def test_links_open_the_test_in_the_allure_report(record_dir, tmp_path):
 def test_a_further_candidates_answers_have_their_own_block():
     from harness.report.experiment_page import ab_section
 
-    test = {"nodeid": "tests/ab/test_ab_gate.py::test_further_candidate_question[true-on-policy-drift-reduced]", "title": "t"}
-    record = {
-        "ab": [{"key": "true-on-policy:drift-reduced", "passed": True, "message": "abs-diff 9.46e-3 -> 3.10e-3", "test": test}],
-        "outcomes": {test["nodeid"]: "passed"},
-    }
+    nodeid = "tests/ab/test_ab_gate.py::test_further_candidate_question[true-on-policy-drift-reduced]"
+    record = record_with_ab(nodeid, key="true-on-policy:drift-reduced", passed=True, message="abs-diff 9.46e-3 -> 3.10e-3")
     html = ab_section(record, None)
     assert "Further candidate: true-on-policy" in html
     assert "drift-reduced" in html and "abs-diff 9.46e-3 -&gt; 3.10e-3" in html
-    assert "<h3>" not in ab_section({"ab": [], "outcomes": {}}, None)
+    assert "<h3>" not in ab_section(new_record(argv=[]), None)
 
 
 def test_the_candidates_counted_calls_stand_beside_the_answers():
     from harness.report.experiment_page import ab_section
 
-    test = {"nodeid": "tests/ab/test_candidate_executed.py::test_candidate_executed_on_both_engines[pair]", "title": "t"}
+    nodeid = "tests/ab/test_candidate_executed.py::test_candidate_executed_on_both_engines[pair]"
     evidence = {"expected": [{"side": "rollout", "pass": "sampler", "operator": "fused-linear-logprob", "calls": 83, "tokens": 2541}]}
-    record = {
-        "ab": [{"key": "candidate-executed", "passed": True, "message": "executed: counted in both engines", "evidence": evidence, "test": test}],
-        "outcomes": {test["nodeid"]: "passed"},
-    }
+    record = record_with_ab(nodeid, key="candidate-executed", passed=True, message="executed: counted in both engines", evidence=evidence)
     html = ab_section(record, None)
     assert "Candidate executed (operator calls counted in both engines)" in html
     assert "fused-linear-logprob" in html and "calls: 83" in html and "tokens: 2541" in html
-    assert "Candidate executed" not in ab_section({"ab": [], "outcomes": {}}, None)
+    assert "Candidate executed" not in ab_section(new_record(argv=[]), None)
+
+
+def record_with_ab(nodeid: str, *, key: str, passed: bool, message: str, evidence: dict | None = None):
+    """A record holding one A/B answer whose test passed (the page's A/B section alone)."""
+    record = new_record(argv=[])
+    entry = AbAnswer(
+        key=key,
+        question=key,
+        passed=passed,
+        message=message,
+        evidence=evidence or {},
+        baseline_run="a",
+        candidate_run="b",
+        mode=None,
+        test=entries.test_ref(nodeid, "t"),
+    )
+    add_entry(record, "ab", entry)
+    record.outcomes[nodeid] = "passed"
+    return record

@@ -1,0 +1,195 @@
+"""The experiment record as typed objects: one model the writer builds and the page reads.
+
+    ExperimentRecord   experiment.json: session, rows, rungs, ab, environment, worst_tokens,
+                       outcomes, answers, min_margin_se (harness.report.experiment_record writes it)
+
+The fields are the keys written to disk, so a record written before these models loads unchanged.
+The entries we write are `extra="forbid"`: a misspelt key fails where it is built or read, not as a
+blank cell on the page. What other modules compute and we only carry (a judge's evidence, the run's
+environment parts, the token audit's rows) stays a plain dict inside its entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+SCHEMA = 1
+
+
+class _Entry(BaseModel):
+    # NaN is a value here ("not measured"), as in the JSON the writer has always produced.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=True)
+
+
+class TestRef(_Entry):
+    """How the page names and links the Allure test that produced an entry."""
+
+    __test__ = False  # not a pytest class
+    nodeid: str
+    name: str
+    title: str
+
+
+class Row(_Entry):
+    """A summary row (harness.report.summary.SummaryRow.to_dict) with the check that made it."""
+
+    run: str
+    hardware: str | None = None
+    mode: str | None = None
+    precision: str | None = None
+    operator_path: str | None = None
+    final_reward: float | None = None
+    abs_diff_mean: float | None = None
+    abs_diff_ci: tuple[float, float] | None = None
+    delta_vs_parent: float | None = None
+    delta_ci: tuple[float, float] | None = None
+    step_time_mean: float | None = None
+    notes: str = ""
+    run_id: str = ""
+    run_dir: str = ""
+    steps_used: int = 0
+    kind: Literal["rung", "smoke", "ab-baseline", "ab-candidate"]
+    replicates: int = 1
+    test: TestRef | None = None
+
+
+class Margin(BaseModel):
+    """harness.judge.margin.Margin.as_dict: the answer's distance from its boundary in standard errors."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=True)
+    se_units: float | None = None
+    estimate: float | None = None
+    boundary: float | None = None
+    se: float | None = None
+    answer: str | None = None
+    sample: dict[str, Any] = Field(default_factory=dict)
+
+
+class Rung(_Entry):
+    """One rung's judgement (harness.judge.ladder.RungJudgement) and its summary row's interval."""
+
+    stage: str
+    rung: str
+    title: str
+    parent: str | None
+    mode: str | None
+    run_id: str
+    mean: float | None
+    ci: tuple[float, float] | None
+    parent_mean: float | None
+    delta: float | None
+    delta_ci: tuple[float, float] | None  # at the Holm-adjusted level of the stage's family
+    confidence: float | None
+    decision: dict[str, Any] | None
+    decided_class: str | None
+    ruled_out: dict[str, Any] = Field(default_factory=dict)  # classes the evidence rules out, with the evidence
+    expected_class: list[str | None]
+    expected_ruled_out: list[str] = Field(default_factory=list)
+    observed_direction: str | None
+    expected_direction: str | None
+    reasons: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    replicates: int = 1
+    paired_delta: dict[str, Any] | None = None  # harness.judge.paired, or why not checked
+    margin: Margin | None = None
+    replicate_means: dict[str, Any] = Field(default_factory=dict)
+    test: TestRef
+
+
+class AbAnswer(_Entry):
+    key: str  # harness.judge.ab.QUESTIONS, "mode-consistency", "contract", "candidate-executed", "<name>:..."
+    question: str
+    passed: bool
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    baseline_run: str
+    candidate_run: str
+    mode: str | None
+    test: TestRef
+
+
+class Environment(_Entry):
+    """The run's environment record (harness.records.environment, carried as written) and its argv."""
+
+    label: str
+    run_id: str
+    run_dir: str
+    stage: str | None
+    rung: str | None
+    mode: str | None
+    backend: str | None
+    spec_hash: str | None
+    harness: dict[str, Any] | None = None  # {"commit", "dirty"} from harness.records.commit
+    vime: dict[str, Any] | None = None
+    container: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    os: dict[str, Any] | None = None
+    argv: list[str] = Field(default_factory=list)
+    recorded: bool
+
+
+class WorstTokens(_Entry):
+    run_id: str
+    rung: str | None
+    rows: list[dict[str, Any]]  # the token audit's rows (harness.attribution.audit), columns as it writes them
+
+
+class Answer(_Entry):
+    """One judged answer with its margin (harness.report.answers)."""
+
+    key: str
+    kind: Literal["ladder", "acceptance", "ab"]
+    expected: str | None  # None: an answer without a statistic (a record check)
+    observed: str
+    margin: Margin | None = None
+    note: str = ""
+    test: TestRef
+
+
+class Session(_Entry):
+    argv: list[str]
+    options: dict[str, Any] = Field(default_factory=dict)  # the front end's options, as it names them
+
+
+class ExperimentRecord(_Entry):
+    # "schema" would shadow BaseModel.schema: the attribute is schema_, the key on disk "schema".
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=True, populate_by_name=True)
+    schema_: Literal[1] = Field(SCHEMA, alias="schema")
+    created: str
+    session: Session
+    rows: list[Row] = Field(default_factory=list)
+    rungs: list[Rung] = Field(default_factory=list)
+    ab: list[AbAnswer] = Field(default_factory=list)
+    environment: list[Environment] = Field(default_factory=list)
+    worst_tokens: WorstTokens | None = None
+    outcomes: dict[str, str] = Field(default_factory=dict)  # test node id -> passed / failed / skipped / not reported
+    answers: list[Answer] = Field(default_factory=list)
+    min_margin_se: float | None = None
+    _path: str | None = PrivateAttr(default=None)  # the file it was loaded from
+
+    @property
+    def path(self) -> str | None:
+        return self._path
+
+    def answer(self, key: str) -> AbAnswer | None:
+        return next((a for a in self.ab if a.key == key), None)
+
+    def outcome(self, test: TestRef | None) -> str | None:
+        return self.outcomes.get(test.nodeid) if test is not None else None
+
+    def to_data(self) -> dict:
+        """The JSON object on disk (keys as always written; NaN kept, as json.dumps writes it)."""
+        return self.model_dump(by_alias=True)
+
+
+ENTRY_MODELS: dict[str, type[BaseModel]] = {
+    "rows": Row,
+    "rungs": Rung,
+    "ab": AbAnswer,
+    "environment": Environment,
+    "worst_tokens": WorstTokens,
+    "answers": Answer,
+}
