@@ -94,11 +94,11 @@ def provenance(offsets: list[int]) -> dict:
         except RecordError:
             continue
         for env in record.environment:
-            harness = env.harness or {}  # harness.records.commit's {"commit", "dirty"}, carried as written
-            commits.add((harness.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if harness.get("dirty") else ""))
-            cpu = (env.hardware or {}).get("cpu") or {}
-            if cpu:
-                machines.add(f"{cpu.get('cores')} cores, {cpu.get('model') or 'unknown CPU'}, {isa_text(cpu)}")
+            commit, dirty = (env.harness.commit, env.harness.dirty) if env.harness else (None, None)
+            commits.add((commit or "unknown")[:12] + (" (uncommitted changes)" if dirty else ""))
+            cpu = env.hardware.cpu if env.hardware else None
+            if cpu is not None and cpu.model_dump():  # an empty cpu part names no machine
+                machines.add(f"{cpu.cores} cores, {cpu.model or 'unknown CPU'}, {isa_text(cpu.model_dump())}")
     return {"commits": sorted(commits), "machines": sorted(machines)}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.report.experiment_record import SEED_QUESTIONS
 from harness.report.ladder_figure import ladder_svg
-from harness.report.record_model import AbAnswer, ExperimentRecord, Rung, TestRef
+from harness.report.record_model import AbAnswer, Container, Cpu, ExperimentRecord, Gpus, Hardware, HarnessCommit, Package, Rung, TestRef, Vime
 
 ALLURE_INDEX = "../allure-report/index.html"  # the page sits in reports/experiment/
 MAX_BYTES = 2_000_000
@@ -433,23 +433,22 @@ def environment_section(record: ExperimentRecord) -> str:
     if not envs:
         parts.append("<p class='none'>no environment recorded (no baseline run in this record)</p>")
     for env in envs:
-        # The environment's parts are harness.records.environment's dicts, carried as written.
-        harness = env.harness or {}
-        hardware = env.hardware or {}
-        cpu, gpus = hardware.get("cpu") or {}, hardware.get("gpus") or {}
+        harness = env.harness or HarnessCommit()
+        hardware = env.hardware or Hardware()
+        cpu, gpus = hardware.cpu or Cpu(), hardware.gpus or Gpus()
         versions = env.versions or {}
-        version_text = ", ".join(f"{k} {v.get('version') if isinstance(v, dict) else v}" for k, v in versions.items()) or "not recorded"
-        container = env.container or {}
-        vime = env.vime or {}
+        version_text = ", ".join(f"{k} {v.version if isinstance(v, Package) else v}" for k, v in versions.items()) or "not recorded"
+        container = env.container or Container()
+        vime = env.vime or Vime()
         rows = [
             ("Run", f"{env.run_id} ({env.stage}:{env.rung}, {env.mode}, {env.backend})"),
             ("Run directory", env.run_dir),
-            ("Harness commit", f"{harness.get('commit') or 'not recorded'}{' (uncommitted changes)' if harness.get('dirty') else ''}"),
-            ("VIME commit", vime.get("commit") or vime.get("note") or "not recorded"),
-            ("Image", container.get("image") or container.get("note") or "not recorded"),
+            ("Harness commit", f"{harness.commit or 'not recorded'}{' (uncommitted changes)' if harness.dirty else ''}"),
+            ("VIME commit", vime.commit or vime.note or "not recorded"),
+            ("Image", container.image or container.note or "not recorded"),
             (
                 "Hardware",
-                f"{cpu.get('model')}, {cpu.get('cores')} cores, {cpu.get('memory_gib')} GiB; GPUs: {gpus.get('count', 0)} {gpus.get('models') or gpus.get('note') or ''}",
+                f"{cpu.model}, {cpu.cores} cores, {cpu.memory_gib} GiB; GPUs: {gpus.count} {gpus.models or gpus.note or ''}",
             ),
             ("Libraries", version_text),
             ("Spec hash", env.spec_hash),

@@ -5,15 +5,17 @@
 
 The fields are the keys written to disk, so a record written before these models loads unchanged.
 The entries we write are `extra="forbid"`: a misspelt key fails where it is built or read, not as a
-blank cell on the page. What other modules compute and we only carry (a judge's evidence, the run's
-environment parts, the token audit's rows) stays a plain dict inside its entry.
+blank cell on the page. The run's environment parts are harness.records.environment's: typed for
+the keys the page reads, open to the keys it may add, written back with the keys they came with.
+What other modules compute and we only carry (a judge's evidence and decision, the token audit's
+rows, the front end's options) stays a plain dict inside its entry.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
 
 SCHEMA = 1
 
@@ -110,6 +112,62 @@ class AbAnswer(_Entry):
     test: TestRef
 
 
+class _Carried(BaseModel):
+    """A part another module writes (harness.records.environment): keys it adds later still load,
+    and it is written back with exactly the keys it was read or built with (no defaults added)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=True)
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler):
+        data = handler(self)
+        given = self.model_fields_set | set(self.model_extra or {})
+        return {key: value for key, value in data.items() if key in given}
+
+
+class HarnessCommit(_Carried):
+    commit: str | None = None  # harness.records.commit
+    dirty: bool | None = None
+
+
+class Vime(_Carried):
+    root: str | None = None
+    commit: str | None = None
+    note: str | None = None  # why there is no commit
+
+
+class Container(_Carried):
+    image: str | None = None
+    source: str | None = None
+    note: str | None = None  # why there is no image
+
+
+class Cpu(_Carried):
+    model: str | None = None
+    cores: int | None = None
+    memory_gib: float | None = None
+    machine: str | None = None
+    isa: str | None = None
+    isa_settings: dict[str, str] = Field(default_factory=dict)
+
+
+class Gpus(_Carried):
+    count: int | None = 0
+    models: list[str] | None = None
+    note: str | None = None  # why none were seen
+
+
+class Hardware(_Carried):
+    gpus: Gpus | None = None
+    cpu: Cpu | None = None
+    nodes: dict[str, Any] | None = None
+
+
+class Package(_Carried):
+    package: str | None = None
+    version: str | None = None
+
+
 class Environment(_Entry):
     """The run's environment record (harness.records.environment, carried as written) and its argv."""
 
@@ -121,11 +179,11 @@ class Environment(_Entry):
     mode: str | None
     backend: str | None
     spec_hash: str | None
-    harness: dict[str, Any] | None = None  # {"commit", "dirty"} from harness.records.commit
-    vime: dict[str, Any] | None = None
-    container: dict[str, Any] | None = None
-    hardware: dict[str, Any] | None = None
-    versions: dict[str, Any] | None = None
+    harness: HarnessCommit | None = None
+    vime: Vime | None = None
+    container: Container | None = None
+    hardware: Hardware | None = None
+    versions: dict[str, Package | str | None] | None = None  # role -> package and version; python: a version string
     os: dict[str, Any] | None = None
     argv: list[str] = Field(default_factory=list)
     recorded: bool
