@@ -139,11 +139,11 @@ def compare_verdict(candidate, baseline, mean_key: str, ci_key: str) -> tuple[st
 
 def headline(record: ExperimentRecord, baseline: ExperimentRecord | None) -> str:
     counts = {k: sum(1 for v in record.outcomes.values() if v == k) for k in ("passed", "failed", "skipped")}
-    options = record.session.options  # the front end's own options: a dict as it names them
+    options = record.session.options
     title = "VIME train-inference mismatch: experiment record" + (" (candidate vs baseline record)" if baseline else "")
     lead = (
         f"{len(record.rungs)} rung(s) judged, {len(record.ab)} A/B answer(s); tests: {counts['passed']} passed, "
-        f"{counts['failed']} failed, {counts['skipped']} skipped. Mode {esc(options.get('mode'))}, backend {esc(options.get('backend'))}, "
+        f"{counts['failed']} failed, {counts['skipped']} skipped. Mode {esc(options.mode)}, backend {esc(options.backend)}, "
         f"recorded {esc(record.created)}."
     )
     if baseline:

@@ -8,7 +8,7 @@ The entries we write are `extra="forbid"`: a misspelt key fails where it is buil
 blank cell on the page. The run's environment parts are harness.records.environment's: typed for
 the keys the page reads, open to the keys it may add, written back with the keys they came with.
 What other modules compute and we only carry (a judge's evidence and decision, the token audit's
-rows, the front end's options) stays a plain dict inside its entry.
+rows) stays a plain dict inside its entry.
 """
 
 from __future__ import annotations
@@ -207,9 +207,16 @@ class Answer(_Entry):
     test: TestRef
 
 
+class Options(_Carried):
+    """The front end's options: pytest's mode and backend, or every option of `python -m harness judge`."""
+
+    mode: str | None = None
+    backend: str | None = None
+
+
 class Session(_Entry):
     argv: list[str]
-    options: dict[str, Any] = Field(default_factory=dict)  # the front end's options, as it names them
+    options: Options = Field(default_factory=Options)
 
 
 class ExperimentRecord(_Entry):

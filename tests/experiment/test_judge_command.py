@@ -61,7 +61,7 @@ def test_the_recorded_root_is_judged_and_recorded(judged):
     warmup = int(knobs.threshold("warmup_steps"))
     assert floor.mean == pytest.approx(float(np.mean(after_warmup(run.series(ABS_DIFF), warmup)[1])))
     assert [e.run_id for e in record.environment] == [FLOOR_RUN], "the ladder root's environment and argv"
-    assert record.session.options["front_end"] == "python -m harness judge"
+    assert record.session.options.front_end == "python -m harness judge"
 
 
 def test_checks_whose_runs_are_missing_fail_with_one_line_each(judged):
