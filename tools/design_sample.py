@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from harness import DEFAULT_KNOBS_DIR  # noqa: E402
 from harness.experiment.runs import find_recorded_run  # noqa: E402
 from harness.judge import stats  # noqa: E402
-from harness.judge.design import needed_sample, relative_seed_spread, side_variance  # noqa: E402
+from harness.judge.design import needed_pairs, needed_sample, relative_seed_spread, side_variance  # noqa: E402
 from harness.judge.ladder import family_members  # noqa: E402
 from harness.judge.outcome import effect_of_interest  # noqa: E402
 from harness.judge.verdict import after_warmup  # noqa: E402
@@ -103,35 +103,34 @@ def measure(knobs, design, runs_dir: Path) -> dict:
             continue
         questions[f"ladder/{rung_id}"] = _rung_entry(knobs, design, rung, child, parent, e_rel, family_alpha)
 
-    # The A/B pair and its further candidates: one pair a seed, paired step by step.
+    # The A/B pair and its further candidates: one pair a seed, paired step by step; every design
+    # seed is one pair, so the pairs' spread is measured, not assumed away.
     pair = knobs.ab.pair
     candidates = {"pair": {"embedded-logprob-operator": None}} | {name: c.set for name, c in knobs.ab.candidates.items() if "embedded" in c.backends}
-    reward_sides = []
     for name, flags in candidates.items():
         try:
-            baseline_runs = [_run(knobs, runs_dir, pair.stage, pair.baseline, s) for s in seeds[:1]]
+            baseline_runs = [_run(knobs, runs_dir, pair.stage, pair.baseline, s) for s in seeds]
             if name == "pair":
-                candidate_runs = [_run(knobs, runs_dir, pair.stage, pair.candidate, s) for s in seeds[:1]]
+                candidate_runs = [_run(knobs, runs_dir, pair.stage, pair.candidate, s) for s in seeds]
             else:
-                candidate_runs = [_run(knobs, runs_dir, pair.stage, pair.baseline, s, **flags) for s in seeds[:1]]
+                candidate_runs = [_run(knobs, runs_dir, pair.stage, pair.baseline, s, **flags) for s in seeds]
         except MissingRun as missing:
             questions[f"ab/{name}/drift-reduced"] = questions[f"ab/{name}/reward-preserved"] = {"missing": str(missing)}
             continue
         for metric, question in ((ABS_DIFF, "drift-reduced"), (RAW_REWARD, "reward-preserved")):
-            a = [_series(r, metric, warmup) for r in baseline_runs]
-            b = [_series(r, metric, warmup) for r in candidate_runs]
-            n = min(len(a[0]), len(b[0]))
-            paired = stats.block_bootstrap_paired_diff_ci(a[0][:n], b[0][:n])
-            base_mean = float(np.mean(a[0]))
+            difference, base_mean = _pair_differences(baseline_runs, candidate_runs, metric, warmup)
             if metric == RAW_REWARD:
-                reward_sides.append(base_mean)
                 allowed = design.reward_margin.z * reward_cv * abs(base_mean)
-                need = _paired_need("not worse", paired, allowed, target, alpha, base_mean, n)
-                questions[f"ab/{name}/{question}"] = _entry("not worse", need, allowed, design, paired=paired, baseline_mean=base_mean)
+                need = needed_pairs("not worse", difference, allowed, target, alpha)
+                questions[f"ab/{name}/{question}"] = _entry(
+                    "not worse", need, allowed, design, design.affordable.ab_pairs, pair_differences=difference, baseline_mean=base_mean
+                )
             else:
-                effect, answer = _effect_and_answer(knobs, e_rel, base_mean, paired.diff)
-                need = _paired_need(answer, paired, effect, target, alpha, base_mean, n)
-                questions[f"ab/{name}/{question}"] = _entry(answer, need, effect, design, paired=paired, baseline_mean=base_mean)
+                effect, answer = _effect_and_answer(knobs, e_rel, base_mean, difference.mean)
+                need = needed_pairs(answer, difference, effect, target, alpha)
+                questions[f"ab/{name}/{question}"] = _entry(
+                    answer, need, effect, design, design.affordable.ab_pairs, pair_differences=difference, baseline_mean=base_mean
+                )
     questions.update(_acceptance(knobs, design, runs_dir, seeds[0]))
     questions.update(_p3_ladder(knobs, design, runs_dir, seeds[0], e_rel, alpha))
     return {
@@ -230,17 +229,23 @@ def _reward_spread(knobs, side) -> float:
     return relative_seed_spread(sides)
 
 
-def _paired_need(answer, paired, effect, target, alpha, base_mean, steps):
-    from harness.judge.design import SideVariance
+def _pair_differences(baseline_runs, candidate_runs, metric, warmup):
+    """The pairs as one side: each pair's mean step-by-step difference (candidate - baseline) with its
+    block-bootstrap variance, and the baselines' mean."""
+    means, variances, steps, base = [], [], [], []
+    for a_run, b_run in zip(baseline_runs, candidate_runs, strict=True):
+        a, b = _series(a_run, metric, warmup), _series(b_run, metric, warmup)
+        n = min(len(a), len(b))
+        paired = stats.block_bootstrap_paired_diff_ci(a[:n], b[:n])
+        means.append(float(paired.diff))
+        variances.append(float(paired.se) ** 2)
+        steps.append(n)
+        base.append(float(np.mean(a)))
+    return side_variance(means, variances, min(steps)), float(np.mean(base))
 
-    # One pair of runs is one "seed": its paired difference's variance divides by the pairs.
-    a = SideVariance(base_mean, 1, steps, 0.0, 0.0, (base_mean,))
-    b = SideVariance(base_mean + paired.diff, 1, steps, 0.0, 0.0, (base_mean + paired.diff,))
-    return needed_sample(answer, a, b, effect, target, alpha, paired_variance=paired.se**2)
 
-
-def _entry(answer, need, effect, design, **sides) -> dict:
-    affordable = need.seeds is not None and need.seeds <= design.affordable.seeds_per_side
+def _entry(answer, need, effect, design, affordable_seeds: int | None = None, **sides) -> dict:
+    affordable = need.seeds is not None and need.seeds <= (affordable_seeds or design.affordable.seeds_per_side)
     entry = {
         "answer": answer,
         "delta": need.delta,

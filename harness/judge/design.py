@@ -89,6 +89,45 @@ def _critical_t(seeds: int, seed_effect: bool, family_alpha: float) -> float:
     return float(scipy_stats.t.ppf(1 - family_alpha / 2, df))
 
 
+def boundary_distance(answer: str, delta: float, effect: float) -> float:
+    """How far `delta` lies inside `answer`'s region: |delta| - E, E - |delta| or delta + M."""
+    if answer == "up":
+        return delta - effect
+    if answer == "down":
+        return -delta - effect
+    if answer == "flat":
+        return effect - abs(delta)
+    if answer == "not worse":
+        return delta + effect
+    raise ValueError(f"answer={answer!r}: expected up, down, flat or 'not worse'")
+
+
+def needed_pairs(answer: str, difference: SideVariance, effect: float, target_margin: float, family_alpha: float) -> Need:
+    """Pairs for an A/B question judged on the pairs' mean difference (harness.judge.ab._compare).
+
+    `difference` is one "side" whose runs are the pairs: each pair's mean paired difference, its
+    step-level variance, and what the seeds add between pairs. The judge's interval over R pairs
+    falls back to the pairs' own spread, with R - 1 degrees of freedom, whenever the pairs disagree
+    beyond their steps' noise (stats.replicate_side); the design cannot rule that out in advance
+    (it happened at seed offset +400 with 3 pairs: t = 4.30 made a 4.2 SE distance inconclusive), so
+    it asks for R - 1 degrees of freedom always, and at least 2 pairs."""
+    distance = boundary_distance(answer, difference.mean, effect)
+    one_pair = difference.run_variance()
+
+    def se(pairs: int) -> float:
+        return math.sqrt(one_pair / pairs)
+
+    measured = distance / se(difference.seeds) if one_pair > 0 else float("inf")
+    found = None
+    if distance > 0:
+        for pairs in range(2, MAX_SEEDS + 1):
+            critical = float(scipy_stats.t.ppf(1 - family_alpha / 2, pairs - 1))
+            if distance / se(pairs) >= max(target_margin, critical):
+                found = pairs
+                break
+    return Need(answer, difference.mean, distance, measured, target_margin, found, difference.steps, se(found) if found else None)
+
+
 def needed_sample(
     answer: str,
     a: SideVariance,
@@ -104,16 +143,7 @@ def needed_sample(
     difference's variance for one pair is given directly and divides by R."""
     steps = steps or a.steps
     delta = (b.mean if b is not None else 0.0) - a.mean
-    if answer == "up":
-        distance = delta - effect
-    elif answer == "down":
-        distance = -delta - effect
-    elif answer == "flat":
-        distance = effect - abs(delta)
-    elif answer == "not worse":
-        distance = delta + effect
-    else:
-        raise ValueError(f"answer={answer!r}: expected up, down, flat or 'not worse'")
+    distance = boundary_distance(answer, delta, effect)
     one_pair = paired_variance if paired_variance is not None else a.run_variance(steps) + (b.run_variance(steps) if b is not None else 0.0)
     seed_effect = a.seed_effect or (b is not None and b.seed_effect)
 

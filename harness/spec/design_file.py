@@ -50,6 +50,7 @@ class Scale(Strict):
 
 class Affordable(Strict):
     seeds_per_side: int = Field(ge=1)
+    ab_pairs: int = Field(ge=2)
     reason: str = Field(min_length=10)
 
 

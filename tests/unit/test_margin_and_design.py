@@ -118,3 +118,22 @@ def test_the_effect_of_interest_and_the_reward_margin_are_the_designs_measuremen
     spread = DESIGN.measured["seed_spread"]
     assert KNOBS.threshold("rung_flat_max_rel_delta") == pytest.approx(spread["effect_of_interest_relative"], rel=1e-3)
     assert KNOBS.threshold("ab_reward_max_drop") == pytest.approx(spread["reward_allowed_drop_relative"], rel=1e-3)
+
+
+def test_ab_pairs_are_sized_with_the_pairs_own_spread_and_degrees_of_freedom():
+    from harness.judge.design import needed_pairs
+
+    # Seed offset +400's A/B drift question: three pairs whose mean differences disagree beyond their
+    # steps' noise; the judge's interval then has 2 degrees of freedom (t = 4.30) and a distance of
+    # 4.2 SE from the flat band's edge was inconclusive.
+    differences = side_variance([-0.00074, -0.00002, -0.00012], [1.0e-8, 1.0e-8, 1.0e-8], 28)
+    need = needed_pairs("flat", differences, 0.00123, 4.65, 0.05)
+    assert 4.0 < need.margin_at_measured < 4.65  # three pairs: short of the target
+    assert need.seeds is not None and need.seeds > 3
+    # The same pairs judged as if only the steps' noise counted would have asked for fewer.
+    quiet = side_variance([-0.00029] * 3, [1.0e-8] * 3, 28)
+    assert needed_pairs("flat", quiet, 0.00123, 4.65, 0.05).seeds < need.seeds
+    # Never one pair: one pair's interval has no seed-to-seed part at all.
+    assert needed_pairs("flat", side_variance([0.0, 0.0], [1e-14, 1e-14], 28), 0.00123, 4.65, 0.05).seeds == 2
+    # A difference on the boundary cannot be sized off it.
+    assert needed_pairs("flat", side_variance([0.00123] * 3, [1e-8] * 3, 28), 0.00123, 4.65, 0.05).seeds is None
