@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness import DEFAULT_KNOBS_DIR, DEFAULT_RUNS_DIR, REPO_ROOT
 from harness.spec import SpecError
+from harness.spec_arguments import add_site_argument
 
 DEFAULT_OUT = REPO_ROOT / "reports" / "judged"
 
@@ -26,12 +27,14 @@ DEFAULT_OUT = REPO_ROOT / "reports" / "judged"
 def cmd_judge(args: argparse.Namespace) -> int:
     from harness.experiment.runs import RunSource
     from harness.experiment.session import NOT_JUDGED_HERE, judge_main_job
-    from harness.spec import load_knobs
+    from harness.spec_arguments import knobs_from_args, site_default, site_from_args
 
-    runs_dir = Path(args.runs_dir)
+    # The site file and --set resolve the runs' specs as the session that made them did (a cluster's
+    # checkpoint paths are part of the flags a recorded run is found by); the site's runs-dir is the default.
+    runs_dir = Path(site_default(args.runs_dir, site_from_args(args), "runs_dir", str(DEFAULT_RUNS_DIR)))
     if not runs_dir.is_dir():
         raise SpecError(f"--runs-dir {runs_dir}: no such directory (the run directories `make baseline` leaves in {DEFAULT_RUNS_DIR})")
-    knobs = load_knobs(Path(args.knobs))
+    knobs = knobs_from_args(args)
     source = RunSource(knobs, args.backend, runs_dir, seed_offset=args.seed_offset, find_only=True)
     session = judge_main_job(source, knobs, args.mode, args.stage)
     for nodeid, outcome in session.outcomes.items():
@@ -71,8 +74,16 @@ def register(subparsers) -> None:
         help="judge the main job (P1 ladder, acceptance, P3 A/B) on recorded runs and write its record and page, without pytest",
         description=__doc__.split("\n\n")[2],
     )
-    parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help=f"where the run directories are (default: {DEFAULT_RUNS_DIR})")
+    parser.add_argument("--runs-dir", default=None, help=f"where the run directories are (default: the site's runs-dir, else {DEFAULT_RUNS_DIR})")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="the knobs directory (the experiment spec)")
+    add_site_argument(parser)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FLAG=VALUE",
+        help="a VIME flag the runs were made with over knobs/ and the site (as pytest --set)",
+    )
     parser.add_argument("--mode", default="colocate", choices=("colocate", "non-colocate"), help="the session's run mode (default: colocate)")
     parser.add_argument(
         "--backend", default="embedded", help="the backend the runs were made on: their specs are resolved for it (default: embedded)"

@@ -98,6 +98,14 @@ def test_a_missing_runs_directory_is_one_error_line(tmp_path, capsys):
     assert len(err) == 1 and "nope" in err[0] and "--runs-dir" in err[0]
 
 
+def test_the_sites_runs_dir_is_where_the_command_looks(tmp_path, capsys):
+    site = tmp_path / "site.yaml"
+    site.write_text(f"runs-dir: {tmp_path / 'shared-runs'}\n")
+    assert main(["judge", "--site", str(site), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / "shared-runs") in err[0], err
+
+
 def test_the_command_judges_the_checks_the_main_jobs_pytest_session_collects():
     """The Makefile's baseline selection, as pytest collects it, is the command's list of checks plus
     the test files it names as not judged here (with the reason): a test renamed, added or dropped on
