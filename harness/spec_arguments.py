@@ -31,6 +31,10 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="embedded", help="embedded | vime | records")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory")
     add_site_argument(parser)
+    add_set_argument(parser)
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set",
         action="append",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness import DEFAULT_KNOBS_DIR, DEFAULT_RUNS_DIR, REPO_ROOT
 from harness.spec import SpecError
-from harness.spec_arguments import add_site_argument
+from harness.spec_arguments import add_set_argument, add_site_argument
 
 DEFAULT_OUT = REPO_ROOT / "reports" / "judged"
 
@@ -77,13 +77,7 @@ def register(subparsers) -> None:
     parser.add_argument("--runs-dir", default=None, help=f"where the run directories are (default: the site's runs-dir, else {DEFAULT_RUNS_DIR})")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="the knobs directory (the experiment spec)")
     add_site_argument(parser)
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FLAG=VALUE",
-        help="a VIME flag the runs were made with over knobs/ and the site (as pytest --set)",
-    )
+    add_set_argument(parser)  # the flags the runs were made with, as the session that made them took them
     parser.add_argument("--mode", default="colocate", choices=("colocate", "non-colocate"), help="the session's run mode (default: colocate)")
     parser.add_argument(
         "--backend", default="embedded", help="the backend the runs were made on: their specs are resolved for it (default: embedded)"
