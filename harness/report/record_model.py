@@ -13,9 +13,12 @@ rows) stays a plain dict inside its entry.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import MISSING, fields
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, model_serializer
+
+from harness.report.summary import SummaryRow
 
 SCHEMA = 1
 
@@ -34,27 +37,21 @@ class TestRef(_Entry):
     title: str
 
 
-class Row(_Entry):
-    """A summary row (harness.report.summary.SummaryRow.to_dict) with the check that made it."""
+def _summary_row_fields() -> dict[str, Any]:
+    """SummaryRow's fields, as the record's row carries them: one definition of the seed's columns."""
+    hints = get_type_hints(SummaryRow)
+    return {f.name: (hints[f.name], ... if f.default is MISSING else f.default) for f in fields(SummaryRow)}
 
-    run: str
-    hardware: str | None = None
-    mode: str | None = None
-    precision: str | None = None
-    operator_path: str | None = None
-    final_reward: float | None = None
-    abs_diff_mean: float | None = None
-    abs_diff_ci: tuple[float, float] | None = None
-    delta_vs_parent: float | None = None
-    delta_ci: tuple[float, float] | None = None
-    step_time_mean: float | None = None
-    notes: str = ""
-    run_id: str = ""
-    run_dir: str = ""
-    steps_used: int = 0
-    kind: Literal["rung", "smoke", "ab-baseline", "ab-candidate"]
-    replicates: int = 1
-    test: TestRef | None = None
+
+# A summary row (harness.report.summary.SummaryRow.to_dict) with the check that made it.
+Row = create_model(
+    "Row",
+    __base__=_Entry,
+    **_summary_row_fields(),
+    kind=(Literal["rung", "smoke", "ab-baseline", "ab-candidate"], ...),
+    replicates=(int, 1),
+    test=(TestRef | None, None),
+)
 
 
 class Margin(BaseModel):
