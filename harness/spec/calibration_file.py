@@ -1,0 +1,88 @@
+"""knobs/calibration.yaml, typed: the seeds and runs that calibrate the boundary envelopes
+(docs/calibration.md), the interval each boundary's ratio gets, and (below its marker line,
+written by tools/calibrate_envelopes.py) what was measured.
+
+The calibration seeds must share no seed with any range of knobs/design.yaml: the runs that set
+the envelope multiple k must not be runs it then classifies. `load_calibration` holds that and
+says the overlap in one line (file, key, the range it collides with)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from harness.spec.design_file import DESIGN_FILE, Design, load_design
+from harness.spec.errors import KnobError
+from harness.spec.load import parse_file
+from harness.spec.schema import Strict
+
+CALIBRATION_FILE = "calibration.yaml"
+MARKER = "# --- measured by tools/calibrate_envelopes.py: do not edit by hand below this line ---"
+
+
+class CalibrationSeeds(Strict):
+    first: int
+    count: int = Field(ge=1)
+    reason: str = Field(min_length=10)
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.first, self.first + self.count))
+
+
+class CalibrationRuns(Strict):
+    stage: str
+    mode: str
+    num_rollout: int = Field(ge=3)  # the first capture is at rollout 2
+    min_tokens: int = Field(ge=1)
+    aligned: list[str] = Field(min_length=1)
+    control_base: str
+    controls: dict[str, str] = Field(min_length=1)  # fault -> the boundary it is planted at
+    reason: str = Field(min_length=10)
+
+
+class Interval(Strict):
+    confidence: float = Field(gt=0.5, lt=1.0)
+    resamples: int = Field(ge=100)
+    reason: str = Field(min_length=10)
+
+
+class Calibration(Strict):
+    seeds: CalibrationSeeds
+    runs: CalibrationRuns
+    interval: Interval
+    measured: dict = Field(default_factory=dict)
+
+
+def design_seed_ranges(design: Design) -> dict[str, range]:
+    """Every seed a judged or design run may use, by the design.yaml key it comes from. The judging
+    range and each sweep range reach as far as the A/B's pairs (one pair a seed) or the replicates
+    and the A/A check's seed + 1, whichever is longer."""
+    seeds = design.seeds
+    span = max(seeds.replicates + 1, design.affordable.ab_pairs)
+    out = {"seeds.judging": range(seeds.judging, seeds.judging + span), "seeds.design": range(seeds.design, seeds.design + seeds.replicates + 1)}
+    for offset in seeds.sweep_offsets:
+        out[f"seeds.sweep_offsets ({offset:+d})"] = range(seeds.judging + offset, seeds.judging + offset + span)
+    return out
+
+
+def check_seeds_apart(calibration: Calibration, design: Design, file: str) -> None:
+    """Raise KnobError naming the file and key when a calibration seed is in any design range."""
+    mine = range(calibration.seeds.first, calibration.seeds.first + calibration.seeds.count)
+    for key, other in design_seed_ranges(design).items():
+        if mine.start < other.stop and other.start < mine.stop:
+            raise KnobError(
+                file,
+                "seeds.first",
+                f"calibration seeds that no judged, design or sweep run uses; {mine.start}..{mine.stop - 1} "
+                f"share seeds with {DESIGN_FILE} {key} ({other.start}..{other.stop - 1})",
+                has_got=False,
+            )
+
+
+def load_calibration(knobs_dir: Path) -> Calibration:
+    path = Path(knobs_dir) / CALIBRATION_FILE
+    calibration = parse_file(path, Calibration)
+    check_seeds_apart(calibration, load_design(knobs_dir), str(path))
+    return calibration
