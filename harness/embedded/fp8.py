@@ -8,6 +8,10 @@ What is emulated, applied to what the engine computes with:
   (one scale per token per group; a dimension smaller than 128 is one group), by wrapping vLLM's
   ``UnquantizedLinearMethod.apply`` inside the engine process.
 The GEMM itself then runs in the engine dtype: accumulation differs from a real fp8 GEMM.
+
+A numerical control (``--embedded-inject rollout-fp8-weight-scale:F``, harness/embedded/numeric_faults.py)
+reads the quantised weights back with F x their block's scale (``set_weight_scale_factor``); by
+default F is 1 and the weights are read back with their own scale, as always.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ E4M3_MAX = 448.0
 BLOCK = 128
 ENV_FLAG = "EMBEDDED_FP8_ACTIVATIONS"
 ANNOUNCEMENT = "embedded fp8: activation emulation active in pid"
+_weight_scale_factor = 1.0  # the wrong-scale control's F (set_weight_scale_factor); 1.0: no control
 QUANTIZED_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 EMULATION_NOTE = (
@@ -35,15 +40,28 @@ def _round_e4m3(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return scaled.to(torch.float8_e4m3fn).float() * scale
 
 
+def set_weight_scale_factor(factor: float) -> None:
+    """The wrong-fp8-scale control: every later ``quantize_weight_blockwise`` reads its blocks back
+    with ``factor`` x their scale (1.0: their own scale, no control). Set in the trainer's process,
+    which quantises the weights it sends to the engine."""
+    global _weight_scale_factor
+    if not factor > 0:
+        raise ValueError(f"factor={factor}: expected a positive scale factor")
+    _weight_scale_factor = float(factor)
+
+
 def quantize_weight_blockwise(w: torch.Tensor) -> torch.Tensor:
-    """e4m3 round trip with one scale per 128x128 block (edges: partial blocks)."""
+    """e4m3 round trip with one scale per 128x128 block (edges: partial blocks); read back with
+    the wrong-scale control's factor x the scale when one is set."""
     rows, cols = w.shape
     pr, pc = -rows % BLOCK, -cols % BLOCK
     padded = torch.nn.functional.pad(w.float(), (0, pc, 0, pr))
     blocks = padded.view(padded.shape[0] // BLOCK, BLOCK, padded.shape[1] // BLOCK, BLOCK)
     amax = blocks.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-12)
-    deq = _round_e4m3(blocks, amax / E4M3_MAX).view_as(padded)
-    return deq[:rows, :cols].to(w.dtype)
+    deq = _round_e4m3(blocks, amax / E4M3_MAX)
+    if _weight_scale_factor != 1.0:  # quantised with the block's scale, read back with F x it
+        deq = deq * _weight_scale_factor
+    return deq.view_as(padded)[:rows, :cols].to(w.dtype)
 
 
 def quantize_activation_groups(x: torch.Tensor) -> torch.Tensor:

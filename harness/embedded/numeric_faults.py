@@ -1,125 +1,208 @@
 """Numerical controls: faults injected at one named operator boundary of one engine
-(``--embedded-inject rollout-lse-bf16`` / ``trainer-softmax-bf16`` / ``trainer-tp-reduce-bf16``,
-parsed in injections.py).
+(``--embedded-inject rollout-lse-bits:N`` / ``trainer-softmax-bits:N`` / ``trainer-tp-reduce-bits:N``
+/ ``rollout-fp8-weight-scale:F``, parsed in injections.py; ``*-bf16`` is ``*-bits:7``).
 
 The boundary table (harness/attribution/boundaries.py) must localise each to its boundary and class
-it candidate-operator, while the framework and semantic probes pass:
-- ``rollout-lse-bf16``: vLLM's sampler log-probs take their log-sum-exp with the running sum held in
-  bf16 (partial sums rounded every ``ACC_CHUNK`` vocabulary entries) instead of fp32. Boundary:
+it candidate-operator, while the framework and semantic probes pass. The rounding controls are sized:
+values are rounded to N mantissa bits (fp32's 8-bit exponent kept, round to nearest even,
+``round_mantissa``); N = 7 is bf16, bit for bit, so a control can be made smaller or larger than
+bf16 to find the smallest size a boundary's envelope lets through (tools/control_sizes.py):
+- ``rollout-lse-bits:N``: vLLM's sampler log-probs take their log-sum-exp with the running sum held
+  at N bits (partial sums rounded every ``ACC_CHUNK`` vocabulary entries) instead of fp32. Boundary:
   logsumexp, rollout side. It needs vLLM's sampler in this process (colocate, TP=1).
-- ``trainer-softmax-bf16``: Megatron's attention softmax (FusedScaleMaskSoftmax's torch path)
-  computes in bf16 and casts back. Boundary: layer.0.attention, trainer side.
-- ``trainer-tp-reduce-bf16``: Megatron's MLP output projection (linear_fc2, a RowParallelLinear, every
+- ``trainer-softmax-bits:N``: Megatron's attention softmax (FusedScaleMaskSoftmax's torch path)
+  takes its scores rounded to N bits and rounds its probabilities to N bits (computed in bf16 for
+  N <= 7, as torch's bf16 softmax computes, in fp32 above). Boundary: layer.0.attention, trainer side.
+- ``trainer-tp-reduce-bits:N``: Megatron's MLP output projection (linear_fc2, a RowParallelLinear, every
   layer) as a tensor-parallel layer computes it over ``TP_RANKS`` ranks - each rank's partial GEMM over
   its slice of the input features - and its all-reduce sums the partials in another order (last rank
-  first) in bf16, as an all-reduce of bf16 partials does. Boundary: layer.0.mlp, trainer side. The
-  order alone, with partials kept at the declared precision, is inside the envelope (measured 0.5x on
-  an fp32-floor capture, docs/attribution.md): a reordered reduction is a fault only where its
-  partials leave the declared precision.
+  first) at N bits, as an all-reduce of bf16 partials does at N = 7. Boundary: layer.0.mlp, trainer
+  side. The order alone, with partials kept at the declared precision, is inside the envelope
+  (measured 0.5x on an fp32-floor capture, docs/attribution.md): a reordered reduction is a fault
+  only where its partials leave the declared precision.
+- ``rollout-fp8-weight-scale:F`` (harness/embedded/fp8.py): the rollout's fp8 weights are quantised
+  with their block's scale and read back with F x that scale, as an engine holding a stale or
+  mis-loaded weight scale does. Boundary: layer.0.attention (its q/k/v projections are the first
+  quantised linears), rollout side; only with the fp8 rollout (--vllm-quantization fp8).
 """
 
 from __future__ import annotations
 
 import torch
 
-ACC_CHUNK = 32  # vocabulary entries summed in fp32 before the running sum is rounded to bf16
+ACC_CHUNK = 32  # vocabulary entries summed in fp32 before the running sum is rounded to N bits
 TP_RANKS = 4  # emulated tensor-parallel ranks of the reordered row-parallel reduction
 TP_REDUCE_MARK = "_embedded_tp_reduce_bf16"  # set on the linear_fc2 modules the control acts on
+BF16_BITS = 7  # bf16's explicit mantissa bits: ``*-bf16`` is ``*-bits:7``
+FP32_BITS = 23  # fp32's: N = 23 rounds nothing
+_ORIGINALS: dict = {}  # (class, attribute) -> the function before any control wrapped it
+
+
+def round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x (any float dtype) rounded to ``bits`` explicit mantissa bits with fp32's exponent range,
+    to nearest with ties to even, as fp32 -> bf16 rounds (N = 7 gives x.to(bfloat16) bit for bit,
+    overflow to inf included; a NaN stays NaN); returned in fp32. Not differentiable: see ``RoundMantissa``."""
+    if not 1 <= bits <= FP32_BITS:
+        raise ValueError(f"bits={bits}: expected 1..{FP32_BITS} mantissa bits")
+    x = x.float()
+    if bits == FP32_BITS:
+        return x
+    shift = FP32_BITS - bits
+    u = x.view(torch.int32)
+    # round half to even on the integer pattern: add 0111..1 plus the kept part's lowest bit, then cut
+    bias = ((u >> shift) & 1) + ((1 << (shift - 1)) - 1)
+    rounded = ((u + bias) & ~((1 << shift) - 1)).view(torch.float32)
+    return torch.where(torch.isnan(x), x, rounded)
+
+
+class RoundMantissa(torch.autograd.Function):
+    """``round_mantissa`` kept in x's dtype, gradient passed through unchanged (as the cast to a
+    narrower dtype that it emulates passes it): for values that already hold N bits (a bf16 tensor
+    at N = 7) forward and backward are the identity, bit for bit."""
+
+    @staticmethod
+    def forward(ctx, x, bits):
+        return round_mantissa(x, bits).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _work_dtype(bits: int) -> torch.dtype:
+    """The dtype a control computes in at N bits: bf16 up to its 7 bits (the control at N = 7 is
+    the bf16 control as it was), fp32 above."""
+    return torch.bfloat16 if bits <= BF16_BITS else torch.float32
+
+
+def logsumexp_accumulated(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """log-sum-exp over the last dim with the running sum of exps held at ``bits`` mantissa bits
+    (max-shifted; each chunk of ``ACC_CHUNK`` entries summed in fp32, then added and rounded)."""
+    m = x.max(dim=-1, keepdim=True).values
+    exps = torch.exp(x - m)
+    total = torch.zeros(x.shape[:-1], dtype=torch.float32)
+    for chunk in exps.split(ACC_CHUNK, dim=-1):
+        total = round_mantissa(total + chunk.float().sum(-1), bits)
+    return m.squeeze(-1) + torch.log(total)
 
 
 def logsumexp_bf16_accumulated(x: torch.Tensor) -> torch.Tensor:
     """log-sum-exp over the last dim with the running sum of exps held in bf16 (max-shifted)."""
-    m = x.max(dim=-1, keepdim=True).values
-    exps = torch.exp(x - m)
-    total = torch.zeros(x.shape[:-1], dtype=torch.bfloat16)
-    for chunk in exps.split(ACC_CHUNK, dim=-1):
-        total = (total.float() + chunk.float().sum(-1)).to(torch.bfloat16)
-    return m.squeeze(-1) + torch.log(total.float())
+    return logsumexp_accumulated(x, BF16_BITS)
 
 
-def row_parallel_reordered(x: torch.Tensor, weight: torch.Tensor, partial_dtype: torch.dtype, ranks: int = TP_RANKS) -> torch.Tensor:
+def softmax_at_bits(scores: torch.Tensor, bits: int) -> torch.Tensor:
+    """softmax over the last dim of scores rounded to ``bits``, its probabilities rounded to
+    ``bits``; computed in bf16 up to 7 bits (torch's bf16 softmax: fp32 inside, bf16 out), in fp32
+    above. At 7 bits: ``torch.softmax(scores.to(bfloat16), -1)``, forward and backward."""
+    work = _work_dtype(bits)
+    probs = torch.softmax(RoundMantissa.apply(scores, bits).to(work), dim=-1)
+    return RoundMantissa.apply(probs, bits)
+
+
+def row_parallel_reordered(
+    x: torch.Tensor, weight: torch.Tensor, partial_dtype: torch.dtype, ranks: int = TP_RANKS, bits: int | None = None
+) -> torch.Tensor:
     """x @ weight.T as ``ranks`` row-parallel ranks compute it: rank r's GEMM over its slice of the
-    input features, its partial rounded to ``partial_dtype``, the partials summed last rank first
-    (each sum in ``partial_dtype``), cast back to x's dtype. Differentiable."""
-    partials = [torch.nn.functional.linear(xr, wr).to(partial_dtype) for xr, wr in zip(x.chunk(ranks, -1), weight.chunk(ranks, -1))]
+    input features, its partial rounded to ``partial_dtype`` (and to ``bits`` mantissa bits when
+    given), the partials summed last rank first (each sum in ``partial_dtype``, rounded to ``bits``),
+    cast back to x's dtype. Differentiable."""
+
+    def at_precision(t: torch.Tensor) -> torch.Tensor:
+        t = t.to(partial_dtype)
+        return t if bits is None else RoundMantissa.apply(t, bits)
+
+    partials = [at_precision(torch.nn.functional.linear(xr, wr)) for xr, wr in zip(x.chunk(ranks, -1), weight.chunk(ranks, -1))]
     total = partials[-1]
     for partial in reversed(partials[:-1]):
-        total = total + partial
+        total = at_precision(total + partial)
     return total.to(x.dtype)
 
 
-def _install_trainer_tp_reduce_bf16() -> None:
+def _patch(cls, name: str, make) -> None:
+    """Replace cls.name by make(original): the original as it was before any control, so a second
+    install (another size in the same process) wraps the original, never the first control."""
+    original = _ORIGINALS.setdefault((cls, name), getattr(cls, name))
+    setattr(cls, name, make(original))
+
+
+def _install_trainer_tp_reduce(bits: int) -> None:
     from megatron.core.tensor_parallel.layers import RowParallelLinear
     from megatron.core.transformer.mlp import MLP
 
-    if getattr(RowParallelLinear._forward_impl, "_tp_reduce_bf16", False):
-        return
-    original_init, original_forward = MLP.__init__, RowParallelLinear._forward_impl
+    def make_init(original_init):
+        def init(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            setattr(self.linear_fc2, TP_REDUCE_MARK, True)  # the MLP's output projection only, not attention's
 
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        setattr(self.linear_fc2, TP_REDUCE_MARK, True)  # the MLP's output projection only, not attention's
+        return init
 
-    def forward_impl(self, input, weight, *args, **kwargs):
-        if getattr(self, TP_REDUCE_MARK, False):
-            return row_parallel_reordered(input, weight, torch.bfloat16)
-        return original_forward(self, input, weight, *args, **kwargs)
+    def make_forward(original_forward):
+        def forward_impl(self, input, weight, *args, **kwargs):
+            if getattr(self, TP_REDUCE_MARK, False):
+                return row_parallel_reordered(input, weight, _work_dtype(bits), bits=bits)
+            return original_forward(self, input, weight, *args, **kwargs)
 
-    forward_impl._tp_reduce_bf16 = True
-    MLP.__init__ = init
-    RowParallelLinear._forward_impl = forward_impl
+        return forward_impl
+
+    _patch(MLP, "__init__", make_init)
+    _patch(RowParallelLinear, "_forward_impl", make_forward)
 
 
-def _install_rollout_lse_bf16() -> None:
+def _install_rollout_lse(bits: int) -> None:
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
 
-    for name in ("forward_cpu", "forward_native"):
-        original = getattr(TopKTopPSampler, name)
-        if getattr(original, "_lse_bf16", False):
-            continue
-
-        def forward(self, logits, generators, k, p, _original=original):
-            sampled, logprobs = _original(self, logits, generators, k, p)
+    def make(original):
+        def forward(self, logits, generators, k, p):
+            sampled, logprobs = original(self, logits, generators, k, p)
             if logprobs is not None and self.logprobs_mode == "processed_logprobs":
-                # logprobs = x - lse(x) exactly in fp32, so lse_bf16(logprobs) = lse_bf16(x) - lse(x):
-                # subtracting it gives x - lse_bf16(x), the injected operator, on the same x.
-                logprobs = logprobs - logsumexp_bf16_accumulated(logprobs).unsqueeze(-1)
+                # logprobs = x - lse(x) exactly in fp32, so lse_N(logprobs) = lse_N(x) - lse(x):
+                # subtracting it gives x - lse_N(x), the injected operator, on the same x.
+                logprobs = logprobs - logsumexp_accumulated(logprobs, bits).unsqueeze(-1)
             return sampled, logprobs
 
-        forward._lse_bf16 = True
-        setattr(TopKTopPSampler, name, forward)
+        return forward
+
+    for name in ("forward_cpu", "forward_native"):
+        _patch(TopKTopPSampler, name, make)
 
 
-def _install_trainer_softmax_bf16() -> None:
+def _install_trainer_softmax(bits: int) -> None:
     from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax, get_default_causal_mask
     from megatron.core.transformer.enums import AttnMaskType
 
-    if getattr(FusedScaleMaskSoftmax.forward_torch_softmax, "_bf16", False):
-        return
+    def make(_original):
+        def forward_torch_softmax(self, input, mask, softmax_offset=None):
+            out_dtype = torch.bfloat16 if self.input_in_float16 else input.dtype
+            x = input.float() * self.scale if self.scale is not None else input.float()
+            sq = x.size(2)
+            if mask is None and self.attn_mask_type == AttnMaskType.causal and sq > 1:
+                mask = get_default_causal_mask(sq)
+            masked = self.mask_func(x, mask) if mask is not None else x
+            return softmax_at_bits(masked, bits).to(out_dtype)
 
-    def forward_torch_softmax(self, input, mask, softmax_offset=None):
-        out_dtype = torch.bfloat16 if self.input_in_float16 else input.dtype
-        x = input.float() * self.scale if self.scale is not None else input.float()
-        sq = x.size(2)
-        if mask is None and self.attn_mask_type == AttnMaskType.causal and sq > 1:
-            mask = get_default_causal_mask(sq)
-        masked = self.mask_func(x, mask) if mask is not None else x
-        return torch.softmax(masked.to(torch.bfloat16), dim=-1).to(out_dtype)
+        return forward_torch_softmax
 
-    forward_torch_softmax._bf16 = True
-    FusedScaleMaskSoftmax.forward_torch_softmax = forward_torch_softmax
+    _patch(FusedScaleMaskSoftmax, "forward_torch_softmax", make)
 
 
 def install(faults, *, engine_in_process: bool) -> list[str]:
     """Install the numerical controls the faults ask for; returns one line per problem (empty: fine)."""
+    from harness.embedded import fp8
+
     problems = []
-    if faults.rollout_lse_bf16:
+    if faults.rollout_lse_bits:
         if not engine_in_process:
-            problems.append("--embedded-inject rollout-lse-bf16: needs vLLM's sampler in the trainer's process (--colocate, TP=1)")
+            problems.append(
+                f"--embedded-inject {faults.name_of('rollout_lse_bits')}: needs vLLM's sampler in the trainer's process (--colocate, TP=1)"
+            )
         else:
-            _install_rollout_lse_bf16()
-    if faults.trainer_softmax_bf16:
-        _install_trainer_softmax_bf16()
-    if faults.trainer_tp_reduce_bf16:
-        _install_trainer_tp_reduce_bf16()
+            _install_rollout_lse(faults.rollout_lse_bits)
+    if faults.trainer_softmax_bits:
+        _install_trainer_softmax(faults.trainer_softmax_bits)
+    if faults.trainer_tp_reduce_bits:
+        _install_trainer_tp_reduce(faults.trainer_tp_reduce_bits)
+    # the trainer quantises the weights it sends to an fp8 engine (fp8.quantize_state_dict): the wrong
+    # scale is set here, in the trainer's process, whatever the engine's mode; 1.0 (none) resets it
+    fp8.set_weight_scale_factor(faults.rollout_fp8_weight_scale or 1.0)
     return problems

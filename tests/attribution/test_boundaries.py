@@ -12,6 +12,7 @@ from harness.attribution.boundaries import BoundaryTable, boundary_table, captur
 from harness.attribution.boundary_ops import Precision, Qwen3Weights
 from harness.attribution.probes import PROBE_NAMES, ProbeVerdict
 from harness.embedded.capture import FORMAT, CaptureProblem, read_capture, write_capture
+from harness.embedded.flags import FlagError
 from harness.embedded.injections import parse
 from harness.embedded.numeric_faults import logsumexp_bf16_accumulated, row_parallel_reordered
 
@@ -269,6 +270,28 @@ def test_bf16_accumulated_logsumexp_is_a_real_error():
     assert 1e-4 < float(error.mean()) < 0.1  # far beyond fp32 (~1e-7), within bf16's reach
     assert parse("rollout-lse-bf16,trainer-softmax-bf16").names() == ["rollout-lse-bf16", "trainer-softmax-bf16"]
     assert parse("trainer-tp-reduce-bf16").names() == ["trainer-tp-reduce-bf16"]
+
+
+def test_sized_controls_parse_and_name_themselves():
+    """``*-bits:N`` sizes a rounding control (N = 7 is the bf16 control and keeps its name, so its
+    records and run ids stay as they were); ``rollout-fp8-weight-scale:F`` takes a factor; a bad
+    size is one line naming the item and what was expected."""
+    assert parse("rollout-lse-bits:7") == parse("rollout-lse-bf16")
+    assert parse("trainer-softmax-bits:7").names() == ["trainer-softmax-bf16"]
+    faults = parse("trainer-tp-reduce-bits:3,rollout-lse-bits:12,rollout-fp8-weight-scale:0.5")
+    assert (faults.trainer_tp_reduce_bits, faults.rollout_lse_bits, faults.rollout_fp8_weight_scale) == (3, 12, 0.5)
+    assert faults.names() == ["rollout-lse-bits:12", "trainer-tp-reduce-bits:3", "rollout-fp8-weight-scale:0.5"]
+    assert parse(",".join(faults.names())) == faults
+    for bad, expected in [
+        ("rollout-lse-bits", "rollout-lse-bits:N with N mantissa bits in 1..23"),
+        ("trainer-softmax-bits:0", "trainer-softmax-bits:N with N mantissa bits in 1..23"),
+        ("trainer-tp-reduce-bits:24", "trainer-tp-reduce-bits:N with N mantissa bits in 1..23"),
+        ("rollout-fp8-weight-scale:1", "rollout-fp8-weight-scale:F with F a positive scale factor other than 1"),
+        ("rollout-fp8-weight-scale:-0.5", "rollout-fp8-weight-scale:F with F a positive scale factor other than 1"),
+        ("rollout-lse-bf16:3", "rollout-lse-bf16 takes no argument"),
+    ]:
+        with pytest.raises(FlagError, match=f"--embedded-inject {bad}: .*" + expected.replace(".", r"\.")):
+            parse(bad)
 
 
 def test_captured_tensors_cross_the_servers_json_bit_exact():
