@@ -1,0 +1,236 @@
+"""How large a numerical control must be for the boundary table to localise it on a rung at its own
+precision (docs/controls.md): each control (harness/embedded/numeric_faults.py) at a few sizes on
+the bf16 near-aligned and fp8-rollout rungs, small runs (P1, colocate, --num-rollout 3: one capture,
+at rollout 2), launched through harness.experiment.runs.RunSource - the launcher the tests use, so
+a test that asks for the same spec reuses the run.
+
+    flock /work/notes/heavy.lock .venv/bin/python tools/control_sizes.py --rung near-aligned \\
+        --inject rollout-lse-bf16 --inject trainer-softmax-bits:5 [--inject none] [--max-minutes 6]
+    .venv/bin/python tools/control_sizes.py --report          # launches nothing: the table from the JSON
+
+Per run it records the boundary the table localises (or none), the ratio at the control's own
+boundary, the largest ratio at any other boundary, the capture coverage, the class, and k read from
+the knobs at that moment (a ratio does not depend on k; whether a row breaks does). The results
+accumulate in reports/controls/control_sizes.json (one entry per run id) and are written as
+reports/controls/control_sizes.md, and printed. --inject none gives the rung's own ratios without a
+control. Bad input is one line and exit code 2; a run that fails is reported and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+
+from harness import DEFAULT_KNOBS_DIR, DEFAULT_RUNS_DIR  # noqa: E402
+from harness.embedded.flags import FlagError  # noqa: E402
+from harness.embedded.injections import FP8_WEIGHT_SCALE, SIZED, parse  # noqa: E402
+from harness.spec import SpecError, load_knobs  # noqa: E402
+
+OUT_DIR = ROOT / "reports" / "controls"
+STAGE, MODE, NUM_ROLLOUT = "p1", "colocate", 3  # the controls' runs in tests/attribution/test_boundaries_on_runs.py
+RUNGS = ("near-aligned", "fp8-rollout", "fp32-floor")
+NONE = "none"
+# the boundary each control is planted at (harness/embedded/numeric_faults.py)
+PLANTED = {
+    "rollout_lse_bits": "logsumexp",
+    "trainer_softmax_bits": "layer.0.attention",
+    "trainer_tp_reduce_bits": "layer.0.mlp",
+    "rollout_fp8_weight_scale": "layer.0.attention",
+}
+console = Console(stderr=True)
+
+
+def control_of(inject: str) -> tuple[str, str, str | None]:
+    """(the canonical --embedded-inject value, the control's name, its planted boundary) of one
+    --inject value (one numerical control or ``none``); FlagError for anything else."""
+    if inject == NONE:
+        return NONE, NONE, None
+    faults = parse(inject)
+    on = [field for field in PLANTED if getattr(faults, field)]
+    if len(on) != 1 or len(faults.names()) != 1:
+        raise FlagError(f"--inject {inject}: expected one numerical control ({', '.join([*SIZED, FP8_WEIGHT_SCALE])}, a *-bf16 name) or none")
+    name = next((n for n, (f, _) in SIZED.items() if f == on[0]), FP8_WEIGHT_SCALE)
+    return faults.names()[0], name, PLANTED[on[0]]
+
+
+def size_of(canonical: str) -> str:
+    """A control's size as it reads in the table: N bits (7 = bf16) or the scale factor."""
+    if canonical == NONE:
+        return "-"
+    faults = parse(canonical)
+    if faults.rollout_fp8_weight_scale:
+        return f"F={faults.rollout_fp8_weight_scale:g}"
+    bits = next(getattr(faults, f) for f, _ in SIZED.values() if getattr(faults, f))
+    return f"{bits} bits" + (" (bf16)" if bits == 7 else "")
+
+
+def measure(run, knobs, planted: str | None) -> dict:
+    """The table of one run, as the tests judge it (boundaries.run_boundary_table, classify)."""
+    from harness.attribution.boundaries import classify, run_boundary_table
+    from harness.attribution.probes import contract_check, framework_checks
+
+    table = run_boundary_table(run, knobs)
+    decided = classify(table, framework_checks(run), contract_check(run, knobs))
+    ratios = {r.boundary: r.ratio for r in table.rows}
+    others = {b: v for b, v in ratios.items() if b != planted}
+    worst = max(others, key=lambda b: others[b]) if others else None
+    return {
+        "status": table.status,
+        "k": table.k,
+        "localised": None if table.localised is None else table.localised.boundary,
+        "ratio_at_planted": ratios.get(planted) if planted else None,
+        "largest_elsewhere": {"boundary": worst, "ratio": others[worst]} if worst else None,
+        "coverage_min": table.coverage.get("min"),
+        "decides": table.decides,
+        "class": decided.label,
+        "decided_by": decided.decided_by,
+        "reason": decided.reason,
+        "notes": table.notes,
+        "ratios": ratios,
+    }
+
+
+def _machine() -> str:
+    from harness.records.environment import cpu_and_memory
+
+    cpu = cpu_and_memory()
+    return f"{cpu['model']}, {cpu['cores']} cores, {cpu['isa']}" + (f", under {cpu['isa_settings']}" if cpu.get("isa_settings") else "")
+
+
+def _commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "harness"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return head + (" (harness/ with uncommitted changes)" if dirty else "")
+
+
+def load_results(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minutes: float, results: dict) -> list[str]:
+    """Run (or reuse) and measure each (rung, inject), one at a time; none started after max_minutes."""
+    from harness.experiment.runs import LaunchSettings, RunSource
+
+    source = RunSource(knobs, "embedded", runs_dir, launch=LaunchSettings(session_started=time.time()))
+    started, failed = time.monotonic(), []
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("control runs", total=len(rung_injects))
+        for rung, inject in rung_injects:
+            canonical, name, planted = control_of(inject)
+            label = f"{rung} / {canonical}"
+            if (time.monotonic() - started) / 60 >= max_minutes:
+                progress.console.print(f"{label}: not started (past --max-minutes {max_minutes:g}); run again")
+                progress.advance(task)
+                continue
+            progress.update(task, description=f"running {label}")
+            overrides = {"num-rollout": NUM_ROLLOUT} | ({} if canonical == NONE else {"embedded-inject": canonical})
+            t0 = time.monotonic()
+            try:
+                run = source(STAGE, rung, MODE, **overrides)
+                entry = measure(run, knobs, planted)
+            except Exception as err:  # noqa: BLE001 - one failed run is reported and the rest still run
+                failed.append(f"{label}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+                progress.console.print(f"[red]{failed[-1]}")
+                progress.advance(task)
+                continue
+            results[run.id] = {
+                "rung": rung,
+                "control": name,
+                "inject": canonical,
+                "size": size_of(canonical),
+                "planted": planted,
+                "run": run.id,
+                "date": dt.date.today().isoformat(),
+                "machine": _machine(),
+                "commit": _commit(),
+                "seconds": round(time.monotonic() - t0, 1),
+                **entry,
+            }
+            r = results[run.id]
+            progress.console.print(
+                f"{label}: {run.id} localised {r['localised'] or 'none'}, {planted or '-'} {_x(r['ratio_at_planted'])}, "
+                f"class {r['class']} ({r['seconds']:.0f} s)"
+            )
+            progress.advance(task)
+    return failed
+
+
+def _x(ratio) -> str:
+    return "-" if ratio is None else f"{ratio:.3g}x"
+
+
+def markdown(results: dict) -> str:
+    order = {name: i for i, name in enumerate([NONE, *SIZED, FP8_WEIGHT_SCALE])}
+
+    def key(r):
+        return (RUNGS.index(r["rung"]) if r["rung"] in RUNGS else 9, order.get(r["control"], 9), r["inject"])
+
+    head = (
+        "| rung | control | size | planted at | ratio there | localised | largest elsewhere | coverage | k | class | run | date |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = []
+    for r in sorted(results.values(), key=key):
+        elsewhere = r["largest_elsewhere"] or {}
+        cov = "-" if r["coverage_min"] is None else f"{r['coverage_min']:.3g}"
+        lines.append(
+            f"| {r['rung']} | {r['control']} | {r['size']} | {r['planted'] or '-'} | {_x(r['ratio_at_planted'])} | {r['localised'] or 'none'} | "
+            f"{elsewhere.get('boundary', '-')} {_x(elsewhere.get('ratio'))} | {cov} | {r['k']:g} | {r['class']} | {r['run']} | {r['date']} |"
+        )
+    return "\n".join([head, *lines])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tools/control_sizes.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rung", action="append", choices=RUNGS, help="rung(s) to run each --inject on (default: near-aligned)")
+    parser.add_argument("--inject", action="append", default=[], help="a numerical control at one size (e.g. trainer-softmax-bits:5), or none")
+    parser.add_argument("--report", action="store_true", help="launch nothing: print and write the table of the recorded results")
+    parser.add_argument("--max-minutes", type=float, default=6.0, help="start no run after this many minutes (the heavy lock's hold)")
+    parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory (k: thresholds.boundary_envelope_k)")
+    parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where the runs live (default: reports/runs, as the tests')")
+    parser.add_argument("--out", default=str(OUT_DIR), help="where control_sizes.json and control_sizes.md are written")
+    args = parser.parse_args(argv)
+    try:
+        for inject in args.inject:
+            control_of(inject)
+        knobs = load_knobs(Path(args.knobs))
+    except FlagError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except SpecError as err:
+        print("error: " + "; ".join(err.problems), file=sys.stderr)
+        return 2
+    if not args.report and not args.inject:
+        print("error: --inject: give at least one control (e.g. --inject rollout-lse-bf16), or --report", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = load_results(out / "control_sizes.json")
+    failed = []
+    if not args.report:
+        pairs = [(rung, inject) for rung in (args.rung or ["near-aligned"]) for inject in args.inject]
+        failed = launch(knobs, Path(args.runs_dir).resolve(), pairs, args.max_minutes, results)
+        (out / "control_sizes.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    table = markdown(results)
+    (out / "control_sizes.md").write_text(
+        "# Numerical controls by size (tools/control_sizes.py)\n\n"
+        f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope.\n\n" + table + "\n"
+    )
+    print(table)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
