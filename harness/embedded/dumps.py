@@ -51,6 +51,29 @@ def rollout_dump(template: str, rollout_id: int, samples: list[Sample], sampling
     return path
 
 
+# Where each train-dump field probe 1 compares comes from. The trainer runs in the same process as
+# the rollout's Sample objects, so some fields are that object written a second time: comparing them
+# with the rollout dump compares a thing with itself. They are declared here, in the trainer's
+# consistency record, and probe 1 reports them without counting them (harness.attribution.consistency).
+COPIED_FROM_SAMPLE = {
+    "tokens": "the Sample's prompt + response ids",
+    "prompt_ids": "the Sample's prompt ids",
+    "response_ids": "the Sample's response ids",
+    "response_length": "len(Sample.response_ids)",
+    "consistency_metadata.token_ids_sha": "hash of the Sample's tokens",
+    "consistency_metadata.response_ids_sha": "hash of the Sample's response ids",
+    "consistency_metadata.loss_mask_sha": "hash of the Sample's loss mask",
+    "consistency_metadata.tokenizer_sha": "the same tokenizer hash the rollout recorded",
+    "consistency_metadata.sampling_params_sha": "the same sampling parameters the rollout recorded",
+}
+COMPUTED_BY_TRAINER = {
+    "target_ids": "the ids its log-prob gather read (harness.layout.token_shift.response_gather_positions on the row fed to the model)",
+    "loss_mask": "the mask its loss and logged abs-diff applied (harness.layout.token_shift.response_loss_mask)",
+    "rollout_log_probs": "the rollout log-probs as they reached its loss",
+    "log_probs": "its own recompute",
+}
+
+
 def train_dump(
     template: str,
     rollout_id: int,
@@ -60,15 +83,19 @@ def train_dump(
     sampling: dict,
     tp: int,
     rollout_lp_seen: list[list[float]],
+    applied_masks: list[torch.Tensor],
 ) -> Path:
+    """`applied_masks`: per sample the loss mask the trainer's loss applied (not the Sample's own)."""
     per_sample = []
-    for s, v, seen in zip(samples, views, rollout_lp_seen):
+    provenance = {"copied_from_rollout_sample": COPIED_FROM_SAMPLE, "computed_by_trainer": COMPUTED_BY_TRAINER}
+    for s, v, seen, mask in zip(samples, views, rollout_lp_seen, applied_masks):
         per_sample.append(
             {
                 "index": s.index,
                 "prompt_ids": s.prompt_ids,
                 "response_ids": s.response_ids,
-                "loss_mask": s.loss_mask,
+                "target_ids": None if v.target_ids is None else v.target_ids.tolist(),
+                "loss_mask": mask.tolist(),
                 "rollout_log_probs": seen,
                 "log_probs": v.log_probs.tolist(),
                 "weight_version_rollout": s.rollout_weight_version,
@@ -80,7 +107,7 @@ def train_dump(
                 "entropy": v.entropy.tolist(),  # the trainer's per-token entropy: the audit correlates dlogp with it
                 "vocab_shard": v.vocab_shard.tolist(),
                 "tp_size": tp,
-                "consistency_metadata": {"rollout": v.rollout_fingerprint, "trainer": v.fingerprint},
+                "consistency_metadata": {"rollout": v.rollout_fingerprint, "trainer": {**v.fingerprint, "provenance": provenance}},
             }
         )
         if v.routed_experts is not None:  # MoE: where the recompute dispatched each forwarded token
@@ -90,7 +117,7 @@ def train_dump(
         "response_lengths": [len(s.response_ids) for s in samples],
         "rewards": [s.reward for s in samples],
         "advantages": [s.advantage for s in samples],
-        "loss_masks": [s.loss_mask for s in samples],
+        "loss_masks": [mask.tolist() for mask in applied_masks],
         "log_probs": [v.log_probs.tolist() for v in views],
         "rollout_log_probs": rollout_lp_seen,
         "dp_shards": [{"dp_rank": 0, "micro_batch": v.micro_batch, "offset": v.offset, "index": s.index} for s, v in zip(samples, views)],

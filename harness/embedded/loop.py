@@ -233,6 +233,7 @@ class EmbeddedRun:
                     offset=off,
                     weight_version=self.trainer_version,
                     routed_experts=extra["used_experts"][off] if "used_experts" in extra else None,
+                    target_ids=targets[off].clone(),
                     fingerprint=fingerprint(
                         token_ids=s.tokens,
                         response_ids=s.response_ids,
@@ -342,7 +343,7 @@ class EmbeddedRun:
         if s.save_rollout:
             dumps.rollout_dump(s.save_rollout, rollout_id, samples, sampling)
         if s.save_train:
-            dumps.train_dump(s.save_train, rollout_id, self.tp_rank, samples, views, sampling, s.tp, seen_lp)
+            dumps.train_dump(s.save_train, rollout_id, self.tp_rank, samples, views, sampling, s.tp, seen_lp, masks)
         if probes and probe_dir is not None:
             policy = {
                 "train_dtype": self.policy.dtype_name,

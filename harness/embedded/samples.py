@@ -54,6 +54,9 @@ class TrainerView:
     rollout_fingerprint: dict = field(default_factory=dict)
     # MoE: the experts the recompute dispatched each forwarded token to, [len(tokens) - 1, layers, top-k]
     routed_experts: torch.Tensor | None = None
+    # The target ids the recompute's log-prob gather read (harness.layout.token_shift's positions on
+    # the token row fed to the model): the trainer's own, written to the train dump for probe 1.
+    target_ids: torch.Tensor | None = None
 
 
 def _digest(value) -> str:
