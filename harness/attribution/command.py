@@ -4,7 +4,9 @@ Prints each probe's verdict, the decided drift class (and the probe that decided
 audit's token-weighted and sample-mean figures. `--json` prints one object with at least `class`
 and `decided_by`, plus `label` ("undecided: needs ..."), `needs`, `probes`, `boundary`, `audit`,
 `boundary_table` (both engines' tensors against their envelopes, with the class they decide) and
-`warnings`. Exit 0 when the probes ran (whatever they decided); 1 when the run has no readable
+`warnings`; each probe carries its `basis` (kind: recorded / declarations / none, and what it was
+computed from). `--replay-run DIR`: a run of the same spec with the processed-contract replay on (the
+ladder's processed-replay run of the rung): probe 6 reports the share of the drift it measured removed. Exit 0 when the probes ran (whatever they decided); 1 when the run has no readable
 dump (class "undecided: no readable dump": nothing was checked); 2 with one line when the run
 directory cannot be used.
 """
@@ -29,6 +31,11 @@ def register(subparsers) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (reports/runs/<id>/)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory whose thresholds.yaml the probes judge by")
+    parser.add_argument(
+        "--replay-run",
+        metavar="DIR",
+        help="a run directory of the same spec with the processed-logprob replay on: probe 6 takes the share of the drift it measured removed",
+    )
     parser.set_defaults(func=cmd_attribute)
 
 
@@ -59,10 +66,22 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         return 2
     # The probes and the audit import torch (seconds): only once the arguments have been checked.
     from harness.attribution.audit import audit_run
+    from harness.attribution.probe_contract import ReplayRunProblem
     from harness.attribution.probes import run_probes
 
     run = RunDir(run_dir).load()  # loaded once; the probes and the audit share it
-    report = run_probes(run, knobs)
+    replay_run = None
+    if args.replay_run is not None:
+        replay_dir = Path(args.replay_run)
+        if not (replay_dir / "spec.yaml").is_file():
+            print(f"error: --replay-run {replay_dir}: no spec.yaml (expected a run directory, reports/runs/<id>/)", file=sys.stderr)
+            return 2
+        replay_run = RunDir(replay_dir).load()
+    try:
+        report = run_probes(run, knobs, replay_run)
+    except ReplayRunProblem as err:
+        print(f"error: --replay-run: {err}", file=sys.stderr)
+        return 2
     if report.needs == ["a readable dump"]:
         # Nothing was checked: say so and fail, never print a class the dumps could not support.
         reasons = "; ".join(report.warnings) or "no rollout_*.pt or train_*.pt dump"
@@ -91,11 +110,11 @@ def _print_text(report, audit) -> None:
 
     console = Console(highlight=False, width=max(Console().width, 150))
     table = Table(title=f"attribution probes: {report.run}", show_lines=False)
-    for column in ("#", "probe", "status", "verdict"):
+    for column in ("#", "probe", "status", "verdict", "basis"):
         table.add_column(column, overflow="fold")
     for probe in report.probes:
         style = STATUS_STYLE[probe.status]
-        table.add_row(str(probe.number), probe.name, f"[{style}]{probe.status}[/{style}]", probe.verdict)
+        table.add_row(str(probe.number), probe.name, f"[{style}]{probe.status}[/{style}]", probe.verdict, f"{probe.basis.kind}: {probe.basis.detail}")
     console.print(table)
     decided = report.decided_by_evidence or "nothing"
     console.print(f"class: [bold]{report.label}[/bold] (decided by {decided})" + (f"; boundary: {report.boundary}" if report.boundary else ""))

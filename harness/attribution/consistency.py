@@ -9,6 +9,14 @@ not comparable, never as agreeing.
 Fields are grouped by the probe that owns them: identity (probe 1), model state (probe 2) and
 sampling contract (probe 6). Batch-layout fields (DP rank, micro-batch, offset) describe only the
 trainer side and are reported, not compared.
+
+A comparison is evidence only when each side produced its value itself. The embedded trainer
+declares, in its consistency record (`provenance.copied_from_rollout_sample`), the train-dump fields
+it wrote from the rollout's own Sample object (tokens, prompt/response ids, the fingerprint hashes of
+them): those are reported under `not_compared` with the reason, never counted as agreeing. Its
+targets, applied loss mask and received rollout log-probs (`provenance.computed_by_trainer`) are
+compared against what vLLM returned. A dump without the declaration (VIME's: the trainer's fields
+arrived through Ray) is compared field by field as what the trainer received.
 """
 
 from __future__ import annotations
@@ -72,6 +80,10 @@ class Comparison:
     compared: dict[str, int] = field(default_factory=dict)  # field -> samples compared
     not_comparable: dict[str, int] = field(default_factory=dict)  # field -> samples where a side lacks it
     layout: list[dict] = field(default_factory=list)
+    # field -> why it was not compared (a side's copy of the other's object: no evidence either way)
+    not_compared: dict[str, str] = field(default_factory=dict)
+    # field -> what the trainer side computed it from, where the train dump declares it
+    sources: dict[str, str] = field(default_factory=dict)
 
     def group(self, name: str) -> list[FieldMismatch]:
         return [m for m in self.mismatches if m.group == name]
@@ -123,9 +135,32 @@ def _same(a, b) -> tuple[bool, str]:
     return False, f"trainer {a!r}, rollout {b!r}"
 
 
-def _metadata_fields(pair: SamplePair, result: Comparison) -> None:
+PROVENANCE = "provenance"
+
+
+def provenance(side) -> tuple[dict, dict]:
+    """(copied, computed): the train dump's declaration of which fields it copied from the rollout's
+    Sample and which its trainer computed, {field: how}; empty where the dump declares nothing."""
+    record = side.get("consistency") if side is not None else None
+    declared = record.get(PROVENANCE) if isinstance(record, dict) else None
+    if not isinstance(declared, dict):
+        return {}, {}
+    copied, computed = declared.get("copied_from_rollout_sample"), declared.get("computed_by_trainer")
+    return (copied if isinstance(copied, dict) else {}), (computed if isinstance(computed, dict) else {})
+
+
+def _copy(result: Comparison, name: str, copied: dict) -> bool:
+    """True (and noted) when the train side declared `name` a copy of the rollout's own object."""
+    if name not in copied:
+        return False
+    result.not_compared.setdefault(name, f"the trainer's copy of the rollout's Sample ({copied[name]}): one object written twice")
+    return True
+
+
+def _metadata_fields(pair: SamplePair, result: Comparison, copied: dict) -> None:
     train = flatten(pair.train.get("consistency")) if pair.train is not None else {}
     rollout = flatten(pair.rollout.get("consistency")) if pair.rollout is not None else {}
+    train = {k: v for k, v in train.items() if not k.startswith(PROVENANCE + ".")}
     layout = {k: v for k, v in train.items() if group_of(k) is None}
     if layout:
         result.layout.append({"rollout_id": pair.rollout_id, "sample": pair.position, **layout})
@@ -134,6 +169,8 @@ def _metadata_fields(pair: SamplePair, result: Comparison) -> None:
         if group is None:
             continue
         name = f"consistency_metadata.{key}"
+        if _copy(result, name, copied):
+            continue
         if key not in train or key not in rollout:
             result.count(name, key=name)
             continue
@@ -146,13 +183,20 @@ def _metadata_fields(pair: SamplePair, result: Comparison) -> None:
 def compare_pair(pair: SamplePair, result: Comparison) -> None:
     if pair.train is None or pair.rollout is None:
         return
+    copied, computed = provenance(pair.train)
+    for name, how in computed.items():
+        result.sources.setdefault(name, how)
     for train_name, rollout_name in IDENTITY_FIELDS:
+        if _copy(result, train_name, copied):
+            continue
         a, b = pair.train.get(train_name), pair.rollout.get(rollout_name)
         if a is None or b is None:
             result.count(train_name, key=train_name)
             continue
         result.count(train_name)
         same, detail = _same(a, b)
+        if not same and train_name == "target_ids":
+            detail = describe_targets(np.asarray(a).reshape(-1), np.asarray(b).reshape(-1))
         if not same:
             result.mismatches.append(FieldMismatch(pair.rollout_id, pair.position, train_name, "identity", detail))
     a, b = pair.train.get("weight_version"), pair.rollout.get("weight_version")
@@ -162,7 +206,17 @@ def compare_pair(pair: SamplePair, result: Comparison) -> None:
         result.count("weight_version")
         if str(a) != str(b):
             result.mismatches.append(FieldMismatch(pair.rollout_id, pair.position, "weight_version", "state", f"trainer {a!r}, rollout {b!r}"))
-    _metadata_fields(pair, result)
+    _metadata_fields(pair, result, copied)
+
+
+def describe_targets(got: np.ndarray, expected: np.ndarray) -> str:
+    """How the trainer's gathered targets differ from the response tokens, naming a one-token shift."""
+    detail = _describe_arrays(got, expected)
+    if got.size == expected.size and got.size > 1 and (got[:-1] == expected[1:]).mean() > 0.5:
+        detail += "; the trainer's targets are the response shifted by one (next token)"
+    elif got.size == expected.size and got.size > 1 and (got[1:] == expected[:-1]).mean() > 0.5:
+        detail += "; the trainer's targets are the response shifted back by one (slice read one position early)"
+    return detail
 
 
 def internal_checks(pair: SamplePair, result: Comparison) -> None:

@@ -148,3 +148,41 @@ def flag_membership(dumps, settings) -> dict:
         "dlogp_tokens": signs[0],
         "dlogp_negative_fraction": signs[1] / signs[0] if signs[0] else None,
     }
+
+
+class ReplayRunProblem(ValueError):
+    """A run given as the replay run that is not the judged run's spec with the replay switched on."""
+
+
+def measured_replay(run, replay, flag: str, warmup: int) -> dict:
+    """What replaying the rollout's processed contract in the trainer removed, measured: `replay` is a
+    run of the judged run's own spec with `flag` on (the ladder's processed-replay run of the rung,
+    harness.experiment.evidence), and the share is 1 - its logged abs-diff / the run's, over the
+    steps both logged after `warmup` (the ladder's series, harness.judge.ladder.abs_diff_after_warmup).
+    Raises ReplayRunProblem (one line) when `replay` is not that run."""
+    from harness.judge.verdict import after_warmup
+    from harness.records.metric_names import ABS_DIFF
+    from harness.spec.flag_read import is_on
+
+    mine, theirs = dict(run.spec.flags), dict(replay.spec.flags)
+    if is_on(mine, flag):
+        raise ReplayRunProblem(f"{run.path}: the judged run already has {flag} on; it has no replay run")
+    if not is_on(theirs, flag):
+        raise ReplayRunProblem(f"{replay.path}/spec.yaml: key flags.{flag}: expected true (a replay run of {run.id}), found {theirs.get(flag)!r}")
+    differ = sorted(k for k in set(mine) | set(theirs) if k != flag and mine.get(k) != theirs.get(k))
+    if differ:
+        name = differ[0]
+        raise ReplayRunProblem(
+            f"{replay.path}/spec.yaml: key flags.{name}: expected {mine.get(name)!r} as in {run.id} (a replay run changes only {flag}), "
+            f"found {theirs.get(name)!r}" + (f" ({len(differ) - 1} more flags differ)" if len(differ) > 1 else "")
+        )
+    drift = dict(zip(*after_warmup(run.series(ABS_DIFF), warmup)))
+    replayed = dict(zip(*after_warmup(replay.series(ABS_DIFF), warmup)))
+    steps = sorted(set(drift) & set(replayed))
+    evidence = {"run": replay.id, "metric": ABS_DIFF, "warmup_steps": warmup, "steps": len(steps)}
+    if not steps:
+        return {**evidence, "removed_fraction": None, "why": f"no step after warmup {warmup} logged {ABS_DIFF} in both runs"}
+    run_mean = sum(drift[s] for s in steps) / len(steps)
+    replay_mean = sum(replayed[s] for s in steps) / len(steps)
+    removed = 1.0 - replay_mean / run_mean if run_mean > 0 else None
+    return {**evidence, "run_mean": run_mean, "replay_mean": replay_mean, "removed_fraction": removed}

@@ -8,8 +8,11 @@
     6 sampling contract              probe bundle (+ dumps): top-k/top-p sets, processed vs raw, T
     7 paths on fixed tokens          probe bundle: the operator registry's paths side by side
 
-Each probe's status is pass, fail or "not checked" (it could not run: no field on both sides, no
-probe bundle, a bundle that does not reproduce itself); a probe that was not checked is never a pass.
+Each probe's status is pass, fail, "not checked" (it could not run: no field on both sides, no
+probe bundle, a bundle that does not reproduce itself) or "not measured" (computed from what the run
+declared, or a boundary the run never crossed); neither of the last two is ever a pass. Each verdict
+carries its `basis`: what it was computed from (values the run's engines recorded, the run's
+declarations, or nothing); a pass or a fail stands only on recorded values (ProbeVerdict checks it).
 
 Decision (the seed's guardrail: rule out framework and semantic causes before blaming arithmetic):
 framework probes 1, 2 decide first, then the semantic probe 6, then the numerical probes 3, 4, 5, 7
@@ -27,9 +30,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from harness.attribution.consistency import compare_run
 from harness.attribution.probe_run import RunSettings, run_settings
@@ -65,6 +68,33 @@ REDUCED_POLICIES = ("bfloat16", "float16", "fp8")
 MAX_LINES = 5  # mismatch lines quoted in a verdict's evidence
 
 
+class Basis(BaseModel):
+    """What a verdict was computed from. `recorded`: values the run's engines wrote while running
+    (dumps, probe bundles, captures, vocab shards, weight digests), each side its own; `declarations`:
+    what the run declared (dtypes, sampling flags) driving a simulation here; `none`: nothing was
+    read (the boundary did not exist in the run, or its records are missing)."""
+
+    kind: Literal["recorded", "declarations", "none"]
+    detail: str
+
+
+# Each probe's basis when it ran as designed; a verdict says otherwise where it stood on less.
+BASES = {
+    1: Basis(kind="recorded", detail="the train dump's fields against the rollout dump's, sample by sample"),
+    2: Basis(kind="recorded", detail="digests of the weights each engine held (vLLM's read back from its workers, the trainer's as synced)"),
+    3: Basis(kind="declarations", detail=FROM_DECLARATIONS[3]),
+    4: Basis(kind="declarations", detail=FROM_DECLARATIONS[4]),
+    5: Basis(kind="recorded", detail="each TP rank's recorded vocab shard of the trainer's logits and the trainer's recorded log-probs"),
+    6: Basis(
+        kind="recorded",
+        detail="both sides' recorded log-probs in the probe bundles, matched to the candidate contracts recomputed (fp64) "
+        "on the bundles' hidden states; the dumps' recorded sampling parameters and filter flags",
+    ),
+    7: Basis(kind="declarations", detail=FROM_DECLARATIONS[7]),
+}
+NOTHING_READ = "none"
+
+
 class ProbeVerdict(BaseModel):
     number: int
     name: str
@@ -72,6 +102,21 @@ class ProbeVerdict(BaseModel):
     verdict: str
     evidence: dict = Field(default_factory=dict)
     boundary: str | None = None
+    basis: Basis  # given, else the probe's designed basis (BASES)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _designed_basis(cls, data):
+        if isinstance(data, dict) and data.get("basis") is None and data.get("number") in BASES:
+            data = {**data, "basis": BASES[data["number"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _judged_only_on_recorded_values(self):
+        # A declaration is never evidence: a pass or a fail computed from one would be by construction.
+        if self.status in ("pass", "fail") and self.basis.kind != "recorded":
+            raise ValueError(f"probe {self.number}: status {self.status!r} on a {self.basis.kind!r} basis ({self.basis.detail})")
+        return self
 
 
 class ProbeReport(BaseModel):
@@ -111,8 +156,10 @@ def thresholds(knobs) -> dict[str, float]:
     }
 
 
-def _verdict(number: int, status: Status, text: str, evidence: dict | None = None, boundary: str | None = None) -> ProbeVerdict:
-    return ProbeVerdict(number=number, name=PROBE_NAMES[number], status=status, verdict=text, evidence=evidence or {}, boundary=boundary)
+def _verdict(
+    number: int, status: Status, text: str, evidence: dict | None = None, boundary: str | None = None, basis: Basis | None = None
+) -> ProbeVerdict:
+    return ProbeVerdict(number=number, name=PROBE_NAMES[number], status=status, verdict=text, evidence=evidence or {}, boundary=boundary, basis=basis)
 
 
 def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdict:
@@ -128,8 +175,35 @@ def _group_verdict(number: int, group: str, comparison, what: str) -> ProbeVerdi
         return _verdict(number, "fail", f"{what} differs between rollout and trainer in {', '.join(fields)}: {mismatches[0].line()}", evidence)
     relevant = [k for k in comparison.compared if group_fields(group, k)]
     if not relevant:
-        return _verdict(number, NOT_CHECKED, f"no {what} field is recorded on both sides; nothing to compare", evidence)
+        copies = sorted(k for k in comparison.not_compared if group_fields(group, k))
+        why = f" (only copies of one object on both sides: {', '.join(copies)})" if copies else ""
+        return _verdict(
+            number,
+            NOT_CHECKED,
+            f"no {what} field is recorded on both sides; nothing to compare{why}",
+            evidence,
+            basis=Basis(kind=NOTHING_READ, detail=f"no {what} field produced by each side on its own"),
+        )
     return _verdict(number, "pass", f"{what} agrees on {', '.join(sorted(relevant))}", evidence)
+
+
+def identity_verdict(comparison) -> ProbeVerdict:
+    """Probe 1, with what each compared field came from and which fields were one object written twice."""
+    verdict = _group_verdict(1, "identity", comparison, "sample and token identity")
+    copies = {k: why for k, why in comparison.not_compared.items() if group_fields("identity", k)}
+    verdict.evidence["not_compared"] = copies
+    verdict.evidence["trainer_sources"] = dict(comparison.sources)
+    if verdict.basis.kind != "recorded":
+        return verdict
+    if comparison.sources:
+        own = ", ".join(f"{name} ({how})" for name, how in comparison.sources.items())
+        detail = f"the trainer's own values - {own} - against the rollout dump's (vLLM's returned token ids and log-probs, the rollout's loss mask)"
+    else:
+        detail = "the train dump's fields, each counted as what the trainer received (the dump declares no provenance, as VIME's do), against the rollout dump's"
+    if copies:
+        detail += f"; not compared, one object written on both sides: {', '.join(sorted(copies))}"
+    verdict.basis = Basis(kind="recorded", detail=detail)
+    return verdict
 
 
 WEIGHT_DIGEST_FIELD = "consistency_metadata.weights_sha"
@@ -193,7 +267,7 @@ def group_fields(group: str, field: str) -> bool:
 
 def bundle_identity(bundles: list, dumps: RunDumps, comparison) -> None:
     """The targets the trainer gathered (probe bundle) must be the rollout's response tokens."""
-    from harness.attribution.consistency import FieldMismatch
+    from harness.attribution.consistency import FieldMismatch, describe_targets
 
     for bundle in bundles:
         step = dumps.steps.get(bundle.rollout_id)
@@ -211,19 +285,8 @@ def bundle_identity(bundles: list, dumps: RunDumps, comparison) -> None:
             got = bundle.targets[start:end].numpy()
             if got.shape != expected.shape or (got != expected).any():
                 comparison.mismatches.append(
-                    FieldMismatch(step.rollout_id, index, "probe_bundle.targets", "identity", _describe_targets(got, expected))
+                    FieldMismatch(step.rollout_id, index, "probe_bundle.targets", "identity", describe_targets(got, expected))
                 )
-
-
-def _describe_targets(got, expected) -> str:
-    from harness.attribution.consistency import _describe_arrays
-
-    detail = _describe_arrays(got, expected)
-    if got.size == expected.size and got.size > 1 and (got[:-1] == expected[1:]).mean() > 0.5:
-        detail += "; the trainer's targets are the response shifted by one (next token)"
-    elif got.size == expected.size and got.size > 1 and (got[1:] == expected[:-1]).mean() > 0.5:
-        detail += "; the trainer's targets are the response shifted back by one (slice read one position early)"
-    return detail
 
 
 def compare_sides(dumps: RunDumps, bundles: list | None = None):
@@ -234,7 +297,7 @@ def compare_sides(dumps: RunDumps, bundles: list | None = None):
 
 def framework_probes(dumps: RunDumps, bundles: list | None = None, comparison=None) -> list[ProbeVerdict]:
     comparison = comparison or compare_sides(dumps, bundles)
-    identity = _group_verdict(1, "identity", comparison, "sample and token identity")
+    identity = identity_verdict(comparison)
     state = state_verdict(comparison, bundles)
     if comparison.layout:
         identity.evidence["batch_layout_examples"] = comparison.layout[:MAX_LINES]
@@ -307,7 +370,16 @@ def contract_check(run: Run, knobs: Knobs) -> ProbeVerdict:
     )
 
 
-def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdict:
+class Judged(NamedTuple):
+    """What a numerical probe's bundles say, before its basis decides whether that is a verdict."""
+
+    status: Status
+    verdict: str
+    evidence: dict
+    boundary: str | None = None
+
+
+def _numeric_verdict(number: int, results: list[dict], what: str) -> Judged:
     evaluated = [r for r in results if not r.get("skipped")]
     evidence = {"bundles": [{"file": r["file"], **r["evidence"]} for r in results]}
     if not evaluated:
@@ -315,7 +387,7 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
         # A boundary the run never crossed (probe 5 at TP=1): nothing was measured, and it blocks no class.
         evidence["not_applicable"] = bool(results) and all(r.get("not_applicable") for r in results)
         status = NOT_MEASURED if evidence["not_applicable"] else NOT_CHECKED
-        return _verdict(number, status, f"{what}: not {'measured' if evidence['not_applicable'] else 'evaluated'} ({reasons})", evidence)
+        return Judged(status, f"{what}: not {'measured' if evidence['not_applicable'] else 'evaluated'} ({reasons})", evidence)
     localised = [r for r in evaluated if r["localised"]]
     skipped = len(results) - len(evaluated)
     incomparable = [r for r in evaluated if not _finite_figures(r["evidence"])]
@@ -323,8 +395,8 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
         # A probe passes only when every bundle passes: one that could not be evaluated, or whose
         # figures hold a NaN/inf (not comparable), leaves it not checked, whatever the others say.
         why = next((r["skipped"] for r in results if r.get("skipped")), None) or "a NaN/inf in its figures (not comparable)"
-        return _verdict(
-            number, NOT_CHECKED, f"{what}: {skipped + len(incomparable)} of {len(results)} bundles not evaluated or not comparable ({why})", evidence
+        return Judged(
+            NOT_CHECKED, f"{what}: {skipped + len(incomparable)} of {len(results)} bundles not evaluated or not comparable ({why})", evidence
         )
     if localised and len(localised) == len(evaluated):
         # The boundary most bundles point to (bundles hold a few samples each; one may disagree).
@@ -333,21 +405,19 @@ def _numeric_verdict(number: int, results: list[dict], what: str) -> ProbeVerdic
         chosen = next(r for r in localised if r["boundary"] == boundary)
         evidence["side"], evidence["policy"] = chosen.get("side"), chosen.get("policy")
         evidence["boundary_votes"] = dict(votes)
-        return _verdict(
-            number,
+        return Judged(
             "fail",
             f"{what}: boundary localised in {len(localised)} of {len(evaluated)} bundles ({votes[boundary]} name it): {boundary}",
             evidence,
             boundary,
         )
     if localised:
-        return _verdict(
-            number,
+        return Judged(
             NOT_CHECKED,
             f"{what}: a boundary in {len(localised)} of {len(evaluated)} bundles only: neither a stable boundary nor a pass",
             evidence,
         )
-    return _verdict(number, "pass", f"{what}: within the fp32 floor on every bundle", evidence)
+    return Judged("pass", f"{what}: within the fp32 floor on every bundle", evidence)
 
 
 def _finite_figures(evidence) -> bool:
@@ -361,20 +431,35 @@ def _finite_figures(evidence) -> bool:
     return True
 
 
-def _declared_only(verdict: ProbeVerdict) -> ProbeVerdict:
+def _declared_only(number: int, judged: Judged) -> ProbeVerdict:
     """A probe computed from declarations: its figures stay as evidence, its status is not measured."""
-    if verdict.number not in FROM_DECLARATIONS or verdict.status == NOT_CHECKED and not verdict.evidence.get("bundles"):
-        return verdict
-    verdict.evidence["would_have_said"] = {"status": verdict.status, "verdict": verdict.verdict, "boundary": verdict.boundary}
+    if judged.status == NOT_CHECKED and not judged.evidence.get("bundles"):
+        return _verdict(number, NOT_CHECKED, judged.verdict, judged.evidence, judged.boundary)
+    judged.evidence["would_have_said"] = {"status": judged.status, "verdict": judged.verdict, "boundary": judged.boundary}
     return _verdict(
-        verdict.number,
-        NOT_MEASURED,
-        f"not measured: {FROM_DECLARATIONS[verdict.number]} (the boundary table measures both engines' own tensors)",
-        verdict.evidence,
+        number, NOT_MEASURED, f"not measured: {FROM_DECLARATIONS[number]} (the boundary table measures both engines' own tensors)", judged.evidence
     )
 
 
-def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, limits: dict, dumps: RunDumps, comparison=None) -> list[ProbeVerdict]:
+TP1_REASON = (
+    "not measured: not applicable, the run used TP=1 - no vocab-parallel merge ran, so there is nothing to measure "
+    "(probe 5 needs a TP>1 run's recorded vocab shards; no ladder rung runs TP>1)"
+)
+
+
+def _vocab_parallel(judged: Judged, settings: RunSettings, bundles: list) -> ProbeVerdict:
+    """Probe 5 from the TP ranks' recorded shards; on a TP=1 run not applicable (not measured,
+    blocks no class), whatever the bundles hold."""
+    tp_one = settings.tp_size == 1 and all(int(b.scalar("tp_size", 1) or 1) == 1 for b in bundles)
+    if tp_one or judged.evidence.get("not_applicable"):
+        evidence = {**judged.evidence, "not_applicable": True, "tp_size": settings.tp_size}
+        return _verdict(5, NOT_MEASURED, TP1_REASON, evidence, basis=Basis(kind=NOTHING_READ, detail="no vocab-parallel merge ran (TP=1)"))
+    return _verdict(5, judged.status, judged.verdict, judged.evidence, judged.boundary)
+
+
+def bundle_probes(
+    bundles: list, problems: list[str], settings: RunSettings, limits: dict, dumps: RunDumps, comparison=None, replay: dict | None = None
+) -> list[ProbeVerdict]:
     from harness.attribution.probe_contract import flag_membership, probe_contract
     from harness.attribution.probe_numerics import BundleNumerics, probe_logits, probe_lse_split, probe_paths, probe_vocab_parallel
 
@@ -395,17 +480,50 @@ def bundle_probes(bundles: list, problems: list[str], settings: RunSettings, lim
             "own trainer log-probs within the fp32 floor (a weight captured after the optimizer step?); "
             "probe 3 cannot localise drift upstream of the LM head (code: bundle_inconsistent)"
         )
-    verdicts = {n: _declared_only(_numeric_verdict(n, per_probe[n], PROBE_NAMES[n])) for n in (3, 4, 5, 7)}
+    verdicts = {n: _declared_only(n, _numeric_verdict(n, per_probe[n], PROBE_NAMES[n])) for n in (3, 4, 7)}
+    verdicts[5] = _vocab_parallel(_numeric_verdict(5, per_probe[5], PROBE_NAMES[5]), settings, bundles)
     contract_mismatches = comparison.group("contract") if comparison is not None else []
     verdicts[6] = _contract_verdict(
-        per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches, limits["one_sided"], limits["min_removed"]
+        per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches, limits["one_sided"], limits["min_removed"], replay
     )
     return [verdicts[n] for n in (3, 4, 5, 6, 7)]
 
 
+def _recompute_text(evidence: dict) -> str:
+    pooled = evidence["pooled"]
+    share, spread = pooled["removed_fraction"], pooled["removed_fraction_per_bundle"]
+    measured = f"{share:.0%}" if share is not None and math.isfinite(share) else "an uncomputable share"
+    per_bundle = f" (per bundle {spread['min']:.0%} to {spread['max']:.0%})" if spread["n"] else ""
+    return (
+        f"recomputing the trainer's log-probs under it (fp64, on the bundles' hidden states, {evidence['pooled_tokens']} tokens) "
+        f"removes {measured} of their drift{per_bundle}"
+    )
+
+
+def _replay_text(replay: dict) -> str:
+    if replay.get("removed_fraction") is None:
+        return f"the replay run {replay['run']} gives no share ({replay.get('why', 'the run logged no drift')})"
+    return (
+        f"replaying it in the trainer (run {replay['run']}, {replay['steps']} steps after warmup) removes {replay['removed_fraction']:.0%} "
+        f"of the logged abs-diff ({replay['run_mean']:.3g} -> {replay['replay_mean']:.3g})"
+    )
+
+
+NO_REPLAY = "no replay run measured (harness attribute --replay-run DIR takes the rung's processed-replay run)"
+
+
 def _contract_verdict(
-    results: list[dict], membership: dict, settings: RunSettings, mismatches: list, one_sided: float = 1.0, min_removed: float = 1.0
+    results: list[dict],
+    membership: dict,
+    settings: RunSettings,
+    mismatches: list,
+    one_sided: float = 1.0,
+    min_removed: float = 1.0,
+    replay: dict | None = None,
 ) -> ProbeVerdict:
+    """`replay`: probe_contract.measured_replay's share from a replay run of this run; when given it is
+    the share the threshold judges, else the recompute on the bundles' hidden states is, and the verdict
+    says which one it was (never "replaying removes" without a replay run)."""
     evidence = {
         "bundles": [{"file": r["file"], **r["evidence"]} for r in results],
         "pooled_tokens": sum(int(r["evidence"].get("tokens") or 0) for r in results if not r.get("skipped")),
@@ -424,32 +542,44 @@ def _contract_verdict(
     evaluated = [r for r in results if not r.get("skipped")]
     comparable = [r for r in evaluated if r["evidence"].get("comparable", True)]
     differing = [r for r in comparable if r["evidence"].get("contract_differs")]
-    removed = pooled_removed_fraction(comparable)
+    recomputed = pooled_removed_fraction(comparable)
     evidence["pooled"] = {
         "bundles": len(results),
         "comparable": len(comparable),
         "contract_differs": len(differing),
         "contract_agrees": sum(bool(r["evidence"].get("contract_agrees")) for r in comparable),
-        "removed_fraction": removed,
+        # a recompute on the bundles' recorded hidden states (fp64), not a replay run
+        "removed_fraction": recomputed,
+        "removed_fraction_source": f"recomputed in fp64 on the probe bundles' hidden states ({evidence['pooled_tokens']} tokens)",
         "removed_fraction_per_bundle": _spread([r["evidence"].get("removed_fraction") for r in differing]),
         "min_removed_fraction": min_removed,
     }
+    evidence["replay"] = (
+        {"measured": False, "why": NO_REPLAY} if replay is None else {"measured": replay.get("removed_fraction") is not None, **replay}
+    )
+    # The share the threshold judges: the replay run's where one was measured, else the recompute's.
+    removed = recomputed if replay is None else replay.get("removed_fraction")
+    measured_by = _recompute_text(evidence) + f"; {NO_REPLAY}" if replay is None else f"{_replay_text(replay)}; {_recompute_text(evidence)}"
+    basis = (
+        BASES[6]
+        if replay is None
+        else Basis(kind="recorded", detail=f"{BASES[6].detail}; the replay run {replay['run']}'s logged abs-diff against this run's")
+    )
     if differing and len(differing) == len(comparable) and removed is not None and removed >= min_removed:
         # Every bundle that can be compared puts the trainer on another contract than the rollout's,
-        # and replaying the rollout's contract removes at least min_removed of the drift over all of
-        # the run's probe tokens: the quantity the threshold is defined on (a 2-sample bundle's own
-        # fraction spreads 0.54-1.0 on a top-p run; one of 30 crossing 0.5 decides nothing).
+        # and the rollout's contract removes at least min_removed of the drift over the whole run (the
+        # replay run's logged abs-diff, else the recompute over all of the run's probe tokens: the
+        # quantity the threshold is defined on; a 2-sample bundle's own fraction spreads 0.54-1.0 on
+        # a top-p run, and one of 30 crossing 0.5 decides nothing).
         first = differing[0]["evidence"]
         return _verdict(
             6,
             "fail",
             f"semantic: in all {len(differing)} comparable bundles the trainer follows '{first['trainer_follows']}' but the "
-            f"rollout's declared contract is '{first['declared_rollout_contract']}'; recomputing the trainer's log-probs under it "
-            f"(fp64, on the bundles' hidden states; no replay run) removes {removed:.0%} of the drift "
-            f"over their {evidence['pooled_tokens']} tokens (per bundle {evidence['pooled']['removed_fraction_per_bundle']['min']:.0%} "
-            f"to {evidence['pooled']['removed_fraction_per_bundle']['max']:.0%})",
+            f"rollout's declared contract is '{first['declared_rollout_contract']}'; {measured_by}",
             evidence,
             "sampling contract (temperature / top-k / top-p processed log-probs)",
+            basis,
         )
     if membership["sampled_outside_flagged_set"] and settings.filters_on:
         return _verdict(
@@ -470,6 +600,7 @@ def _contract_verdict(
             f"(>= {one_sided:.0%}): the trainer's raw log-probs against the rollout's processed (top-k/top-p renormalised) ones",
             evidence,
             "sampling contract (processed vs raw log-probs, one-sided dlogp in the dumps)",
+            Basis(kind="recorded", detail="the sign of trainer - rollout log-prob over the dumps' recorded log-probs (no probe bundle)"),
         )
     if not evaluated:
         return _verdict(6, NOT_CHECKED, "no probe bundle with both sides' log-probs; contract not checked", evidence)
@@ -487,13 +618,13 @@ def _contract_verdict(
             "pass",
             f"trainer and rollout follow the same sampling contract (temperature, top-k/top-p) in all {len(comparable)} bundles{_single(results)}",
             evidence,
+            basis=basis,
         )
-    share = f"{removed:.0%}" if removed is not None else "an unmeasured share"
     return _verdict(
         6,
         NOT_CHECKED,
         f"contract not decided: the trainer follows another contract than the rollout's in {len(differing)} of {len(comparable)} "
-        f"bundles; recomputing under the rollout's contract removes {share} of the drift (semantic needs every bundle and >= {min_removed:.0%})",
+        f"bundles; under the rollout's contract, {measured_by} (semantic needs every bundle and >= {min_removed:.0%})",
         evidence,
     )
 
@@ -553,9 +684,14 @@ def measured_from_table(number: int, table) -> ProbeVerdict | None:
     }
     broken = [r for r in rows.values() if r.breaks]
     text = ", ".join(f"{name} {r.ratio:.3g}x" for name, r in rows.items())
+    basis = Basis(
+        kind="recorded",
+        detail=f"both engines' own captured tensors (Megatron's forward, vLLM's compute_logits and sampler), boundary table rows "
+        f"{', '.join(TABLE_ROWS[number])} at {', '.join(table.captures)}",
+    )
     if broken:
-        return _verdict(number, "fail", f"both engines' own tensors: {broken[0].line()}", evidence, broken[0].boundary)
-    return _verdict(number, "pass", f"both engines' own tensors within {table.k:g}x their envelopes ({text})", evidence)
+        return _verdict(number, "fail", f"both engines' own tensors: {broken[0].line()}", evidence, broken[0].boundary, basis)
+    return _verdict(number, "pass", f"both engines' own tensors within {table.k:g}x their envelopes ({text})", evidence, basis=basis)
 
 
 def decide(verdicts: list[ProbeVerdict], table, drift: dict | None = None):
@@ -569,15 +705,28 @@ def decide(verdicts: list[ProbeVerdict], table, drift: dict | None = None):
     return classify(table, [by_number[1], by_number[2]], by_number[6], measured, drift)
 
 
-def run_probes(run: Run, knobs: Knobs) -> ProbeReport:
-    """The seven probes on a loaded run, judged by the loaded knobs' thresholds."""
+def replay_share(run: Run, replay_run: Run | None, knobs: Knobs) -> dict | None:
+    """The replay run's measured share for probe 6 (None without a replay run); raises
+    probe_contract.ReplayRunProblem when `replay_run` is not this run's spec with the replay on."""
+    if replay_run is None:
+        return None
+    from harness.attribution.probe_contract import measured_replay
+
+    return measured_replay(run, replay_run, knobs.classification.semantic_replay.flag, int(knobs.threshold("warmup_steps")))
+
+
+def run_probes(run: Run, knobs: Knobs, replay_run: Run | None = None) -> ProbeReport:
+    """The seven probes on a loaded run, judged by the loaded knobs' thresholds. `replay_run`: a run
+    of the same spec with the processed-contract replay on (the ladder's processed-replay run of the
+    rung): probe 6 then reports, and judges by, the share of the drift it measured removed."""
     settings = run_settings(run)
+    replay = replay_share(run, replay_run, knobs)
     dumps = read_run_dumps(run.path / "dumps")
     limits = thresholds(knobs)
     bundles, problems = load_bundles(dumps)
     comparison = compare_sides(dumps, bundles)
     verdicts = framework_probes(dumps, bundles, comparison)
-    verdicts += bundle_probes(bundles, problems, settings, limits, dumps, comparison)
+    verdicts += bundle_probes(bundles, problems, settings, limits, dumps, comparison, replay)
     verdicts.sort(key=lambda v: v.number)
     from harness.attribution.boundaries import logged_abs_diff, run_boundary_table
 

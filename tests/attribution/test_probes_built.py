@@ -80,7 +80,10 @@ def test_vime_dumps_without_bundles_skip_what_they_cannot_show(tmp_path, knobs):
     report = run_probes(RunDir(build_run(tmp_path, vime_format=True)).load(), knobs)
     statuses = {p.number: p.status for p in report.probes}
     assert statuses[1] == "pass"  # tokens, masks and rollout log-probs are in VIME's own dumps
-    assert all(statuses[n] == "not checked" for n in (2, 3, 4, 5, 6, 7))
+    assert all(statuses[n] == "not checked" for n in (2, 3, 4, 6, 7))
+    # a TP=1 run ran no vocab-parallel merge: probe 5 is not applicable, with or without bundles
+    assert statuses[5] == "not measured" and report.probes[4].evidence["not_applicable"], report.probes[4].verdict
+    assert report.probes[4].basis.kind == "none" and "TP=1" in report.probes[4].verdict
     assert report.complete is False
     # Nothing failed, but a probe that could not run is no pass: the class names what it needs.
     assert report.drift_class == "undecided" and report.decided_by is None
@@ -293,3 +296,64 @@ def test_contract_check_is_probe_6_alone(tmp_path, knobs):
 
 def bf16_fraction(verdict) -> float:
     return verdict.evidence["dump_filter_flags"]["dlogp_negative_fraction"]
+
+
+def _replay_of(run_path, root, scale: float, **flags):
+    """A built replay run of `run_path`'s spec (the replay switch on, plus `flags`), logging `scale` x
+    the run's drift per step: what its trainer would log with the contract replayed."""
+    import yaml
+
+    from harness.records.metric_names import ABS_DIFF
+
+    path = build_run(root, steps=4, top_p=0.8, log_metric=False)
+    spec = yaml.safe_load((path / "spec.yaml").read_text())
+    spec["flags"].update({"embedded-replay-processed-logprobs": True, **flags})
+    (path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    replay = RunDir(path)
+    for step, value in RunDir(run_path).load().series(ABS_DIFF):
+        replay.append_record({"kind": "step", "n": step, "metrics": {ABS_DIFF: value * scale}})
+    replay.close()
+    return path
+
+
+def test_probe_6_says_replaying_only_with_a_replay_run(tmp_path, knobs):
+    """Without a replay run probe 6 reports the recompute on the bundles' hidden states (with its token
+    count) and says no replay ran; with the rung's replay run (harness attribute --replay-run) it reports,
+    and judges by, the share of the logged abs-diff that run removed: never a share not computed."""
+    from harness.attribution.probe_contract import ReplayRunProblem
+
+    run_path = build_run(tmp_path / "top-p", steps=4, top_p=0.8)
+    run = RunDir(run_path).load()
+    alone = run_probes(run, knobs).probes[5]
+    assert alone.status == "fail" and "replaying" not in alone.verdict, alone.verdict
+    assert "recomputing the trainer's log-probs under it (fp64, on the bundles' hidden states, " in alone.verdict, alone.verdict
+    assert "no replay run measured" in alone.verdict and alone.evidence["replay"]["measured"] is False
+    replayed = run_probes(run, knobs, RunDir(_replay_of(run_path, tmp_path / "replay", 0.1)).load()).probes[5]
+    assert replayed.status == "fail" and "replaying it in the trainer (run built-0, 2 steps after warmup) removes 90%" in replayed.verdict
+    assert replayed.evidence["replay"]["removed_fraction"] == pytest.approx(0.9) and replayed.evidence["replay"]["measured"]
+    # the recompute says ~100% here, the replay run removed 20%: the measured share decides (not semantic)
+    weak = run_probes(run, knobs, RunDir(_replay_of(run_path, tmp_path / "weak", 0.8)).load()).probes[5]
+    assert weak.status == "not checked" and "removes 20%" in weak.verdict, weak.verdict
+    # a run of another spec is not this run's replay: one line, naming the key
+    with pytest.raises(ReplayRunProblem, match="flags.seed"):
+        run_probes(run, knobs, RunDir(_replay_of(run_path, tmp_path / "other", 0.1, seed=7)).load())
+    cli = [sys.executable, "-m", "harness", "attribute", str(run_path), "--replay-run", str(run_path)]
+    out = subprocess.run(cli, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "embedded-replay-processed-logprobs" in out.stderr, out.stderr[-2000:]
+    cli[-1] = str(tmp_path / "replay" / "built-0")
+    data = json.loads(subprocess.run([*cli, "--json"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300).stdout)
+    probe6 = data["probes"][5]
+    assert probe6["evidence"]["replay"]["run"] == "built-0" and "replay run built-0" in probe6["basis"]["detail"]
+
+
+def test_a_declared_basis_cannot_pass_or_fail():
+    """The verdict model refuses a pass or a fail standing on declarations or on nothing."""
+    from pydantic import ValidationError
+
+    from harness.attribution.probes import Basis, ProbeVerdict
+
+    for kind in ("declarations", "none"):
+        for status in ("pass", "fail"):
+            with pytest.raises(ValidationError, match="basis"):
+                ProbeVerdict(number=4, name="x", status=status, verdict="x", basis=Basis(kind=kind, detail="declared dtypes"))
+    assert ProbeVerdict(number=4, name="x", status="not measured", verdict="x", basis=Basis(kind="declarations", detail="d")).status
