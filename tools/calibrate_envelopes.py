@@ -153,39 +153,50 @@ def read_run(run, item: Planned) -> cal.CalibrationRun:
     return out
 
 
-def summarize(knobs, calibration: Calibration, planned: list[Planned], runs_dir: Path) -> tuple[list[cal.RungFigures], list[str]]:
+def summarize(knobs, calibration: Calibration, planned: list[Planned], runs_dir: Path) -> tuple[list[cal.RungFigures], list[str], list[str]]:
+    """Each planned run's boundary table per sample, pooled per rung; the runs not recorded; the
+    harness commits and machines the runs were made at (their environment.json)."""
+    import json
+
     from harness.experiment.runs import RunNotFound
 
     finder = _source(knobs, runs_dir, find_only=True)
-    runs, missing = [], []
+    runs, missing, commits, machines = [], [], set(), set()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), console=console) as progress:
         task = progress.add_task("reading boundary tables", total=len(planned))
         for item in planned:
             try:
                 run = finder(calibration.runs.stage, item.rung, calibration.runs.mode, **item.overrides)
                 runs.append(read_run(run, item))
+                environment = json.loads((run.path / "environment.json").read_text())
+                made_at, cpu = environment.get("harness") or {}, (environment.get("hardware") or {}).get("cpu") or {}
+                commits.add(f"{made_at.get('commit')}" + (" (dirty tree)" if made_at.get("dirty") else ""))
+                machines.add(_machine(cpu))
             except RunNotFound:
                 missing.append(item.label)
             except SpecError as err:
                 missing.append(f"{item.label}: {err.problems[0]}")
+            except (OSError, ValueError) as err:
+                missing.append(f"{item.label}: environment.json unreadable ({err})")
             progress.advance(task)
-    return cal.rung_figures(runs, calibration.interval.confidence, calibration.interval.resamples), missing
+    return cal.rung_figures(runs, calibration.interval.confidence, calibration.interval.resamples), missing, sorted(commits), sorted(machines)
+
+
+def _machine(cpu: dict) -> str:
+    settings = cpu.get("isa_settings") or {}
+    return f"{cpu.get('model')}, {cpu.get('cores')} cores, {cpu.get('memory_gib')} GiB, {cpu.get('isa')}" + (
+        f", under {settings}" if settings else ""
+    )
 
 
 def _sig(value: float) -> float:
     return float(f"{value:.4g}")
 
 
-def record(calibration: Calibration, rungs: list[cal.RungFigures], runs_dir: Path) -> dict:
+def record(calibration: Calibration, rungs: list[cal.RungFigures], runs_dir: Path, commits: list[str], machines: list[str]) -> dict:
     """What --write puts under the marker line: figures rounded to 4 significant digits, and k
     derived from the rounded figures (so the record's own numbers give its k)."""
-    from harness.records.environment import cpu_and_memory
-
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "harness", "knobs", "tools"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    cpu = cpu_and_memory()
+    summarized_at = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     rows = {}
     for r in rungs:
         rows[r.rung] = {
@@ -202,9 +213,9 @@ def record(calibration: Calibration, rungs: list[cal.RungFigures], runs_dir: Pat
         }
     out = {
         "date": dt.date.today().isoformat(),
-        "machine": f"{cpu['model']}, {cpu['cores']} cores, {cpu['memory_gib']} GiB, {cpu['isa']}"
-        + (f", under {cpu['isa_settings']}" if cpu["isa_settings"] else ""),
-        "commit": commit + (" (with uncommitted changes)" if dirty else ""),
+        "machines": machines,  # where the runs were made (their environment.json)
+        "runs_made_at": commits,  # the harness commit each run's environment.json records
+        "summarized_at": summarized_at,
         "runs_dir": str(runs_dir),
         "seeds": calibration.seeds.seeds,
         "stage": calibration.runs.stage,
@@ -240,7 +251,7 @@ def write_record(knobs_dir: Path, measured: dict) -> Path:
     if MARKER not in text:
         raise SpecError(f"{path}: expected the marker line {MARKER!r}")
     head = text.split(MARKER)[0]
-    path.write_text(head + MARKER + "\n" + yaml.safe_dump({"measured": measured}, sort_keys=False, width=120))
+    path.write_text(head + MARKER + "\n" + yaml.safe_dump({"measured": measured}, sort_keys=False, width=140, default_flow_style=None))
     return path
 
 
@@ -281,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         planned = plan(calibration, args.only, args.seed)
         if args.launch:
             return launch(knobs, calibration, planned, args.runs_dir.resolve(), args.max_minutes)
-        rungs, missing = summarize(knobs, calibration, planned, args.runs_dir.resolve())
+        rungs, missing, commits, machines = summarize(knobs, calibration, planned, args.runs_dir.resolve())
     except SpecError as err:
         print("error: " + "; ".join(err.problems), file=sys.stderr)
         return 2
@@ -290,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not recorded in {args.runs_dir} (no k; run --launch): " + "; ".join(missing), file=sys.stderr)
         return 1
     try:
-        measured = record(calibration, rungs, args.runs_dir.resolve())
+        measured = record(calibration, rungs, args.runs_dir.resolve(), commits, machines)
     except cal.NoK as err:
         print(f"no k: {err}", file=sys.stderr)
         return 1
