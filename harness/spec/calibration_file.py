@@ -81,8 +81,16 @@ def check_seeds_apart(calibration: Calibration, design: Design, file: str) -> No
             )
 
 
+def _shown(path: Path) -> str:
+    """The path as parse_file names files: relative to the working directory where it can be."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def load_calibration(knobs_dir: Path) -> Calibration:
     path = Path(knobs_dir) / CALIBRATION_FILE
     calibration = parse_file(path, Calibration)
-    check_seeds_apart(calibration, load_design(knobs_dir), str(path))
+    check_seeds_apart(calibration, load_design(knobs_dir), _shown(path))
     return calibration
