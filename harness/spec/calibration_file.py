@@ -55,22 +55,10 @@ class Calibration(Strict):
     measured: dict = Field(default_factory=dict)
 
 
-def design_seed_ranges(design: Design) -> dict[str, range]:
-    """Every seed a judged or design run may use, by the design.yaml key it comes from. The judging
-    range and each sweep range reach as far as the A/B's pairs (one pair a seed) or the replicates
-    and the A/A check's seed + 1, whichever is longer."""
-    seeds = design.seeds
-    span = max(seeds.replicates + 1, design.affordable.ab_pairs)
-    out = {"seeds.judging": range(seeds.judging, seeds.judging + span), "seeds.design": range(seeds.design, seeds.design + seeds.replicates + 1)}
-    for offset in seeds.sweep_offsets:
-        out[f"seeds.sweep_offsets ({offset:+d})"] = range(seeds.judging + offset, seeds.judging + offset + span)
-    return out
-
-
 def check_seeds_apart(calibration: Calibration, design: Design, file: str) -> None:
     """Raise KnobError naming the file and key when a calibration seed is in any design range."""
     mine = range(calibration.seeds.first, calibration.seeds.first + calibration.seeds.count)
-    for key, other in design_seed_ranges(design).items():
+    for key, other in design.seed_ranges().items():
         if mine.start < other.stop and other.start < mine.stop:
             raise KnobError(
                 file,

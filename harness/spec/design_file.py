@@ -21,22 +21,6 @@ class Seeds(Strict):
     sweep_offsets: list[int] = Field(min_length=1)  # tools/seed_sweep.py: offsets on the judging seed
     reason: str = Field(min_length=10)
 
-    def ranges(self) -> dict[str, range]:
-        spans = {"judging": range(self.judging, self.judging + self.replicates + 1), "design": range(self.design, self.design + self.replicates + 1)}
-        for offset in self.sweep_offsets:
-            start = self.judging + offset
-            spans[f"sweep {offset:+d}"] = range(start, start + self.replicates + 1)
-        return spans
-
-    @model_validator(mode="after")
-    def _ranges_do_not_overlap(self) -> Seeds:
-        # + 1: the A/A acceptance check also reads seed + 1 of a single-seed run.
-        spans = sorted(self.ranges().items(), key=lambda item: item[1].start)
-        for (name_a, a), (name_b, b) in zip(spans, spans[1:]):
-            if a.stop > b.start:
-                raise ValueError(f"seed ranges {name_a} {a.start}..{a.stop - 1} and {name_b} {b.start}..{b.stop - 1} overlap")
-        return self
-
 
 class Valued(Strict):
     value: float
@@ -61,6 +45,25 @@ class Design(Strict):
     effect_of_interest: Scale
     reward_margin: Scale
     measured: dict = Field(default_factory=dict)
+
+    def seed_ranges(self) -> dict[str, range]:
+        """Every seed a judged or design run may use, by the key it comes from. A range reaches as far
+        as the A/B's pairs (one pair a seed) or the replicates and the A/A check's seed + 1 (it also
+        reads seed + 1 of a single-seed run), whichever is longer."""
+        seeds = self.seeds
+        span = max(seeds.replicates + 1, self.affordable.ab_pairs)
+        spans = {"seeds.judging": range(seeds.judging, seeds.judging + span), "seeds.design": range(seeds.design, seeds.design + span)}
+        for offset in seeds.sweep_offsets:
+            spans[f"seeds.sweep_offsets ({offset:+d})"] = range(seeds.judging + offset, seeds.judging + offset + span)
+        return spans
+
+    @model_validator(mode="after")
+    def _ranges_do_not_overlap(self) -> Design:
+        spans = sorted(self.seed_ranges().items(), key=lambda item: item[1].start)
+        for (name_a, a), (name_b, b) in zip(spans, spans[1:]):
+            if a.stop > b.start:
+                raise ValueError(f"seed ranges {name_a} {a.start}..{a.stop - 1} and {name_b} {b.start}..{b.stop - 1} overlap")
+        return self
 
     @property
     def target_margin_se(self) -> float:

@@ -87,6 +87,18 @@ def test_the_judging_seed_is_the_stage_seed_and_no_seed_range_is_shared():
     assert DESIGN.seeds.design != DESIGN.seeds.judging
 
 
+def test_a_seed_range_reaches_as_far_as_the_ab_pairs_and_an_overlap_is_refused():
+    """The A/B judges ab_pairs seeds from the judging seed (2026..2030 at 5 pairs), more than the
+    replicates and the A/A check's seed + 1 (2026..2029): a sweep offset of +4 would re-judge the
+    fifth pair's seed and must be refused."""
+    ranges = DESIGN.seed_ranges()
+    assert len(ranges["seeds.judging"]) == max(DESIGN.seeds.replicates + 1, DESIGN.affordable.ab_pairs)
+    data = DESIGN.model_dump()
+    data["seeds"]["sweep_offsets"] = [DESIGN.affordable.ab_pairs - 1]
+    with pytest.raises(ValueError, match="overlap"):
+        type(DESIGN).model_validate(data)
+
+
 def test_acceptance_and_ab_expectations_are_what_their_design_questions_decided():
     problems = []
     for criterion in KNOBS.acceptance.criteria:
