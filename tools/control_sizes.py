@@ -171,23 +171,29 @@ def _x(ratio) -> str:
     return "-" if ratio is None else f"{ratio:.3g}x"
 
 
-def markdown(results: dict) -> str:
+def localised_at(ratios: dict, k: float) -> str:
+    """The first boundary (the table's forward order, as recorded) whose ratio exceeds k, or none."""
+    return next((b for b, r in ratios.items() if r > k), "none")
+
+
+def markdown(results: dict, k_now: float) -> str:
     order = {name: i for i, name in enumerate([NONE, *SIZED, FP8_WEIGHT_SCALE])}
 
     def key(r):
         return (RUNGS.index(r["rung"]) if r["rung"] in RUNGS else 9, order.get(r["control"], 9), r["inject"])
 
     head = (
-        "| rung | control | size | planted at | ratio there | localised | largest elsewhere | coverage | k | class | run | date |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        f"| rung | control | size | planted at | ratio there | largest elsewhere | localised (k at run) | k at run | class at run | localised at k = {k_now:g} | coverage | run | date |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = []
     for r in sorted(results.values(), key=key):
         elsewhere = r["largest_elsewhere"] or {}
         cov = "-" if r["coverage_min"] is None else f"{r['coverage_min']:.3g}"
         lines.append(
-            f"| {r['rung']} | {r['control']} | {r['size']} | {r['planted'] or '-'} | {_x(r['ratio_at_planted'])} | {r['localised'] or 'none'} | "
-            f"{elsewhere.get('boundary', '-')} {_x(elsewhere.get('ratio'))} | {cov} | {r['k']:g} | {r['class']} | {r['run']} | {r['date']} |"
+            f"| {r['rung']} | {r['control']} | {r['size']} | {r['planted'] or '-'} | {_x(r['ratio_at_planted'])} | "
+            f"{elsewhere.get('boundary', '-')} {_x(elsewhere.get('ratio'))} | {r['localised'] or 'none'} | {r['k']:g} | {r['class']} | "
+            f"{localised_at(r['ratios'], k_now)} | {cov} | {r['run']} | {r['date']} |"
         )
     return "\n".join([head, *lines])
 
@@ -204,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         for inject in args.inject:
-            control_of(inject)
+            if control_of(inject)[1] == FP8_WEIGHT_SCALE and set(args.rung or ["near-aligned"]) != {"fp8-rollout"}:
+                raise FlagError(f"--inject {inject}: the fp8 weight scale acts only on the fp8 rollout; give --rung fp8-rollout alone")
         knobs = load_knobs(Path(args.knobs))
     except FlagError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -223,10 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [(rung, inject) for rung in (args.rung or ["near-aligned"]) for inject in args.inject]
         failed = launch(knobs, Path(args.runs_dir).resolve(), pairs, args.max_minutes, results)
         (out / "control_sizes.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    table = markdown(results)
+    table = markdown(results, knobs.threshold("boundary_envelope_k"))
     (out / "control_sizes.md").write_text(
         "# Numerical controls by size (tools/control_sizes.py)\n\n"
-        f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope.\n\n" + table + "\n"
+        f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope; 'localised at k' recomputes the first boundary beyond k from the recorded ratios.\n\n"
+        + table
+        + "\n"
     )
     print(table)
     return 1 if failed else 0
