@@ -124,3 +124,84 @@ def test_audit_sample_mean_equals_logged_abs_diff(get_run, rung):
     for step, value in logged.items():
         assert audited[step] == pytest.approx(value, rel=LOGGED_MATCH_RTOL, abs=LOGGED_MATCH_ATOL), f"step {step}"
     assert audit.rlk_audit_active_token_count > 0 and audit.worst_tokens
+
+
+# Probe 1 from what each side produced on its own: the train dump's target_ids are the ids the
+# trainer's log-prob gather read, its loss_mask the mask its loss applied; the rollout dump's
+# response ids and log-probs are what vLLM returned. Fields the trainer wrote from the rollout's own
+# Sample object are reported, never compared.
+COPIED = {"tokens", "prompt_ids", "response_ids", "response_length"}
+TRAINER_OWN = {"target_ids", "loss_mask", "rollout_log_probs"}
+
+
+@pytest.mark.parametrize("fault", ["token-shift", "mask-off-by-one"])
+def test_probe_1_catches_shifted_targets_through_the_trainers_own_gather(get_run, fault, knobs):
+    """Without the probe bundles (they hold 2 samples a step), the train dump's own target ids fail
+    probe 1 on every sample and name the shift; the copies of the Sample are not counted."""
+    from harness.attribution.consistency import compare_run
+    from harness.attribution.run_dumps import read_run_dumps
+
+    run = get_run("p1", "near-aligned", "colocate", **SHORT, **FAULTS[fault][0])
+    report = probes_of(run, "near-aligned", f"probe 1 on the trainer's own targets ({fault})", knobs)
+    comparison = compare_run(read_run_dumps(run.path / "dumps"))
+    shifted = [m for m in comparison.mismatches if m.field == "target_ids"]
+    samples = comparison.compared.get("target_ids", 0)
+    attach_text("\n".join(m.line() for m in shifted[:20]), "target_ids mismatches (train dump vs rollout dump)")
+    assert samples > 0 and len(shifted) == samples, (samples, len(shifted))
+    assert all("shifted" in m.detail for m in shifted), shifted[0].line()
+    assert COPIED <= set(comparison.not_compared) and not COPIED & set(comparison.compared), comparison.compared
+    probe = report.probes[0]
+    assert probe.status == "fail" and probe.basis.kind == "recorded", _explain(report)
+    assert TRAINER_OWN <= set(probe.evidence["trainer_sources"]) and COPIED <= set(probe.evidence["not_compared"])
+
+
+def test_probe_1_passes_on_independent_fields_only(get_run, knobs):
+    """A run whose fault is elsewhere (stale weights): probe 1 passes, and what it passed on is the
+    trainer's own targets, applied mask and received rollout log-probs, on every sample."""
+    run = get_run("p1", "near-aligned", "colocate", **SHORT, **FAULTS["stale-weights"][0])
+    report = probes_of(run, "near-aligned", "probe 1 on independent fields", knobs)
+    probe = report.probes[0]
+    assert probe.status == "pass", _explain(report)
+    compared = probe.evidence["compared"]
+    assert TRAINER_OWN <= set(compared) and not COPIED & set(compared), compared
+    assert len({compared[name] for name in TRAINER_OWN}) == 1, compared  # every sample, each field
+
+
+PROBE_STATUSES = {"pass", "fail", "not checked", "not measured"}
+
+
+@pytest.mark.parametrize("fault", ["token-shift", "stale-weights"])
+def test_every_probe_says_what_it_stands_on(get_run, fault, knobs):
+    """The record's audit: every probe has a status and a basis; none computed from declarations is
+    a pass or a fail; probe 5 on this TP=1 run is not applicable (not measured, nothing read)."""
+    run = get_run("p1", "near-aligned", "colocate", **SHORT, **FAULTS[fault][0])
+    report = probes_of(run, "near-aligned", f"probe statuses and bases ({fault})", knobs)
+    rows = [{"#": p.number, "status": p.status, "basis": p.basis.kind, "detail": p.basis.detail} for p in report.probes]
+    attach_table(rows, "each probe's status and basis")
+    assert [p.number for p in report.probes] == list(PROBE_NAMES)
+    for probe in report.probes:
+        assert probe.status in PROBE_STATUSES and probe.basis.detail, rows
+        if probe.basis.kind != "recorded":
+            assert probe.status in ("not checked", "not measured"), rows
+    assert report.probes[6].basis.kind == "declarations" and report.probes[6].status == "not measured", rows
+    probe5 = report.probes[4]
+    assert (probe5.status, probe5.basis.kind) == ("not measured", "none") and "TP=1" in probe5.verdict, rows
+    data = report.to_json()
+    assert all(p["basis"]["kind"] in ("recorded", "declarations", "none") for p in data["probes"])
+
+
+def test_probe_6_takes_its_share_from_a_replay_run(get_run, knobs):
+    """The top-p rung (4 rollouts) and its replay run (the same spec with the trainer replaying the
+    processed contract, as the ladder fetches it): probe 6 says "replaying ... removes X%" from the
+    two runs' logged abs-diff, and without the replay run only what the recompute on the bundles showed."""
+    flag = knobs.classification.semantic_replay.flag
+    run = get_run("p1", "top-p", "colocate", **SHORT)
+    replay = get_run("p1", "top-p", "colocate", **SHORT, **{flag: True})
+    label_experiment("p1", "top-p", "probe 6 from a replay run", "colocate", "embedded", run.id)
+    alone, replayed = run_probes(run, knobs).probes[5], run_probes(run, knobs, replay).probes[5]
+    attach_text(f"without the replay run: {alone.verdict}\nwith {replay.id}: {replayed.verdict}", "probe 6 verdicts")
+    assert "replaying" not in alone.verdict and "no replay run measured" in alone.verdict, alone.verdict
+    share = replayed.evidence["replay"]
+    assert share["measured"] and share["run"] == replay.id and share["steps"] >= 1, share
+    assert f"replaying it in the trainer (run {replay.id}" in replayed.verdict, replayed.verdict
+    assert replayed.status == "fail" and share["removed_fraction"] >= knobs.threshold("semantic_replay_min_removed_fraction"), replayed.verdict
