@@ -5,10 +5,12 @@ candidate-operator while the framework and contract probes pass.
 
 The two rungs are judged on the ladder's own P1 runs (no overrides: a session running the ladder
 launches each once); the controls run 3 rollouts on the fp32 floor, where the faults stand out of
-a declared precision of fp32 (on a bf16 trainer, an attention softmax in bf16 is within the
-declared precision: docs/attribution.md has both tables). The capture inside the non-colocate
-server is checked on the P3 A/B baseline's non-colocate run, which the A/B's mode-consistency test
-makes anyway.
+a declared precision of fp32. At a rung's own precision only the controls measured beyond k there
+are tested (docs/controls.md, tools/control_sizes.py): the wrong fp8 weight scale on the fp8 rung.
+The rounding controls are not: on near-aligned and fp8-rollout they stay below k = 58 at every size
+down to 1 mantissa bit (docs/controls.md has the ratios), and no test claims otherwise. The capture
+inside the non-colocate server is checked on the P3 A/B baseline's non-colocate run, which the
+A/B's mode-consistency test makes anyway.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ CONTROLS = {  # fault -> the boundary it is injected at
     "trainer-tp-reduce-bf16": "layer.0.mlp",
 }
 CONTROL_BASE = ("fp32-floor", {"num-rollout": 3})
+# control at the size measured beyond k on a rung at its own precision -> (rung, boundary); one run,
+# 3 rollouts as above. F = 4 measured 363x at layer.0.attention on fp8-rollout (2026-12-03, docs/controls.md).
+CONTROLS_AT_OWN_PRECISION = {"rollout-fp8-weight-scale:4": ("fp8-rollout", "layer.0.attention")}
 
 
 def _judged(run, rung: str, check: str, knobs):
@@ -53,6 +58,17 @@ def test_control_is_localised_to_its_boundary(get_run, fault, knobs):
     table, decided = _judged(get_run("p1", rung, "colocate", **overrides, **{"embedded-inject": fault}), rung, f"control {fault}", knobs)
     assert decided.drift_class == "candidate-operator", f"{decided.label}: {decided.reason}\n{table.markdown()}"
     assert table.localised.boundary == CONTROLS[fault], table.markdown()
+
+
+@pytest.mark.parametrize("fault", list(CONTROLS_AT_OWN_PRECISION))
+def test_control_is_localised_at_the_rungs_own_precision(get_run, fault, knobs):
+    """A fault the rung's own envelope does not explain: the fp8 rollout's weights read back with
+    4x their block scale break the envelope at the first quantised linears (layer 0's attention),
+    whose fp8 term the table takes from the reference quantiser with the right scale."""
+    rung, boundary = CONTROLS_AT_OWN_PRECISION[fault]
+    table, decided = _judged(get_run("p1", rung, "colocate", **{"num-rollout": 3, "embedded-inject": fault}), rung, f"control {fault}", knobs)
+    assert decided.drift_class == "candidate-operator", f"{decided.label}: {decided.reason}\n{table.markdown()}"
+    assert table.localised.boundary == boundary, table.markdown()
 
 
 def test_capture_reaches_the_non_colocate_server(get_run, knobs):
