@@ -186,3 +186,189 @@ def measured_replay(run, replay, flag: str, warmup: int) -> dict:
     replay_mean = sum(replayed[s] for s in steps) / len(steps)
     removed = 1.0 - replay_mean / run_mean if run_mean > 0 else None
     return {**evidence, "run_mean": run_mean, "replay_mean": replay_mean, "removed_fraction": removed}
+
+
+# ---------------------------------------------------------------- one candidate contract: the temperature, measured
+# Where the declared sampling leaves one candidate contract (T = 1, no top-k/top-p), "both sides follow
+# the same contract" cannot fail by matching contracts: there is nothing else to match. What each side
+# did can still be measured: the temperature T_hat that best explains its recorded log-probs from the
+# logits it computed them from (a 1-D least-squares fit), with an interval. A side that divided its
+# logits by another T (or none where one was due) moves T_hat off the declared T.
+
+N_RESAMPLES = 2000  # bootstrap resamples of the samples (as harness.judge.stats and paired.py use)
+
+
+def _selected(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    scaled = logits / temperature
+    return scaled.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(scaled, dim=1)
+
+
+def fit_temperature(
+    samples: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    declared: float,
+    confidence: float,
+    seed: int = 0,
+    counts: np.ndarray | None = None,
+) -> dict:
+    """T_hat for one side: the temperature minimising sum_i (log_softmax(z_i / T)[y_i] - recorded_i)^2
+    over every finite token of `samples` ((logits [R, V], targets [R], recorded [R]) per sample; the
+    logits in fp64), by scipy's bounded scalar minimiser on [declared / 2, 2 x declared].
+
+    The interval: a bootstrap over samples, not tokens, because the tokens of one sequence share its
+    hidden states and so their errors (a profile interval would treat them as independent and come out
+    too narrow). Each resample's T is one Newton step from T_hat on the per-sample gradient and
+    curvature sums (the linearised bootstrap: exact to second order in the resample's shift, which is
+    orders of magnitude below the interval's width here, and 2000 refits cost one fit).
+
+    `sensitivity`: mean |d log p / dT| at the declared T over the same tokens: a temperature error d
+    moves the mean |dlogp| by about d x sensitivity. `counts`: the resamples as per-sample counts
+    [resamples, samples] (default: N_RESAMPLES drawn with `seed`); their T's are returned as `resampled`."""
+    from scipy.optimize import minimize_scalar
+
+    kept = []
+    for logits, targets, recorded in samples:
+        finite = torch.isfinite(recorded) & torch.isfinite(logits).all(dim=1)
+        if bool(finite.any()):
+            kept.append((logits[finite].double(), targets[finite].long(), recorded[finite].double()))
+    tokens = sum(int(t.numel()) for _, t, _ in kept)
+    out = {"declared": declared, "samples": len(kept), "tokens": tokens, "t_hat": None, "interval": None, "confidence": confidence}
+    if len(kept) < 2:
+        return {**out, "why": f"{len(kept)} sample(s) with finite logits and log-probs: a bootstrap over samples needs two or more"}
+    z = torch.cat([k[0] for k in kept])
+    y = torch.cat([k[1] for k in kept])
+    obs = torch.cat([k[2] for k in kept])
+    sample_of = np.concatenate([np.full(k[1].numel(), i) for i, k in enumerate(kept)])
+    fit = minimize_scalar(
+        lambda t: float(((_selected(z, y, t) - obs) ** 2).sum()), bounds=(declared / 2, 2 * declared), method="bounded", options={"xatol": 1e-12}
+    )
+    t_hat = float(fit.x)
+
+    def slopes(t: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """d log p / dT and d^2 log p / dT^2 at t (log p = z_y / T - logsumexp(z / T))."""
+        p = torch.softmax(z / t, dim=1)
+        mean = (p * z).sum(1)
+        var = (p * z * z).sum(1) - mean**2
+        centred = z.gather(1, y[:, None]).squeeze(1) - mean
+        return -centred / t**2, -var / t**4 + 2 * centred / t**3
+
+    g, h = slopes(t_hat)
+    r = _selected(z, y, t_hat) - obs
+    grad = np.bincount(sample_of, (r * g).numpy(), minlength=len(kept))
+    curv = np.bincount(sample_of, (g * g + r * h).numpy(), minlength=len(kept))
+    if counts is None:
+        rng = np.random.default_rng(seed)
+        counts = np.stack([np.bincount(rng.integers(0, len(kept), len(kept)), minlength=len(kept)) for _ in range(N_RESAMPLES)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        resampled = t_hat - (counts @ grad) / (counts @ curv)
+    tail = (1.0 - confidence) / 2
+    lo, hi = (float(v) for v in np.quantile(resampled, [tail, 1.0 - tail]))
+    sensitivity = float(slopes(declared)[0].abs().mean())
+    return {
+        **out,
+        "t_hat": t_hat,
+        "interval": [lo, hi],
+        "rms_residual": float(r.pow(2).mean().sqrt()),
+        "sensitivity": sensitivity,
+        "method": f"least squares on the recorded log-probs (scipy minimize_scalar); {confidence:.0%} bootstrap over {len(kept)} samples",
+        "resampled": resampled,
+    }
+
+
+def _bundle_samples(bundles: list, side: str) -> list:
+    """(logits, targets, recorded) per sample: the trainer's hidden states through the bundle's own LM-head
+    weight in fp64 (as the candidate contracts are computed), against `side`'s recorded log-probs."""
+    out = []
+    for bundle in bundles:
+        recorded = bundle.trainer_log_probs if side == "trainer" else bundle.rollout_log_probs
+        if recorded is None:
+            continue
+        weight = bundle.weight.double()
+        for _, start, end in bundle.segments or [(None, 0, bundle.targets.numel())]:
+            active = bundle.active[start:end]
+            logits = bundle.hidden[start:end][active].double() @ weight.T
+            out.append((logits, bundle.targets[start:end][active], recorded[start:end][active].double()))
+    return out
+
+
+def _capture_samples(captures: list[dict], side: str) -> list:
+    """(logits, targets, recorded) per captured sample: the side's own LM-head logits (Megatron's forward,
+    vLLM's compute_logits) against the log-probs the side recorded in the run (harness.embedded.capture)."""
+    out = []
+    for capture in captures:
+        for sample in capture["samples"]:
+            own = sample.get(side) or {}
+            if all(own.get(k) is not None for k in ("logits", "targets", "recorded_logprob")):
+                out.append((own["logits"].double(), own["targets"], own["recorded_logprob"].double()))
+    return out
+
+
+def _read_captures(dumps_dir) -> tuple[list[dict], list[str]]:
+    from pathlib import Path
+
+    from harness.embedded.capture import CaptureProblem, read_capture
+
+    captures, names = [], []
+    for path in sorted(Path(dumps_dir).glob("capture_*.pt")) if dumps_dir is not None else []:
+        try:
+            capture = read_capture(path)
+        except CaptureProblem:
+            continue  # the boundary table reports an unreadable capture; here it is one source fewer
+        if any(s.get("trainer") and s.get("rollout") for s in capture["samples"]):
+            captures.append(capture)
+            names.append(path.name)
+    return captures, names
+
+
+def temperature_check(bundles: list, dumps_dir, declared: float, max_drift: float, confidence: float) -> dict:
+    """Each side's T_hat with its interval, and the band the declared T allows: +- max_drift / sensitivity
+    (the temperature error whose drift on these tokens would reach `max_drift` nats of mean |dlogp|).
+    Source: the run's captures where they hold both engines' own logits (the sampler's contract from the
+    logits it was applied to: no upstream drift in the fit), else the probe bundles (the trainer's
+    hidden states and LM head, fp64). On the bundles the rollout side's fit carries the drift upstream
+    of the LM head as well (noise in the hidden states widens the logits' spread just as a lower T
+    does), so there it can pass or stay not checked, never fail (`can_fail`)."""
+    captures, names = _read_captures(dumps_dir)
+    if captures:
+        source, pick = f"each engine's own logits and recorded log-probs in {', '.join(names)}", _capture_samples
+        data = captures
+    else:
+        source, pick = "the probe bundles: the trainer's hidden states and LM-head weight in fp64, each side's recorded log-probs", _bundle_samples
+        data = bundles
+    sides = {}
+    for side in ("trainer", "rollout"):
+        fit = fit_temperature(pick(data, side), declared, confidence)
+        fit.pop("resampled", None)  # 2000 figures: the interval summarises them
+        if fit["t_hat"] is not None and fit["sensitivity"] > 0 and math.isfinite(fit["sensitivity"]):
+            half = max_drift / fit["sensitivity"]
+            fit["band"] = [declared - half, declared + half]
+            lo, hi = fit["interval"]
+            fit["margin_widths"] = min(lo - fit["band"][0], fit["band"][1] - hi) / (hi - lo) if hi > lo else None
+        fit["can_fail"] = bool(captures) or side == "trainer"
+        sides[side] = fit
+    return {"source": source, "declared": declared, "max_drift": max_drift, "sides": sides}
+
+
+def temperature_status(check: dict) -> tuple[str, str]:
+    """pass: every side's interval inside its band; fail: a side's interval wholly outside it; else not checked."""
+    texts, inside, outside, missing, confounded = [], [], [], [], []
+    for side, fit in check["sides"].items():
+        if fit.get("band") is None or not all(math.isfinite(v) for v in fit["interval"] or [math.nan]):
+            missing.append(f"{side}: {fit.get('why', 'no finite fit or sensitivity')}")
+            continue
+        (lo, hi), (blo, bhi) = fit["interval"], fit["band"]
+        texts.append(f"{side} T_hat {fit['t_hat']:.6f} [{lo:.6f}, {hi:.6f}] (band [{blo:.6f}, {bhi:.6f}], {fit['tokens']} tokens)")
+        beyond = hi < blo or lo > bhi
+        (inside if blo <= lo and hi <= bhi else (outside if fit.get("can_fail", True) else confounded) if beyond else []).append(side)
+    where = f"declared T={check['declared']:g}; {'; '.join(texts)}; from {check['source']}"
+    if outside:
+        return "fail", f"semantic: the {outside[0]}'s log-probs follow another temperature than the declared one: {where}"
+    if confounded:
+        return "not checked", (
+            f"temperature not decided: the {confounded[0]}'s fit lies outside the band, but on the trainer's hidden states it carries "
+            f"the drift upstream of the LM head too (a capture of its own logits tells the two apart): {where}"
+        )
+    if missing:
+        return "not checked", f"temperature not measured ({'; '.join(missing)})" + (f": {where}" if texts else "")
+    if len(inside) == len(check["sides"]):
+        return "pass", f"both sides' measured temperature lies within the band around the declared one: {where}"
+    return "not checked", f"temperature not decided: an interval straddles the band's edge: {where}"

@@ -153,6 +153,8 @@ def thresholds(knobs) -> dict[str, float]:
         "floor": knobs.threshold("fp32_floor_max_abs_diff"),
         "min_removed": knobs.threshold("semantic_replay_min_removed_fraction"),
         "one_sided": knobs.threshold("contract_one_sided_min_fraction"),
+        "temperature_drift": knobs.threshold("contract_temperature_max_drift"),
+        "confidence": knobs.threshold("bootstrap_confidence"),
     }
 
 
@@ -366,8 +368,29 @@ def contract_check(run: Run, knobs: Knobs) -> ProbeVerdict:
     results = [{"file": b.path.name, **probe_contract(b, settings, limits["floor"], limits["min_removed"])} for b in bundles]
     results += [{"file": p.split(":")[0], "skipped": p, "evidence": {}} for p in problems]
     return _contract_verdict(
-        results, flag_membership(dumps, settings), settings, comparison.group("contract"), limits["one_sided"], limits["min_removed"]
+        results,
+        flag_membership(dumps, settings),
+        settings,
+        comparison.group("contract"),
+        limits["one_sided"],
+        limits["min_removed"],
+        temperature=measured_temperature(bundles, run.path / "dumps", settings, limits),
     )
+
+
+def single_contract(settings: RunSettings) -> bool:
+    """The declared sampling leaves one candidate contract (T = 1, no top-k/top-p): matching contracts
+    cannot tell the sides apart, so probe 6 measures each side's temperature instead."""
+    return settings.temperature == 1.0 and not settings.filters_on
+
+
+def measured_temperature(bundles: list, dumps_dir, settings: RunSettings, limits: dict) -> dict | None:
+    """probe_contract.temperature_check on a single-contract run (None on the others)."""
+    if not single_contract(settings):
+        return None
+    from harness.attribution.probe_contract import temperature_check
+
+    return temperature_check(bundles, dumps_dir, settings.temperature, limits["temperature_drift"], limits["confidence"])
 
 
 class Judged(NamedTuple):
@@ -458,7 +481,14 @@ def _vocab_parallel(judged: Judged, settings: RunSettings, bundles: list) -> Pro
 
 
 def bundle_probes(
-    bundles: list, problems: list[str], settings: RunSettings, limits: dict, dumps: RunDumps, comparison=None, replay: dict | None = None
+    bundles: list,
+    problems: list[str],
+    settings: RunSettings,
+    limits: dict,
+    dumps: RunDumps,
+    comparison=None,
+    replay: dict | None = None,
+    dumps_dir=None,
 ) -> list[ProbeVerdict]:
     from harness.attribution.probe_contract import flag_membership, probe_contract
     from harness.attribution.probe_numerics import BundleNumerics, probe_logits, probe_lse_split, probe_paths, probe_vocab_parallel
@@ -484,7 +514,14 @@ def bundle_probes(
     verdicts[5] = _vocab_parallel(_numeric_verdict(5, per_probe[5], PROBE_NAMES[5]), settings, bundles)
     contract_mismatches = comparison.group("contract") if comparison is not None else []
     verdicts[6] = _contract_verdict(
-        per_probe[6], flag_membership(dumps, settings), settings, contract_mismatches, limits["one_sided"], limits["min_removed"], replay
+        per_probe[6],
+        flag_membership(dumps, settings),
+        settings,
+        contract_mismatches,
+        limits["one_sided"],
+        limits["min_removed"],
+        replay,
+        measured_temperature(bundles, dumps_dir, settings, limits) if "temperature_drift" in limits else None,
     )
     return [verdicts[n] for n in (3, 4, 5, 6, 7)]
 
@@ -520,10 +557,12 @@ def _contract_verdict(
     one_sided: float = 1.0,
     min_removed: float = 1.0,
     replay: dict | None = None,
+    temperature: dict | None = None,
 ) -> ProbeVerdict:
     """`replay`: probe_contract.measured_replay's share from a replay run of this run; when given it is
     the share the threshold judges, else the recompute on the bundles' hidden states is, and the verdict
-    says which one it was (never "replaying removes" without a replay run)."""
+    says which one it was (never "replaying removes" without a replay run). `temperature`:
+    probe_contract.temperature_check, which alone decides a single-contract run (single_contract)."""
     evidence = {
         "bundles": [{"file": r["file"], **r["evidence"]} for r in results],
         "pooled_tokens": sum(int(r["evidence"].get("tokens") or 0) for r in results if not r.get("skipped")),
@@ -539,6 +578,8 @@ def _contract_verdict(
             evidence,
             "sampling contract (recorded sampling parameters)",
         )
+    if single_contract(settings):
+        return _temperature_verdict(temperature, evidence)
     evaluated = [r for r in results if not r.get("skipped")]
     comparable = [r for r in evaluated if r["evidence"].get("comparable", True)]
     differing = [r for r in comparable if r["evidence"].get("contract_differs")]
@@ -630,12 +671,34 @@ def _contract_verdict(
 
 
 def _single(results: list[dict]) -> str:
-    """Say so when the declared sampling leaves one candidate contract: the pass then rests on the
-    sides' recorded sampling parameters, with no other contract the log-probs could have followed."""
+    """Say so when the bundles' contracts left one candidate (a run whose declared sampling has several
+    may still have bundles where they coincide)."""
     fits = [r["evidence"].get("trainer_contract_fit") or {} for r in results if not r.get("skipped")]
     if fits and all(len(f) == 1 for f in fits):
         return f" (one candidate contract, '{next(iter(fits[0]))}': no alternative was distinguishable)"
     return ""
+
+
+def _temperature_verdict(temperature: dict | None, evidence: dict) -> ProbeVerdict:
+    """Probe 6 on a single-contract run: each side's measured temperature against the declared one
+    (probe_contract.temperature_status); never a pass from the one candidate contract alone."""
+    from harness.attribution.probe_contract import temperature_status
+
+    if temperature is None:
+        return _verdict(
+            6,
+            NOT_CHECKED,
+            "one candidate contract (T=1, no top-k/top-p) and no temperature fit was made; contract not checked",
+            evidence,
+            basis=Basis(kind=NOTHING_READ, detail="no temperature fit"),
+        )
+    evidence["temperature"] = temperature
+    status, text = temperature_status(temperature)
+    basis = Basis(
+        kind="recorded",
+        detail=f"each side's recorded log-probs fitted for the temperature that explains them, from {temperature['source']}",
+    )
+    return _verdict(6, status, text, evidence, "sampling contract (temperature)" if status == "fail" else None, basis)
 
 
 def pooled_removed_fraction(results: list[dict]) -> float | None:
@@ -726,7 +789,7 @@ def run_probes(run: Run, knobs: Knobs, replay_run: Run | None = None) -> ProbeRe
     bundles, problems = load_bundles(dumps)
     comparison = compare_sides(dumps, bundles)
     verdicts = framework_probes(dumps, bundles, comparison)
-    verdicts += bundle_probes(bundles, problems, settings, limits, dumps, comparison, replay)
+    verdicts += bundle_probes(bundles, problems, settings, limits, dumps, comparison, replay, run.path / "dumps")
     verdicts.sort(key=lambda v: v.number)
     from harness.attribution.boundaries import logged_abs_diff, run_boundary_table
 
