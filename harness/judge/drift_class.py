@@ -25,6 +25,8 @@ from harness.spec.schema import Rung
 
 
 def replay_is_identity(flags: dict) -> bool:
+    """The declared sampling leaves one candidate contract (T=1, top_p=1, top-k off): a replay run
+    would replay nothing, so probe 6's measured temperature fit decides semantics there, never the flags."""
     return (
         number_flag(flags, "rollout-temperature", 1.0) == 1.0
         and number_flag(flags, "rollout-top-p", 1.0) >= 1.0
@@ -180,8 +182,9 @@ def _semantic_step(judgement, rung: Rung, knobs: Knobs, drifting: Run, drifting_
         judgement.ruled_out["semantic"] = f"the drifting side replays the rollout's processed contract ({replay_flag})"
         return None
     if replay_is_identity(drifting.spec.flags):
-        judgement.reasons.append("processed-logprob replay is the identity here (T=1, top_p=1, top-k off): semantics aligned by construction")
-        return 0.0
+        # No replay can remove anything here; whether each side applied the declared temperature is
+        # measured by probe 6 (each side's fitted T_hat against the declared T), or semantics stays open.
+        return _DECIDED if _contract_probe_rules(judgement, drifting, evidence) else None
     if drifting.spec.backend == "embedded":
         if drifting_rung not in evidence.replay:
             judgement.needs.append(Need("replay", drifting_rung))
@@ -210,27 +213,36 @@ def _replay_removes(judgement, knobs: Knobs, replayed: Run, drifting: Run, drift
     return removed
 
 
-def _contract_probe_decides(judgement, knobs: Knobs, drifting: Run, child: Run, parent: Run, evidence: RungEvidence):
-    """No replay run on this backend: probe 6 on the drifting run's dumps decides the contract or
-    nothing does; a sampling rung is never candidate-operator by elimination of flag names."""
+def _contract_probe_rules(judgement, drifting: Run, evidence: RungEvidence) -> bool:
+    """Probe 6 on the drifting run: a fail is semantic, anything but a pass leaves the class undecided
+    (needs probe 6), a pass rules semantics out with the probe's measured figures. True when it decided
+    the class or stopped for the probe (a Need); False when it passed."""
     if not evidence.contract_probe:
         status, verdict = "not checked", "no contract probe was given"
     elif drifting.id not in evidence.contract:
         judgement.needs.append(Need("contract", drifting.id))
-        return _DECIDED
+        return True
     else:
         status, verdict = evidence.contract[drifting.id].status, evidence.contract[drifting.id].verdict
     judgement.evidence["contract_probe"] = {"run": drifting.id, "status": status, "verdict": verdict}
     if status == "fail":
         judgement.drift_class = "semantic"
         judgement.reasons.append(f"probe 6 on {drifting.id}'s dumps: {verdict}")
-        return _DECIDED
+        return True
     if status != "pass":
         judgement.drift_class = "undecided"
         judgement.reasons.append(f"undecided: needs probe 6 (sampling contract) on {drifting.id}: {verdict}")
-        return _DECIDED
+        return True
     judgement.reasons.append(f"probe 6 passes on {drifting.id}'s dumps: {verdict}")
     judgement.ruled_out["semantic"] = f"probe 6 passes on {drifting.id}: {verdict}"
+    return False
+
+
+def _contract_probe_decides(judgement, knobs: Knobs, drifting: Run, child: Run, parent: Run, evidence: RungEvidence):
+    """No replay run on this backend: probe 6 on the drifting run's dumps decides the contract or
+    nothing does; a sampling rung is never candidate-operator by elimination of flag names."""
+    if _contract_probe_rules(judgement, drifting, evidence):
+        return _DECIDED
     unexplained = changed_flags(child, parent) - _explained_flags(knobs)
     if unexplained:
         judgement.drift_class = "undecided"

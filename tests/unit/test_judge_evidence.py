@@ -50,6 +50,9 @@ def test_a_precision_rung_asks_for_the_drifting_runs_boundary_table(build_run):
     parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
     child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04, seed=1)), **{"vllm-quantization": "fp8"})
     evidence = RungEvidence(framework={run.id: FrameworkResult(not_checked=()) for run in (child, parent)})
+    # T=1, no filters: no replay to run, so probe 6's measured temperature fit is asked for first
+    assert _judge("fp8-rollout", child, parent, evidence).needs == [Need("contract", child.id)]
+    evidence.contract[child.id] = ContractResult("pass", "both sides' measured temperature lies within the band: trainer T_hat 1.000000 [...]")
     assert _judge("fp8-rollout", child, parent, evidence).needs == [Need("boundary", child.id)]
     evidence.boundary[child.id] = BoundaryResult("breaks", "first boundary beyond 4x its envelope: logsumexp", "logsumexp")
     decided = _judge("fp8-rollout", child, parent, evidence)
@@ -60,7 +63,8 @@ def test_a_precision_rung_asks_for_the_drifting_runs_boundary_table(build_run):
 def test_without_a_boundary_table_the_class_is_undecided_not_asked_for(build_run):
     parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
     child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04, seed=1)), **{"vllm-quantization": "fp8"})
-    judgement = _judge("fp8-rollout", child, parent, RungEvidence(boundary_table=False))
+    evidence = RungEvidence(boundary_table=False, contract={child.id: ContractResult("pass", "measured T_hat within the band")})
+    judgement = _judge("fp8-rollout", child, parent, evidence)
     assert not judgement.needs and judgement.drift_class == "undecided" and "needs the boundary table" in judgement.reasons[-1]
 
 

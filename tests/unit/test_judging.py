@@ -129,14 +129,48 @@ def test_classifier_calls_a_delta_removed_by_replay_semantic(build_run):
     assert (judgement.observed_direction, judgement.drift_class) == ("up", "semantic"), judgement.summary()
 
 
+MEASURED_T = "both sides' measured temperature lies within the band around the declared one: declared T=1; trainer T_hat 1.000000 [...]"
+
+
 def test_classifier_calls_a_precision_delta_that_survives_replay_expected_numerical(build_run):
+    """T=1 and no filters: one candidate contract, no replay to run. Semantics is ruled out only by
+    probe 6's measured temperature fit on the drifting run, never by the flags."""
     parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)))
     child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04)), **{"vllm-quantization": "fp8"})
     runs = {("fp8-rollout", ()): child, ("near-aligned", ()): parent}
     within = ("within", "every boundary within 4x its envelope", None)
-    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], boundary_check=lambda run: within)
+    asked = []
+
+    def contract(run):
+        asked.append(run.id)
+        return ("pass", MEASURED_T)
+
+    judgement = judge_rung(
+        KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], contract_check=contract, boundary_check=lambda run: within
+    )
     assert judgement.drift_class == "expected-numerical", judgement.summary()
-    assert "identity" in " ".join(judgement.reasons) and judgement.evidence["boundary_table"]["run"] == "child"
+    assert asked == ["child"] and judgement.evidence["boundary_table"]["run"] == "child"
+    assert "T_hat" in judgement.ruled_out["semantic"] and "by construction" not in " ".join(judgement.reasons)
+    assert "removes 0%" not in judgement.ruled_out["semantic"] and "removed_fraction" not in judgement.evidence
+
+
+@pytest.mark.parametrize(
+    ("probe", "expected", "words"),
+    [
+        (("fail", "semantic: the rollout's log-probs follow another temperature than the declared one: T_hat 0.9 [...]"), "semantic", "T_hat 0.9"),
+        (("not checked", "temperature not decided: an interval straddles the band's edge: ..."), "undecided", "needs probe 6"),
+        (None, "undecided", "needs probe 6"),
+    ],
+)
+def test_single_contract_semantics_follow_the_measured_probe_not_the_flags(build_run, probe, expected, words):
+    parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)))
+    child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04)), **{"vllm-quantization": "fp8"})
+    runs = {("fp8-rollout", ()): child, ("near-aligned", ()): parent}
+    within = ("within", "every boundary within 4x its envelope", None)
+    check = None if probe is None else (lambda run: probe)
+    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], contract_check=check, boundary_check=lambda run: within)
+    assert judgement.drift_class == expected and words in judgement.reasons[-1], judgement.summary()
+    assert "semantic" not in judgement.ruled_out
 
 
 def test_classifier_decides_numerical_drift_from_the_boundary_table_only(build_run):
@@ -144,10 +178,11 @@ def test_classifier_decides_numerical_drift_from_the_boundary_table_only(build_r
     child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04)), **{"vllm-quantization": "fp8"})
     runs = {("fp8-rollout", ()): child, ("near-aligned", ()): parent}
     breaks = ("breaks", "first boundary beyond 4x its envelope: logsumexp ...", "logsumexp")
-    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], boundary_check=lambda run: breaks)
+    passes = lambda run: ("pass", MEASURED_T)  # noqa: E731
+    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], contract_check=passes, boundary_check=lambda run: breaks)
     assert judgement.drift_class == "candidate-operator" and "logsumexp" in judgement.reasons[-1], judgement.summary()
     # A precision flag alone decides nothing: without a boundary table the class is undecided.
-    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [])
+    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], contract_check=passes)
     assert judgement.drift_class == "undecided" and "needs the boundary table" in judgement.reasons[-1], judgement.summary()
 
 
