@@ -356,7 +356,9 @@ def temperature_status(check: dict) -> tuple[str, str]:
             missing.append(f"{side}: {fit.get('why', 'no finite fit or sensitivity')}")
             continue
         (lo, hi), (blo, bhi) = fit["interval"], fit["band"]
-        texts.append(f"{side} T_hat {fit['t_hat']:.6f} [{lo:.6f}, {hi:.6f}] (band [{blo:.6f}, {bhi:.6f}], {fit['tokens']} tokens)")
+        texts.append(
+            f"{side} T_hat {fit['t_hat']:.8f} [{lo:.8f}, {hi:.8f}] (width {hi - lo:.2g}; band [{blo:.6f}, {bhi:.6f}], {fit['tokens']} tokens)"
+        )
         beyond = hi < blo or lo > bhi
         (inside if blo <= lo and hi <= bhi else (outside if fit.get("can_fail", True) else confounded) if beyond else []).append(side)
     where = f"declared T={check['declared']:g}; {'; '.join(texts)}; from {check['source']}"
