@@ -6,8 +6,10 @@ as a finding rather than an assertion error.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+# The series windows live with the records (attribution reads them too, and it never imports the judge).
+from harness.records.series_window import after_warmup, finite_values  # noqa: F401 - re-exported for the judge's modules
 
 
 @dataclass
@@ -15,24 +17,3 @@ class Verdict:
     passed: bool
     message: str
     evidence: dict = field(default_factory=dict)
-
-
-def finite_values(series: list[tuple[int, object]]) -> tuple[list[int], list[float], list[int]]:
-    """Split a metric series into (steps, values) of finite numbers and the steps that were not."""
-    steps, values, bad = [], [], []
-    for step, value in series:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            steps.append(step)
-            values.append(float(value))
-        else:
-            bad.append(step)
-    return steps, values, bad
-
-
-def after_warmup(series: list[tuple[int, object]], warmup: int) -> tuple[list[int], list[float]]:
-    steps, values, _ = finite_values(series)
-    if not steps:
-        return [], []
-    first = min(steps) + warmup
-    kept = [(s, v) for s, v in zip(steps, values) if s >= first]
-    return [s for s, _ in kept], [v for _, v in kept]
