@@ -160,8 +160,8 @@ def measured_replay(run, replay, flag: str, warmup: int) -> dict:
     harness.experiment.evidence), and the share is 1 - its logged abs-diff / the run's, over the
     steps both logged after `warmup` (the ladder's series, harness.judge.ladder.abs_diff_after_warmup).
     Raises ReplayRunProblem (one line) when `replay` is not that run."""
-    from harness.judge.verdict import after_warmup
     from harness.records.metric_names import ABS_DIFF
+    from harness.records.series_window import after_warmup
     from harness.spec.flag_read import is_on
 
     mine, theirs = dict(run.spec.flags), dict(replay.spec.flags)
@@ -319,9 +319,16 @@ def _read_captures(dumps_dir) -> tuple[list[dict], list[str]]:
     return captures, names
 
 
-def temperature_check(bundles: list, dumps_dir, declared: float, max_drift: float, confidence: float) -> dict:
-    """Each side's T_hat with its interval, and the band the declared T allows: +- max_drift / sensitivity
-    (the temperature error whose drift on these tokens would reach `max_drift` nats of mean |dlogp|).
+def temperature_check(bundles: list, dumps_dir, declared: float, max_drift: float, confidence: float, min_removed: float = 0.0) -> dict:
+    """Each side's T_hat with its interval, and the band the declared T allows: +- allowed / sensitivity,
+    the temperature error whose drift on these tokens would reach `allowed` nats of mean |dlogp|, where
+    allowed = max(max_drift, min_removed x the drift the two sides' recorded log-probs show on the same
+    tokens). A temperature error inside the band could explain less than `min_removed` of the observed
+    drift (or less than the smallest effect the ladder resolves), so it is not the drift's cause - the
+    rule the multi-contract rungs use (semantic needs a contract that removes at least min_removed).
+    Without the drift term a numerical fault that scatters a side's log-probs (rollout-lse-bf16 on the
+    fp32 floor: T_hat 1.00066 [0.99938, 1.00136] against +-5.9e-4) left the probe not checked, though
+    no temperature inside its interval explains a measurable share of its drift.
     Source: the run's captures where they hold both engines' own logits (the sampler's contract from the
     logits it was applied to: no upstream drift in the fit), else the probe bundles (the trainer's
     hidden states and LM head, fp64). On the bundles the rollout side's fit carries the drift upstream
@@ -334,18 +341,41 @@ def temperature_check(bundles: list, dumps_dir, declared: float, max_drift: floa
     else:
         source, pick = "the probe bundles: the trainer's hidden states and LM-head weight in fp64, each side's recorded log-probs", _bundle_samples
         data = bundles
+    drift = _observed_drift(pick(data, "trainer"), pick(data, "rollout"))
+    allowed = max(max_drift, min_removed * drift) if math.isfinite(drift) else max_drift
     sides = {}
     for side in ("trainer", "rollout"):
         fit = fit_temperature(pick(data, side), declared, confidence)
         fit.pop("resampled", None)  # 2000 figures: the interval summarises them
         if fit["t_hat"] is not None and fit["sensitivity"] > 0 and math.isfinite(fit["sensitivity"]):
-            half = max_drift / fit["sensitivity"]
+            half = allowed / fit["sensitivity"]
             fit["band"] = [declared - half, declared + half]
             lo, hi = fit["interval"]
             fit["margin_widths"] = min(lo - fit["band"][0], fit["band"][1] - hi) / (hi - lo) if hi > lo else None
         fit["can_fail"] = bool(captures) or side == "trainer"
         sides[side] = fit
-    return {"source": source, "declared": declared, "max_drift": max_drift, "sides": sides}
+    return {
+        "source": source,
+        "declared": declared,
+        "max_drift": max_drift,
+        "observed_drift": drift,
+        "min_removed": min_removed,
+        "allowed_drift": allowed,
+        "sides": sides,
+    }
+
+
+def _observed_drift(trainer: list, rollout: list) -> float:
+    """Mean |trainer - rollout| recorded log-prob over the tokens both sides recorded (finite), sample by
+    sample in the order both pickers return them (the same samples and targets); NaN when none pair up."""
+    total, count = 0.0, 0
+    for (_, t_targets, t_recorded), (_, r_targets, r_recorded) in zip(trainer, rollout):
+        if t_recorded.shape != r_recorded.shape or not torch.equal(t_targets, r_targets):
+            continue
+        both = torch.isfinite(t_recorded) & torch.isfinite(r_recorded)
+        total += float((t_recorded[both].double() - r_recorded[both].double()).abs().sum())
+        count += int(both.sum())
+    return total / count if count else float("nan")
 
 
 def temperature_status(check: dict) -> tuple[str, str]:
@@ -361,7 +391,12 @@ def temperature_status(check: dict) -> tuple[str, str]:
         )
         beyond = hi < blo or lo > bhi
         (inside if blo <= lo and hi <= bhi else (outside if fit.get("can_fail", True) else confounded) if beyond else []).append(side)
-    where = f"declared T={check['declared']:g}; {'; '.join(texts)}; from {check['source']}"
+    allowed = check.get("allowed_drift", check["max_drift"])
+    band_rule = (
+        f"band: the temperature error whose drift would reach {allowed:.3g} nats = max(thresholds.contract_temperature_max_drift "
+        f"{check['max_drift']:g}, {check.get('min_removed', 0.0):g} x the observed drift {check.get('observed_drift', float('nan')):.3g})"
+    )
+    where = f"declared T={check['declared']:g}; {'; '.join(texts)}; {band_rule}; from {check['source']}"
     if outside:
         return "fail", f"semantic: the {outside[0]}'s log-probs follow another temperature than the declared one: {where}"
     if confounded:

@@ -390,7 +390,7 @@ def measured_temperature(bundles: list, dumps_dir, settings: RunSettings, limits
         return None
     from harness.attribution.probe_contract import temperature_check
 
-    return temperature_check(bundles, dumps_dir, settings.temperature, limits["temperature_drift"], limits["confidence"])
+    return temperature_check(bundles, dumps_dir, settings.temperature, limits["temperature_drift"], limits["confidence"], limits["min_removed"])
 
 
 class Judged(NamedTuple):

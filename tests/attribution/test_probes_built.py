@@ -54,9 +54,12 @@ def test_built_fault_decides_its_class(tmp_path, case, knobs):
     assert report.probes[4].evidence["not_applicable"] and report.complete is False
     if expected_class == "undecided" and case in UPSTREAM:
         # T=1, no filters, no capture: the rollout's temperature fit on the trainer's hidden states carries
-        # the upstream divergence (it lands outside the band), so probe 6 cannot tell it from a temperature
-        assert report.needs == ["probe 6 (top-p/top-k retained sets and processed-logprob contract)"], report.needs
-        assert "upstream of the LM head" in report.probes[5].verdict, report.probes[5].verdict
+        # the upstream divergence, but no temperature in its interval explains half the drift the two
+        # sides show (the band's drift term), so probe 6 passes on measured fits and the numerical
+        # question waits for the boundary table this built run has none of.
+        assert statuses[6] == "pass", report.probes[5].verdict
+        assert "observed drift" in report.probes[5].verdict, report.probes[5].verdict
+        assert any("boundary table" in need for need in report.needs), report.needs
     elif expected_class == "undecided":
         assert any("boundary table" in need for need in report.needs), report.needs
     elif expected_probe is not None:
