@@ -21,7 +21,7 @@ from harness.judge.candidate_execution import judge_execution
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks, read_decisions
 from harness.judge.ladder import effect_of_interest
-from harness.judge.margin import noninferiority_margin, outcome_margin
+from harness.judge.margin import interval_critical, noninferiority_margin, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.recipes import DATA_RECIPES, URI_PREFIX, recipe_hash
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
@@ -228,7 +228,7 @@ def drift_reduced(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
         "outcome": judged.direction,
         "effect_of_interest": judged.effect,
         "detectable": judged.detectable,
-        "margin": _outcome_margin(judged.direction, diff, judged.effect, baseline, candidate).as_dict(),
+        "margin": _outcome_margin(judged, diff, baseline, candidate).as_dict(),
     }
     return Answer(question, judged.direction == "down", message, evidence)
 
@@ -240,13 +240,15 @@ def _sample(baseline: Side, candidate: Side, metric: str) -> dict:
     return {"seeds_per_side": [seeds, seeds], "paired_steps": steps}
 
 
-def _outcome_margin(direction: str, diff: stats.DiffCI, effect: float, baseline: Side, candidate: Side):
-    """The margin of the observed outcome (NaN for inconclusive: it has no side of a boundary)."""
+def _outcome_margin(judged: outcomes.Outcome, diff: stats.DiffCI, baseline: Side, candidate: Side):
+    """The margin of the observed outcome, from where its interval's edge would flip it (NaN for
+    inconclusive: it has no side of a boundary)."""
     from harness.judge.margin import Margin
 
-    if direction not in ("up", "down", "flat"):
-        return Margin(float("nan"), diff.diff, float("nan"), diff.se, direction, _sample(baseline, candidate, ABS_DIFF))
-    return outcome_margin(direction, diff.diff, diff.se, effect, _sample(baseline, candidate, ABS_DIFF))
+    if judged.direction not in ("up", "down", "flat"):
+        return Margin(float("nan"), diff.diff, float("nan"), diff.se, judged.direction, _sample(baseline, candidate, ABS_DIFF))
+    critical = interval_critical(judged.low, judged.high, diff.se)
+    return outcome_margin(judged.direction, diff.diff, diff.se, judged.effect, _sample(baseline, candidate, ABS_DIFF), critical=critical)
 
 
 def reward_preserved(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
@@ -256,7 +258,10 @@ def reward_preserved(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
         return Answer(question, False, why)
     allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
     passed = diff.low >= -allowed
-    margin = noninferiority_margin(diff.diff, diff.se, allowed, _sample(baseline, candidate, RAW_REWARD))
+    # Decided by the interval's low edge: it flips t(df) SE before the estimate reaches -allowed.
+    margin = noninferiority_margin(
+        diff.diff, diff.se, allowed, _sample(baseline, candidate, RAW_REWARD), critical=interval_critical(diff.low, diff.high, diff.se)
+    )
     message = (
         f"reward {a:.3f} -> {b:.3f}, difference CI [{diff.low:+.3f}, {diff.high:+.3f}]; allowed drop "
         f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped") + f"; {margin.describe()}"
@@ -407,7 +412,7 @@ def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
             family_size=len(judged),
         )
     # The answer's margin: the nearer of the two modes' outcomes to its boundary.
-    margins = [_outcome_margin(judged[mode].direction, diffs[mode], effects[mode]["effect_of_interest"], *pairs[mode]).as_dict() for mode in judged]
+    margins = [_outcome_margin(judged[mode], diffs[mode], *pairs[mode]).as_dict() for mode in judged]
     margin = min(margins, key=lambda m: m["se_units"] if m["se_units"] == m["se_units"] else float("-inf"))
     directions = {o.direction for o in judged.values()}
     values = [e["relative_change"] for e in effects.values()]

@@ -12,7 +12,7 @@ import numpy as np
 
 from harness.judge import stats
 from harness.judge.completeness import series_problems
-from harness.judge.margin import bound_margin
+from harness.judge.margin import bound_margin, interval_critical
 from harness.judge.verdict import Verdict, after_warmup, finite_values
 from harness.records.logparse import parse_log_file
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
@@ -151,8 +151,13 @@ def mismatch_above_near_aligned(ctx: JudgeContext) -> Verdict:
         "near_aligned_mean": float(np.mean(reference)),
         "diff": diff.diff,
         "ci": [diff.low, diff.high],
-        # Measurably above: the difference against its binding limit, rung_min_abs_delta (above zero).
-        "margin": bound_margin(diff.diff, diff.se, max(0.0, min_delta), upper=False, sample=sample).as_dict(),
+        # Measurably above: two decisions, the interval's low edge above zero and the difference at
+        # least rung_min_abs_delta; the margin is the nearer of the two to flipping.
+        "margin": min(
+            bound_margin(diff.diff, diff.se, 0.0, upper=False, sample=sample, critical=interval_critical(diff.low, diff.high, diff.se)),
+            bound_margin(diff.diff, diff.se, min_delta, upper=False, sample=sample),
+            key=lambda m: m.se_units if m.se_units == m.se_units else float("-inf"),
+        ).as_dict(),
     }
     head = (
         f"abs-diff {evidence['baseline_mean']:.4g} vs near-aligned {evidence['near_aligned_mean']:.4g}: "
@@ -203,7 +208,13 @@ def stable_under_aa(ctx: JudgeContext) -> Verdict:
         "rel_tol": rel_tol,
         # Equivalence: |relative difference| within rel_tol, in standard errors of the relative difference.
         "margin": bound_margin(
-            abs(check.rel_diff), check.rel_se, rel_tol, upper=True, sample={"seeds": 2 if other else 1, "steps": [len(a), len(b)]}
+            abs(check.rel_diff),
+            check.rel_se,
+            rel_tol,
+            upper=True,
+            sample={"seeds": 2 if other else 1, "steps": [len(a), len(b)]},
+            # Equivalence is decided by the whole interval inside +/-rel_tol: it flips at the interval's edge.
+            critical=interval_critical(check.rel_ci_low, check.rel_ci_high, check.rel_se) if check.criterion == "equivalence" else 0.0,
         ).as_dict(),
     }
     message = (

@@ -39,7 +39,7 @@ from harness.judge import stats
 from harness.judge.completeness import series_problems
 from harness.judge.evidence import Need
 from harness.judge.expectations import bound_findings, expectation_findings  # noqa: F401  (the ladder's expectations, imported from here by its callers)
-from harness.judge.margin import Margin, outcome_margin
+from harness.judge.margin import Margin, interval_critical, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
@@ -243,4 +243,5 @@ def _rung_margin(rung: Rung, result: outcomes.Outcome, diff: stats.DiffCI, effec
     }
     if answer not in ("up", "down", "flat"):  # inconclusive and not expected: no boundary to measure from
         return Margin(float("nan"), diff.diff, float("nan"), diff.se, answer, sample)
-    return outcome_margin(answer, diff.diff, diff.se, effect, sample)
+    # Measured from where the decision flips: the interval's edge at the boundary, t(df) SE past it.
+    return outcome_margin(answer, diff.diff, diff.se, effect, sample, critical=interval_critical(result.low, result.high, diff.se))

@@ -64,6 +64,16 @@ class Margin(BaseModel):
     se: float | None = None
     answer: str | None = None
     sample: dict[str, Any] = Field(default_factory=dict)
+    # Standard errors the decision needs past the boundary (harness.judge.margin); absent from records
+    # written before 2026-12-03, whose margins were measured from the boundary itself.
+    critical: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _keep_old_records_shape(self, handler):
+        data = handler(self)
+        if data.get("critical") is None:
+            data.pop("critical", None)  # a record without it is written back as it was read
+        return data
 
 
 class Rung(_Entry):

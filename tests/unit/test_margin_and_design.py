@@ -7,10 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from harness import DEFAULT_KNOBS_DIR
 from harness.judge.design import needed_sample, relative_seed_spread, side_variance
-from harness.judge.margin import below_minimum, bound_margin, noninferiority_margin, outcome_margin
+from harness.judge.margin import below_minimum, bound_margin, interval_critical, noninferiority_margin, outcome_margin
 from harness.spec import load_knobs
 from harness.spec.design_file import load_design
 
@@ -28,6 +29,22 @@ def test_a_margin_is_the_signed_distance_to_the_answers_boundary_in_standard_err
     assert noninferiority_margin(-0.027, 0.021, 0.067).se_units == pytest.approx((0.067 - 0.027) / 0.021)
     assert bound_margin(1.6e-7, 1e-8, 1e-5, upper=True).se_units > 900
     assert math.isnan(outcome_margin("up", 1.0, float("nan"), 0.5).se_units)
+
+
+def test_an_interval_decided_answer_is_measured_from_where_its_interval_flips_it():
+    """The fp8-rollout rung under the AVX2 settings at seed offset +300 (docs/results.md): delta
+    +0.003283 with a 98.33% interval [+0.000162, +0.006404] on 2 degrees of freedom against the
+    effect of interest 0.000177 was inconclusive, though the estimate sat 7.3 SE past the effect:
+    its interval needed t = 7.65 SE. Measured from where the decision flips, the margin is negative."""
+    low, high, diff, effect = 0.000162, 0.006404, 0.003283, 0.000177
+    se = (high - low) / 2 / stats.t.ppf(1 - (1 - 0.9833) / 2, 2)
+    critical = interval_critical(low, high, se)
+    assert critical == pytest.approx(stats.t.ppf(1 - (1 - 0.9833) / 2, 2))
+    from_effect = outcome_margin("up", diff, se, effect)
+    from_decision = outcome_margin("up", diff, se, effect, critical=critical)
+    assert from_effect.se_units > 3 and from_decision.se_units < 0
+    assert below_minimum(from_decision, 3.0) and from_decision.critical == critical
+    assert interval_critical(float("nan"), 1.0, 1.0) == 0.0  # an interval that cannot be read adds nothing
 
 
 def test_an_answer_under_the_minimum_or_unmeasured_is_flagged():
