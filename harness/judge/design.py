@@ -122,7 +122,7 @@ def needed_pairs(answer: str, difference: SideVariance, effect: float, target_ma
     if distance > 0:
         for pairs in range(2, MAX_SEEDS + 1):
             critical = float(scipy_stats.t.ppf(1 - family_alpha / 2, pairs - 1))
-            if distance / se(pairs) >= max(target_margin, critical):
+            if distance / se(pairs) - critical >= target_margin:
                 found = pairs
                 break
     return Need(answer, difference.mean, distance, measured, target_margin, found, difference.steps, se(found) if found else None)
@@ -154,8 +154,9 @@ def needed_sample(
     found = None
     if distance > 0:
         for seeds in range(2 if seed_effect else 1, MAX_SEEDS + 1):
-            needed = max(target_margin, _critical_t(seeds, seed_effect, family_alpha))
-            if distance / se(seeds) >= needed:
+            # The judged margin is counted from where the decision flips (harness.judge.margin): the
+            # critical value of the judge's interval first, then the target margin beyond it.
+            if distance / se(seeds) - _critical_t(seeds, seed_effect, family_alpha) >= target_margin:
                 found = seeds
                 break
     return Need(answer, delta, distance, measured, target_margin, found, steps, se(found) if found else None)
