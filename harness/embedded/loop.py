@@ -113,6 +113,9 @@ class EmbeddedRun:
             raise InputError(
                 "--use-rollout-routing-replay: the embedded non-colocate engine serves /v1/completions, which returns no routed experts; run it --colocate"
             )
+        if s.faults.rollout_fp8_weight_scale and not s.fp8:
+            # Without fp8 no weight block has a scale to read back wrong: the control would do nothing.
+            raise InputError("--embedded-inject rollout-fp8-weight-scale: needs --vllm-quantization fp8 (the rollout holds no fp8 weights to scale)")
         hf_state = {}
         for f in sorted(self.model_dir.glob("*.safetensors")):
             hf_state.update(load_file(str(f)))
