@@ -55,8 +55,9 @@ def render_markdown(answers: list[Answer], minimum: float) -> str:
     lines = [
         "## Judged answers and their margins",
         "",
-        f"Margin: the estimate's distance from its decision boundary in standard errors (harness/judge/margin.py), "
-        f"signed so that positive is the side of the answer given. **Flagged**: an expected answer under "
+        f"Margin: how many standard errors past the point where its decision would flip the estimate stands (for an "
+        f"interval-decided answer, past its interval's own t; harness/judge/margin.py), signed so that positive is the "
+        f"side of the answer given. **Flagged**: an expected answer under "
         f"thresholds.min_margin_se = {minimum:g} (it may flip on another seed or machine). "
         f"{len(flagged)} of {sum(1 for a in answers if is_expected(a))} expected answers flagged.",
         "",

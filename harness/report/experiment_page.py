@@ -400,8 +400,8 @@ def answers_section(record: ExperimentRecord) -> str:
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("Answer", "Expected", "Observed", "Margin (SE)", "Sample", "Test"))
     lead = (
-        f"Margin: the estimate's distance from its decision boundary in standard errors, positive on the side of the answer "
-        f"given. {flagged} of {expected} expected answers under {minimum:g} SE; not-expected answers are reported only "
+        f"Margin: how many standard errors past the point where its decision would flip the estimate stands (for an "
+        f"interval-decided answer, past its interval's own t), positive on the side of the answer given. {flagged} of {expected} expected answers under {minimum:g} SE; not-expected answers are reported only "
         f"(knobs/design.yaml says why)."
     )
     return f"<h2>Answers and margins</h2><p class='small'>{esc(lead)}</p><table id='answers'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
