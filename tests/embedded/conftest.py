@@ -137,3 +137,18 @@ def trainer(tmp_path_factory, pytestconfig):
 def assert_finished(run: Run, steps: int = 2) -> None:
     assert run.returncode == 0, f"trainer exited {run.returncode}: {run.stderr.strip().splitlines()[-3:]}"
     assert sorted(run.lines["step"]) == list(range(steps)), run.stdout[-2000:]
+
+
+def refused_in_one_line(out_dir: Path, *flags: str) -> str:
+    """Launch the embedded trainer with BASE_ARGS + `flags` and return its one `error:` line: it must
+    exit non-zero with exactly one such line and no traceback (bad input is a clear error)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.embedded.train", *BASE_ARGS, *flags, "--embedded-output-dir", str(out_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-2000:]
+    return lines[0]

@@ -2,31 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from conftest import BASE_ARGS, REPO
+from conftest import refused_in_one_line
 
 
 def test_a_wrong_fp8_scale_without_fp8_weights_is_one_clear_error(tmp_path):
-    # BASE_ARGS declare no --vllm-quantization: the rollout holds bf16/fp32 weights, no fp8 block scale.
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.embedded.train",
-            *BASE_ARGS,
-            "--colocate",
-            "--embedded-inject",
-            "rollout-fp8-weight-scale:2",
-            "--embedded-output-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-2000:]
-    assert "rollout-fp8-weight-scale" in lines[0] and "--vllm-quantization fp8" in lines[0], lines[0]
+    # BASE_ARGS declare no --vllm-quantization: the rollout holds no fp8 weight block to scale.
+    line = refused_in_one_line(tmp_path, "--colocate", "--embedded-inject", "rollout-fp8-weight-scale:2")
+    assert "rollout-fp8-weight-scale" in line and "--vllm-quantization fp8" in line, line

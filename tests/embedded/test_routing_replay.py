@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import BASE_ARGS, REPO, assert_finished
+from conftest import BASE_ARGS, assert_finished, refused_in_one_line
 from harness.embedded.policy import LogprobSpec, Policy
 from harness.records.metric_names import ABS_DIFF
 
@@ -102,25 +102,5 @@ def test_routing_replay_run_keeps_vimes_dump_and_replays_the_engines_routing(tra
 
 
 def test_routing_replay_on_the_dense_model_is_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.embedded.train",
-            *BASE_ARGS,
-            "--colocate",
-            "--use-rollout-routing-replay",
-            "--embedded-output-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-2000:]
-    assert "--use-rollout-routing-replay" in lines[0] and "dense model" in lines[0]
+    line = refused_in_one_line(tmp_path, "--colocate", "--use-rollout-routing-replay")
+    assert "--use-rollout-routing-replay" in line and "dense model" in line
