@@ -3,9 +3,13 @@ what it computes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import warnings
+
+from harness.records.environment import ISA_SETTINGS
 
 # vLLM's compiled rank count and the eager one, on log-probs with ties, -inf (masked entries) and
 # a single row (the batch size vLLM marks unbacked), in a child process: the compiled side starts
@@ -24,7 +28,13 @@ _COMPARE = textwrap.dedent(
         chosen = torch.randint(0, 512, (rows, 1), generator=g)
         values = x.gather(-1, chosen)
         compiled, eager = batched_count_greater_than(x, values), count_at_least(x, values)
-        assert compiled.dtype == eager.dtype and torch.equal(compiled, eager), (rows, compiled, eager)
+        exact = torch.from_numpy((x.numpy() >= values.numpy()).sum(-1))  # the expression, counted apart from torch
+        assert torch.equal(eager, exact.to(eager.dtype)), (rows, eager, exact)
+        if not torch.equal(compiled, eager):
+            # vLLM's compiled kernel itself miscounted: seen under ATEN_CPU_CAPABILITY=avx2 on an
+            # AVX-512 host (about half the exact count), where the eager count is what is right.
+            print("compiled-miscount", rows, compiled.tolist()[:3], exact.tolist()[:3])
+        assert compiled.dtype == eager.dtype, (compiled.dtype, eager.dtype)
 
     from harness.embedded import vllm_cpu_fixes
     from vllm.v1.sample import sampler
@@ -37,5 +47,14 @@ _COMPARE = textwrap.dedent(
 
 
 def test_eager_rank_count_is_vllms_compiled_count_and_the_sampler_calls_it():
+    """The eager count is the exact count always. It must equal vLLM's compiled count wherever that
+    count is itself exact; where vLLM's compiled kernel miscounts, only under an ISA override
+    (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 host: 99 for 189 on one row, 2026-12-03), the fix is what
+    keeps the rank right, and the test says so instead of failing on vLLM's bug."""
     done = subprocess.run([sys.executable, "-c", _COMPARE], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("equal"), done.stderr[-2000:]
+    miscounts = [line for line in done.stdout.splitlines() if line.startswith("compiled-miscount")]
+    overridden = [name for name in ISA_SETTINGS if os.environ.get(name)]
+    assert not miscounts or overridden, f"vLLM's compiled count differs from the exact one with no ISA override: {miscounts}"
+    if miscounts:
+        warnings.warn(f"vLLM's compiled rank count miscounts under {overridden}: {miscounts}", stacklevel=1)
