@@ -341,11 +341,12 @@ def temperature_check(bundles: list, dumps_dir, declared: float, max_drift: floa
     else:
         source, pick = "the probe bundles: the trainer's hidden states and LM-head weight in fp64, each side's recorded log-probs", _bundle_samples
         data = bundles
-    drift = _observed_drift(pick(data, "trainer"), pick(data, "rollout"))
+    samples = {side: pick(data, side) for side in ("trainer", "rollout")}  # the bundles' fp64 logits: built once
+    drift = _observed_drift(samples["trainer"], samples["rollout"])
     allowed = max(max_drift, min_removed * drift) if math.isfinite(drift) else max_drift
     sides = {}
     for side in ("trainer", "rollout"):
-        fit = fit_temperature(pick(data, side), declared, confidence)
+        fit = fit_temperature(samples[side], declared, confidence)
         fit.pop("resampled", None)  # 2000 figures: the interval summarises them
         if fit["t_hat"] is not None and fit["sensitivity"] > 0 and math.isfinite(fit["sensitivity"]):
             half = allowed / fit["sensitivity"]
