@@ -9,10 +9,9 @@ its boundary by 0.001 on one machine falls on the other side on the next seed. E
 with the sample the estimate rests on (seeds, steps, tokens). `critical` is how many standard errors
 the decision itself asks for: an answer decided by an interval (estimate +/- t(df) x SE at its
 Holm-adjusted level) flips where its interval's edge reaches the boundary, t(df) SE from it, not
-where the estimate does; an answer decided on a point estimate has critical 0. Before 2026-12-03
-the margin was measured from the effect boundary alone, and an answer 7.3 SE past it was
-inconclusive because its interval, with 2 degrees of freedom at 98.3%, needed 7.65 (the seed sweep
-under the AVX2 settings, docs/results.md). The experiment page and the summary flag an expected
+where the estimate does (an answer 7.3 SE past its effect boundary can be inconclusive when its
+interval, on 2 degrees of freedom, needs 7.65: docs/results.md); an answer decided on a point
+estimate has critical 0. The experiment page and the summary flag an expected
 answer whose margin is under thresholds.min_margin_se (docs/statistics.md).
 
 Boundaries, for an estimate d with standard error se, the critical value c and a minimum effect of interest E:
