@@ -322,6 +322,7 @@ def _completion(parser: LogParser, spec: RunSpec):
 def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> str:
     parser = LogParser()
     failures: list[Failure] = []
+    refusal = None  # the trainer's last "error: ..." line (bad input is one such line), for the failure text
     # An attached job has been running since it started, not since we began to follow it.
     started = getattr(source, "started_at", None) or time.time()
     deadline = started + options.timeout_s
@@ -331,6 +332,8 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
         while True:
             for line in source.poll(POLL_SECONDS):
                 run_dir.append_log(line.rstrip("\n"))
+                if line.startswith("error:"):
+                    refusal = (parser.line_no + 1, line.rstrip("\n"))
                 for item in parser.feed(line.rstrip("\n")):
                     if isinstance(item, Record):
                         run_dir.append_record(item)
@@ -366,6 +369,11 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
         run_dir.set_status("finished", exit_code=0)
         return "finished"
     primary = primary_failure(failures)
-    failure = primary.model_dump() if primary else {"signature": "nonzero-exit", "line": parser.line_no, "text": f"trainer exited with code {code}"}
+    if primary:
+        failure = primary.model_dump()
+    elif refusal:
+        failure = {"signature": "nonzero-exit", "line": refusal[0], "text": f"trainer exited with code {code}: {refusal[1]}"}
+    else:
+        failure = {"signature": "nonzero-exit", "line": parser.line_no, "text": f"trainer exited with code {code}"}
     run_dir.set_status("failed", failure=failure, exit_code=code)
     return "failed"

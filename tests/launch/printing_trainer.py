@@ -8,6 +8,10 @@ import time
 from pathlib import Path
 
 argv = sys.argv[1:]
+if os.environ.get("PRINTING_TRAINER_REFUSE"):  # bad input: one error line, exit 2, as the embedded trainer does
+    print("a start-up line", flush=True)
+    print(f"error: {os.environ['PRINTING_TRAINER_REFUSE']}", flush=True)
+    sys.exit(2)
 steps = int(argv[argv.index("--num-rollout") + 1]) if "--num-rollout" in argv else 10**9
 if "--embedded-output-dir" in argv:
     Path(argv[argv.index("--embedded-output-dir") + 1], "trainer.pid").write_text(str(os.getpid()))

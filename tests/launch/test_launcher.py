@@ -57,6 +57,16 @@ def test_a_failing_run_keeps_its_steps_and_names_the_failure(tmp_path, monkeypat
     assert run.steps() == [0, 1, 2, 3]
 
 
+def test_a_refused_run_names_the_trainers_error_line(tmp_path, monkeypatch):
+    # A trainer that refuses its input exits with no failure signature; the one line saying why is the failure's text.
+    monkeypatch.setenv("PRINTING_TRAINER_REFUSE", "--embedded-inject x: expected one of ...")
+    run = ensure_run(spec(**{"num-rollout": 2}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False)).load()
+    assert run.status.state == "failed" and run.status.exit_code == 2
+    failure = run.status.failure
+    assert failure.signature == "nonzero-exit" and failure.line == 2, failure
+    assert failure.text == "trainer exited with code 2: error: --embedded-inject x: expected one of ...", failure.text
+
+
 def test_a_clean_exit_before_the_last_rollout_is_unfinished_not_finished(tmp_path, monkeypatch):
     # No end line is required from VIME: the run's records must cover every rollout it was launched with.
     monkeypatch.setenv("PRINTING_TRAINER_STOP_AFTER", "2")
