@@ -4,6 +4,7 @@ what each needs to be decided far from its boundary (harness.judge.design) into 
 
     .venv/bin/python tools/design_sample.py --runs-dir reports/runs            # print the table
     .venv/bin/python tools/design_sample.py --runs-dir reports/runs --write    # and rewrite knobs/design.yaml
+    .venv/bin/python tools/design_sample.py --runs-dir avx512=DIR --runs-dir avx2=DIR   # one design for both kinds
 
 The design seeds' runs are made by the main job itself, shifted onto the design seeds:
 
@@ -16,6 +17,7 @@ the same spec). A question whose runs are missing is reported as such, never gue
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from datetime import date
 from pathlib import Path
@@ -29,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from harness import DEFAULT_KNOBS_DIR  # noqa: E402
 from harness.experiment.runs import find_recorded_run  # noqa: E402
 from harness.judge import stats  # noqa: E402
-from harness.judge.design import needed_pairs, needed_sample, relative_seed_spread, side_variance  # noqa: E402
+from harness.judge.design import needed_pairs, needed_sample, relative_seed_spread, side_variance, with_seed_floor  # noqa: E402
 from harness.judge.ladder import family_members  # noqa: E402
 from harness.judge.outcome import effect_of_interest  # noqa: E402
 from harness.judge.verdict import after_warmup  # noqa: E402
@@ -68,12 +70,15 @@ def _side(knobs, runs_dir, stage, rung, seeds, metric, warmup, **overrides):
     return side_variance([float(np.mean(s)) for s in series], [_mean_variance(s) for s in series], min(len(s) for s in series))
 
 
-def measure(knobs, design, runs_dir: Path) -> dict:
+def measure(knobs, design, runs_dir: Path, judged_spread: dict | None = None) -> dict:
+    """One machine kind's design runs. `judged_spread` (the first kind's seed_spread) gives the
+    effect of interest and the reward margin the judge will apply; without it they are this kind's."""
     warmup = int(knobs.threshold("warmup_steps"))
-    base, replicates = design.seeds.design, design.seeds.replicates
-    seeds = list(range(base, base + replicates))
+    base, count = design.seeds.design, design.seeds.design_count
+    seeds = list(range(base, base + count))
     alpha = 1.0 - knobs.threshold("bootstrap_confidence")
     target = design.target_margin_se
+    required = float(knobs.threshold("min_margin_se"))
     questions, sides = {}, {}
 
     def side(rung, metric=ABS_DIFF, stage="p1", **overrides):
@@ -91,9 +96,12 @@ def measure(knobs, design, runs_dir: Path) -> dict:
         except MissingRun:
             pass
     spread = relative_seed_spread(list({id(s): s for s in measured_sides}.values()))
-    e_rel = design.effect_of_interest.z * spread
-    family_alpha = alpha / max(1, len(ladder))
     reward_cv = _reward_spread(knobs, side)  # the reward non-inferiority margin's seed spread, once
+    e_rel = design.effect_of_interest.z * spread
+    allowed_rel = design.reward_margin.z * reward_cv
+    if judged_spread is not None:
+        e_rel, allowed_rel = judged_spread["effect_of_interest_relative"], judged_spread["reward_allowed_drop_relative"]
+    family_alpha = alpha / max(1, len(ladder))
     for rung_id in ladder:
         rung = knobs.rungs[rung_id]
         try:
@@ -101,6 +109,9 @@ def measure(knobs, design, runs_dir: Path) -> dict:
         except MissingRun as missing:
             questions[f"ladder/{rung_id}"] = {"missing": str(missing)}
             continue
+        # Three seeds estimate a side's seed variance with 2 degrees of freedom: floored at the spread
+        # pooled over every measured side (harness.judge.design.with_seed_floor).
+        child, parent = with_seed_floor(child, spread), with_seed_floor(parent, spread)
         questions[f"ladder/{rung_id}"] = _rung_entry(knobs, design, rung, child, parent, e_rel, family_alpha)
 
     # The A/B pair and its further candidates: one pair a seed, paired step by step; every design
@@ -120,14 +131,14 @@ def measure(knobs, design, runs_dir: Path) -> dict:
         for metric, question in ((ABS_DIFF, "drift-reduced"), (RAW_REWARD, "reward-preserved")):
             difference, base_mean = _pair_differences(baseline_runs, candidate_runs, metric, warmup)
             if metric == RAW_REWARD:
-                allowed = design.reward_margin.z * reward_cv * abs(base_mean)
-                need = needed_pairs("not worse", difference, allowed, target, alpha)
+                allowed = allowed_rel * abs(base_mean)
+                need = needed_pairs("not worse", difference, allowed, target, alpha, required)
                 questions[f"ab/{name}/{question}"] = _entry(
                     "not worse", need, allowed, design, design.affordable.ab_pairs, pair_differences=difference, baseline_mean=base_mean
                 )
             else:
                 effect, answer = _effect_and_answer(knobs, e_rel, base_mean, difference.mean)
-                need = needed_pairs(answer, difference, effect, target, alpha)
+                need = needed_pairs(answer, difference, effect, target, alpha, required)
                 questions[f"ab/{name}/{question}"] = _entry(
                     answer, need, effect, design, design.affordable.ab_pairs, pair_differences=difference, baseline_mean=base_mean
                 )
@@ -143,7 +154,7 @@ def measure(knobs, design, runs_dir: Path) -> dict:
         "seed_spread": {
             "abs_diff_relative": spread,
             "abs_diff_sides": len({id(x) for x in measured_sides}),
-            "effect_of_interest_relative": e_rel,
+            "effect_of_interest_relative": design.effect_of_interest.z * spread,
             "reward_relative": reward_cv,
             "reward_allowed_drop_relative": design.reward_margin.z * reward_cv,
         },
@@ -160,7 +171,9 @@ def _effect_and_answer(knobs, e_rel: float, parent_mean: float, delta: float) ->
 
 def _rung_entry(knobs, design, rung, child, parent, e_rel: float, family_alpha: float) -> dict:
     effect, answer = _effect_and_answer(knobs, e_rel, parent.mean, child.mean - parent.mean)
-    need = needed_sample(answer, parent, child, effect, design.target_margin_se, family_alpha)
+    need = needed_sample(
+        answer, parent, child, effect, design.target_margin_se, family_alpha, required_margin=float(knobs.threshold("min_margin_se"))
+    )
     return _entry(answer, need, effect, design, child=child, parent=parent)
 
 
@@ -277,15 +290,92 @@ def _as_plain(value):
     return value
 
 
+def _needed_rank(entry: dict) -> float:
+    needed = entry.get("seeds_needed")
+    if isinstance(needed, int):
+        return float(needed)
+    return math.inf if "delta" in entry else (0.0 if entry.get("expected") else math.inf)
+
+
+def combine(by_kind: dict[str, dict]) -> dict:
+    """One design for every machine kind measured: per question the kind that needs the most (its
+    entry, with every kind's answer, margin and need beside it under `by_machine`). A question whose
+    answer differs between kinds, or that one kind could not measure, is not an expected answer."""
+    kinds = list(by_kind)
+    first = by_kind[kinds[0]]
+    questions = {}
+    for name in first["questions"]:
+        entries = {kind: by_kind[kind]["questions"].get(name, {"missing": "no such question"}) for kind in kinds}
+        measured = {kind: e for kind, e in entries.items() if "missing" not in e}
+        if len(kinds) == 1:
+            questions[name] = entries[kinds[0]]
+            continue
+        if not measured:
+            questions[name] = entries[kinds[0]]
+            continue
+        worst_kind = max(measured, key=lambda kind: _needed_rank(measured[kind]))
+        entry = dict(measured[worst_kind])
+        entry["by_machine"] = {
+            kind: (
+                {"missing": e["missing"]}
+                if "missing" in e
+                else {
+                    "answer": e.get("answer"),
+                    "margin_se_at_design_seeds": e.get("margin_se_at_design_seeds"),
+                    "seeds_needed": e.get("seeds_needed"),
+                    "expected": e.get("expected"),
+                }
+            )
+            for kind, e in entries.items()
+        }
+        answers = {e.get("answer") for e in measured.values()}
+        if len(measured) < len(kinds) or len(answers) > 1:
+            entry["expected"] = False
+            entry["not_expected_because"] = "answers differ between machine kinds" if len(answers) > 1 else "a machine kind has no runs for it"
+        else:
+            entry["expected"] = all(bool(e.get("expected")) for e in measured.values())
+        questions[name] = entry
+    combined = {
+        "measured_on": {kind: by_kind[kind]["measured_on"] for kind in kinds} if len(kinds) > 1 else first["measured_on"],
+        "seed_spread": first["seed_spread"],
+        "questions": questions,
+    }
+    if len(kinds) > 1:
+        combined["seed_spread_by_machine"] = {kind: by_kind[kind]["seed_spread"] for kind in kinds}
+    return combined
+
+
+def _runs_dirs(values: list[str] | None) -> dict[str, Path]:
+    """`--runs-dir [KIND=]PATH`, repeatable: the first kind's seed spread sets E and the reward margin."""
+    dirs = {}
+    for value in values or [str(REPO / "reports" / "runs")]:
+        kind, _, path = value.rpartition("=")
+        dirs[kind or "this machine"] = Path(path).resolve()
+    return dirs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs-dir", type=Path, default=REPO / "reports" / "runs")
+    parser.add_argument(
+        "--runs-dir",
+        action="append",
+        metavar="[KIND=]PATH",
+        help="the design seeds' runs of one machine kind (repeat per kind, e.g. avx512=... avx2=...; the first sets E)",
+    )
     parser.add_argument("--knobs", type=Path, default=DEFAULT_KNOBS_DIR)
     parser.add_argument("--write", action="store_true", help="rewrite the measured part of knobs/design.yaml")
     args = parser.parse_args(argv)
     knobs = load_knobs(args.knobs)
     design = load_design(args.knobs)
-    measured = _as_plain(measure(knobs, design, args.runs_dir.resolve()))
+    by_kind, judged_spread = {}, None
+    for kind, runs_dir in _runs_dirs(args.runs_dir).items():
+        if not runs_dir.is_dir():
+            print(f"--runs-dir {kind}={runs_dir}: no such directory", file=sys.stderr)
+            return 2
+        by_kind[kind] = _as_plain(measure(knobs, design, runs_dir, judged_spread))
+        by_kind[kind]["measured_on"]["runs_dir"] = str(runs_dir)
+        judged_spread = judged_spread or by_kind[kind]["seed_spread"]
+    measured = combine(by_kind)
     for name, entry in measured["questions"].items():
         if "missing" in entry:
             print(f"{name:40s} missing: {entry['missing']}")
@@ -299,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:40s} {entry['answer']:9s} delta {entry['delta']:+.3g} boundary {entry['effect_boundary']:.3g} "
             f"margin {entry['margin_se_at_design_seeds']:+.1f} SE  seeds needed {entry['seeds_needed']}  "
             f"{'expected' if entry['expected'] else 'NOT expected'}"
+            + "".join(f"  [{kind}: {m.get('seeds_needed', m.get('missing'))}]" for kind, m in (entry.get("by_machine") or {}).items())
         )
     print(yaml.safe_dump({"seed_spread": measured["seed_spread"]}, sort_keys=False))
     if args.write:

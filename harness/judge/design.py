@@ -13,23 +13,44 @@ and its expected margin is (|delta| - E) / SE for up or down, (E - |delta|) / SE
 (delta + M) / SE for a non-inferiority question with allowed drop M (harness.judge.margin).
 
 The answer must also clear the decision rule the judge applies: the interval at the family's
-Holm-adjusted level, t(df) x SE, with df = 2 (R - 1) when the seeds disagree (the judge then uses
-their spread) and large otherwise. The design asks for the larger of the two.
+Holm-adjusted level, t(df) x SE. The judge's df is Welch-Satterthwaite's over the two sides
+(harness.judge.stats.hierarchical_diff_ci), each side R - 1 when its seeds disagree and large
+otherwise: about R - 1 when one side's seed spread dominates (fp8-rollout against near-aligned), not
+2 (R - 1). And the judge divides by the SE it estimates from those R - 1 degrees of freedom, which
+scatters around the true one as sqrt(chi2(df) / df): at the seed sweep's offset +300 under the AVX2
+settings fp8-rollout's three seeds spread 1.7x what the design seeds had, the 95% quantile of that
+scatter at df = 2. So the design asks, for the judged margin to reach `required` with about 95%
+probability on each of the two (the estimate low by `target - required` SE; the SE estimated high at
+its 95% quantile u(df) = sqrt(chi2_0.95(df) / df)):
+
+    distance / SE - (target - required)  >=  u(df) x (required + t(df))
+
+which is the plain rule distance / SE - t(df) >= target when u = 1.
+
+A side's seed variance comes from the design's three seeds, an estimate with 2 degrees of freedom:
+the tool floors it at the seed spread pooled over every measured side (`with_seed_floor`, tens of
+degrees of freedom), so a rung whose three design seeds happened to agree is not sized as if seeds
+did not matter.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy import stats as scipy_stats
 
-__all__ = ["SideVariance", "Need", "side_variance", "needed_sample", "relative_seed_spread"]
+__all__ = ["SideVariance", "Need", "side_variance", "with_seed_floor", "needed_sample", "needed_pairs", "relative_seed_spread", "se_scatter"]
 
 # Beyond this many seeds a side the design stops looking: it reports "more than MAX_SEEDS".
 MAX_SEEDS = 64
+# The degrees of freedom of a side whose seeds agree (the judge then uses its steps' noise: tens of
+# blocks a run); the design's stand-in for "large".
+WITHIN_DF = 200.0
+# The quantile of the judge's own SE estimate the design sizes for (see the module docstring).
+SE_QUANTILE = 0.95
 
 
 @dataclass(frozen=True)
@@ -82,11 +103,36 @@ class Need:
         return asdict(self)
 
 
-def _critical_t(seeds: int, seed_effect: bool, family_alpha: float) -> float:
-    df = 2 * (seeds - 1) if seed_effect else 200.0
-    if df < 1:
-        return float("inf")
-    return float(scipy_stats.t.ppf(1 - family_alpha / 2, df))
+def with_seed_floor(side: SideVariance, relative_spread: float) -> SideVariance:
+    """The side with its seed variance at least (relative_spread x its mean)^2: the pooled seed spread
+    as a floor under an estimate from a few seeds."""
+    floor = (relative_spread * side.mean) ** 2 if math.isfinite(relative_spread) else 0.0
+    return replace(side, seed=max(side.seed, floor))
+
+
+def se_scatter(df: float) -> float:
+    """u(df): how much larger than the true SE the judge's estimate comes out at its SE_QUANTILE, for
+    an SE estimated with df degrees of freedom (sqrt(chi2(df) / df))."""
+    return math.sqrt(float(scipy_stats.chi2.ppf(SE_QUANTILE, df)) / df)
+
+
+def welch_df(variances: Sequence[float], dfs: Sequence[float]) -> float:
+    """Welch-Satterthwaite's degrees of freedom of a sum of independent variance estimates."""
+    total = sum(variances)
+    denominator = sum(v * v / d for v, d in zip(variances, dfs, strict=True) if v > 0)
+    return total * total / denominator if denominator > 0 else min(dfs)
+
+
+def _side_df(side: SideVariance | None, seeds: int) -> float:
+    return float(seeds - 1) if side is not None and side.seed_effect else WITHIN_DF
+
+
+def _clears(distance: float, se: float, df: float, family_alpha: float, target: float, required: float) -> bool:
+    """The module docstring's rule for one sample size."""
+    if df < 1 or se <= 0:
+        return df >= 1 and distance > 0
+    critical = float(scipy_stats.t.ppf(1 - family_alpha / 2, df))
+    return distance / se - (target - required) >= se_scatter(df) * (required + critical)
 
 
 def boundary_distance(answer: str, delta: float, effect: float) -> float:
@@ -102,7 +148,9 @@ def boundary_distance(answer: str, delta: float, effect: float) -> float:
     raise ValueError(f"answer={answer!r}: expected up, down, flat or 'not worse'")
 
 
-def needed_pairs(answer: str, difference: SideVariance, effect: float, target_margin: float, family_alpha: float) -> Need:
+def needed_pairs(
+    answer: str, difference: SideVariance, effect: float, target_margin: float, family_alpha: float, required_margin: float = 3.0
+) -> Need:
     """Pairs for an A/B question judged on the pairs' mean difference (harness.judge.ab._compare).
 
     `difference` is one "side" whose runs are the pairs: each pair's mean paired difference, its
@@ -110,7 +158,8 @@ def needed_pairs(answer: str, difference: SideVariance, effect: float, target_ma
     falls back to the pairs' own spread, with R - 1 degrees of freedom, whenever the pairs disagree
     beyond their steps' noise (stats.replicate_side); the design cannot rule that out in advance
     (it happened at seed offset +400 with 3 pairs: t = 4.30 made a 4.2 SE distance inconclusive), so
-    it asks for R - 1 degrees of freedom always, and at least 2 pairs."""
+    it asks for R - 1 degrees of freedom always, at least 2 pairs, and sizes for the pairs' SE as the
+    judge will estimate it (the module docstring's rule)."""
     distance = boundary_distance(answer, difference.mean, effect)
     one_pair = difference.run_variance()
 
@@ -121,8 +170,7 @@ def needed_pairs(answer: str, difference: SideVariance, effect: float, target_ma
     found = None
     if distance > 0:
         for pairs in range(2, MAX_SEEDS + 1):
-            critical = float(scipy_stats.t.ppf(1 - family_alpha / 2, pairs - 1))
-            if distance / se(pairs) - critical >= target_margin:
+            if _clears(distance, se(pairs), pairs - 1, family_alpha, target_margin, required_margin):
                 found = pairs
                 break
     return Need(answer, difference.mean, distance, measured, target_margin, found, difference.steps, se(found) if found else None)
@@ -137,6 +185,7 @@ def needed_sample(
     family_alpha: float,
     steps: int | None = None,
     paired_variance: float | None = None,
+    required_margin: float = 3.0,
 ) -> Need:
     """Seeds a side for `answer` (up, down, flat against +/-effect; `not worse` with allowed drop
     `effect`) on the difference b - a. With `paired_variance` (an A/B paired step by step) the
@@ -155,8 +204,14 @@ def needed_sample(
     if distance > 0:
         for seeds in range(2 if seed_effect else 1, MAX_SEEDS + 1):
             # The judged margin is counted from where the decision flips (harness.judge.margin): the
-            # critical value of the judge's interval first, then the target margin beyond it.
-            if distance / se(seeds) - _critical_t(seeds, seed_effect, family_alpha) >= target_margin:
+            # critical value of the judge's interval first, then the target margin beyond it, at the
+            # degrees of freedom the judge's Welch interval will have with this many seeds.
+            if paired_variance is not None:
+                df = _side_df(a if seed_effect else None, seeds)
+            else:
+                run_variances = [a.run_variance(steps), *([b.run_variance(steps)] if b is not None else [])]
+                df = welch_df(run_variances, [_side_df(a, seeds), *([_side_df(b, seeds)] if b is not None else [])])
+            if _clears(distance, se(seeds), df, family_alpha, target_margin, required_margin):
                 found = seeds
                 break
     return Need(answer, delta, distance, measured, target_margin, found, steps, se(found) if found else None)

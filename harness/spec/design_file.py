@@ -18,6 +18,7 @@ class Seeds(Strict):
     judging: int  # the stage seed of knobs/stages.yaml: what the main job judges
     design: int  # where the design measured (never judged by the main job)
     replicates: int = Field(ge=1)  # seeds a run stands for: seed .. seed + replicates - 1
+    design_count: int = Field(ge=2)  # seeds a side the design measured on: design .. design + design_count - 1
     sweep_offsets: list[int] = Field(min_length=1)  # tools/seed_sweep.py: offsets on the judging seed
     reason: str = Field(min_length=10)
 

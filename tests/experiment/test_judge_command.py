@@ -38,8 +38,8 @@ def judged(tmp_path_factory):
     shutil.copytree(DEFAULT_KNOBS_DIR, root / "knobs")
     stages = root / "knobs" / "stages.yaml"
     text = stages.read_text()
-    assert text.count("replicates:\n      embedded: 3") == 1, "the P1 stage's replicates knob moved: update this fixture"
-    stages.write_text(text.replace("replicates:\n      embedded: 3", "replicates:\n      embedded: 1"))
+    assert text.count("replicates:\n      embedded: 5") == 1, "the P1 stage's replicates knob moved: update this fixture"
+    stages.write_text(text.replace("replicates:\n      embedded: 5", "replicates:\n      embedded: 1"))
     out = root / "out"
     import contextlib
     import io

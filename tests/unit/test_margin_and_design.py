@@ -166,3 +166,33 @@ def test_ab_pairs_are_sized_with_the_pairs_own_spread_and_degrees_of_freedom():
     assert needed_pairs("flat", side_variance([0.0, 0.0], [1e-14, 1e-14], 28), 0.00123, 4.65, 0.05).seeds == 2
     # A difference on the boundary cannot be sized off it.
     assert needed_pairs("flat", side_variance([0.00123] * 3, [1e-8] * 3, 28), 0.00123, 4.65, 0.05).seeds is None
+
+
+def test_the_design_sizes_for_the_judges_own_se_estimate_and_welch_degrees_of_freedom():
+    """fp8-rollout under the AVX2 settings: its design seeds (1234-1236) agreed to 3.7%, and the rule
+    before (df = 2 (R - 1), the true SE) asked 3 seeds; at sweep offset +300 three seeds spread 1.7x
+    more and the answer was inconclusive on 2 degrees of freedom. Floored at the pooled seed spread
+    (6.9%), with Welch's df (the child's spread dominates: about R - 1) and the judge's SE at its 95%
+    quantile, the design asks for more than 3."""
+    from harness.judge.design import se_scatter, welch_df, with_seed_floor
+
+    assert se_scatter(2) == pytest.approx(math.sqrt(stats.chi2.ppf(0.95, 2) / 2))
+    assert se_scatter(2) > 1.7 > se_scatter(4) > se_scatter(40) > 1.0
+    assert welch_df([1.0, 1e-6], [2, 2]) == pytest.approx(2, rel=1e-3)  # one side dominates: its own df
+    assert welch_df([1.0, 1.0], [2, 2]) == pytest.approx(4)  # equal sides: the sum
+    parent = side_variance([0.001305, 0.001487, 0.001333], [2e-10] * 3, 28)
+    child = side_variance([0.004706, 0.004483, 0.004383], [5e-9] * 3, 28)
+    effect, alpha = 0.000191, 0.05 / 9
+    floored_parent, floored_child = with_seed_floor(parent, 0.0694), with_seed_floor(child, 0.0694)
+    assert floored_child.seed > child.seed and floored_child.seed == pytest.approx((0.0694 * child.mean) ** 2)
+    need = needed_sample("up", floored_parent, floored_child, effect, 4.65, alpha, required_margin=3.0)
+    assert need.seeds is not None and need.seeds > 3
+    # Without the floor the three agreeing seeds would be taken at their word: fewer seeds.
+    assert needed_sample("up", parent, child, effect, 4.65, alpha, required_margin=3.0).seeds < need.seeds
+
+
+def test_the_ladders_replicates_are_the_designs():
+    for stage_id, stage in KNOBS.stages.items():
+        if stage.replicates is not None and stage_id == "p1":
+            assert stage.replicates.embedded == DESIGN.seeds.replicates, "knobs/stages.yaml p1 replicates vs knobs/design.yaml seeds.replicates"
+            assert stage.replicates.embedded <= DESIGN.affordable.seeds_per_side
