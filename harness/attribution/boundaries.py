@@ -14,7 +14,18 @@ f64: the same operation in fp64 on the same weights (harness/attribution/boundar
 sides computing f within their declared precision gives d <= e up to how the engines' rounding
 differs from the reference's; a boundary breaks its envelope when mean(d) > k x mean(e), k =
 thresholds.boundary_envelope_k (its reason gives the measured ratios). Samples of every capture of
-the run are pooled into one table. Boundaries in forward order: embedding, per layer attention,
+the run are pooled into one table.
+
+The own-input check, per side s, cancels the first envelope term (on a bf16 rung it is most of e,
+and a planted fault the size of a few-bit rounding hides inside it):
+
+    own residual  r_s = |y_s - f64(x_s)|           what side s's engine did to its OWN inputs
+    own envelope  o_s = |f_s(x_s) - f64(x_s)|      what its declared precision alone does there
+
+A side breaks the boundary when mean(r_s) > k_own x mean(o_s), k_own =
+thresholds.boundary_own_k (calibrated apart from what it judges, docs/calibration.md), and the row
+names that side. A row breaks when either rule breaks it; the localised boundary is the first in
+forward order that breaks. Boundaries in forward order: embedding, per layer attention,
 mlp, output, then final_norm, logits (all, the target's, the top-k slice), logsumexp,
 selected_logprob, processed_logprob.
 """
@@ -36,21 +47,34 @@ TOPK_SLICE = 16  # the trainer's 16 largest logits per position: where the proba
 NOT_CHECKED = "not checked"
 
 
+SIDES = ("trainer", "rollout")
+
+
 @dataclass
 class BoundaryRow:
     boundary: str
     divergence: dict
     envelope: dict
     ratio: float
-    breaks: bool
+    breaks: bool  # either rule: the cross-engine envelope (cross_breaks) or a side's own-input check (own_breaks)
     elements: int
+    # side -> {"residual": stats of |y_s - f64(x_s)|, "envelope": stats of |f_s(x_s) - f64(x_s)|, "ratio": mean over mean}
+    own: dict = field(default_factory=dict)
+    cross_breaks: bool = False  # mean divergence > k x mean envelope (the rule before the own-input check)
+    own_breaks: list[str] = field(default_factory=list)  # the sides whose own ratio > k_own
 
     def line(self) -> str:
         d, e = self.divergence, self.envelope
-        return (
+        text = (
             f"{self.boundary}: divergence mean {d['mean']:.3g} (max {d['max']:.3g}, p99 {d['p99']:.3g}, rel {d['relative']:.3g}) "
             f"vs envelope mean {e['mean']:.3g} (max {e['max']:.3g}): {self.ratio:.3g}x"
         )
+        own = [
+            f"{side}'s own output vs fp64 on its own inputs, mean {self.own[side]['residual']['mean']:.3g} "
+            f"vs its declared precision's {self.own[side]['envelope']['mean']:.3g}: {self.own[side]['ratio']:.3g}x"
+            for side in self.own_breaks
+        ]
+        return "; ".join([text, *own])
 
 
 @dataclass
@@ -65,6 +89,8 @@ class BoundaryTable:
     capture_fidelity: dict = field(default_factory=dict)
     # How much of the logged drift the captured tokens carry (capture_coverage); None: not measured.
     coverage: dict = field(default_factory=dict)
+    # The own-input check's multiple (thresholds.boundary_own_k); None: own ratios measured, not judged.
+    k_own: float | None = None
 
     @property
     def localised(self) -> BoundaryRow | None:
@@ -74,7 +100,7 @@ class BoundaryTable:
     def not_comparable(self) -> list[str]:
         """Boundaries whose ratio is NaN (a NaN in either engine's tensors or the envelope): such a
         row is not within its envelope, and the table cannot say where the drift starts."""
-        return [r.boundary for r in self.rows if math.isnan(r.ratio)]
+        return [r.boundary for r in self.rows if math.isnan(r.ratio) or any(math.isnan(o["ratio"]) for o in r.own.values())]
 
     @property
     def decides(self) -> bool:
@@ -93,15 +119,35 @@ class BoundaryTable:
         hit = self.localised
         if hit is None:
             worst = max(self.rows, key=lambda r: r.ratio)
-            return f"every boundary within {self.k:g}x its envelope (largest: {worst.line()})"
+            text = f"every boundary within {self.k:g}x its envelope (largest: {worst.line()})"
+            own = [(o["ratio"], r.boundary, side) for r in self.rows for side, o in r.own.items()]
+            if own and self.k_own is not None:
+                ratio, boundary, side = max(own)
+                text += f"; each side within {self.k_own:g}x its own envelope on its own inputs (largest: {boundary} {side} {ratio:.3g}x)"
+            return text
+        if hit.own_breaks and not hit.cross_breaks:
+            return f"first boundary beyond {self.k_own:g}x its own envelope on the {' and '.join(hit.own_breaks)}'s own inputs: {hit.line()}"
+        if hit.own_breaks:
+            return (
+                f"first boundary beyond {self.k:g}x its envelope and {self.k_own:g}x the {' and '.join(hit.own_breaks)}'s own envelope: {hit.line()}"
+            )
         return f"first boundary beyond {self.k:g}x its envelope: {hit.line()}"
+
+    @property
+    def localised_side(self) -> str | None:
+        """The side the own-input check names at the localised boundary ("trainer", "rollout",
+        "trainer and rollout"); None when only the cross-engine rule broke it, or nothing did."""
+        hit = self.localised
+        return " and ".join(hit.own_breaks) if hit is not None and hit.own_breaks else None
 
     def to_json(self) -> dict:
         return {
             "run": self.run,
             "status": self.status,
             "k": self.k,
+            "k_own": self.k_own,
             "localised": None if self.localised is None else self.localised.boundary,
+            "localised_side": self.localised_side,
             "reason": self.reason,
             "captures": self.captures,
             "notes": self.notes,
@@ -113,10 +159,23 @@ class BoundaryTable:
         }
 
     def markdown(self) -> str:
-        head = "| boundary | div. max | div. mean | div. p99 | div. rel | env. mean | env. max | mean ratio | breaks |\n|---|---|---|---|---|---|---|---|---|"
+        head = (
+            "| boundary | div. max | div. mean | div. p99 | div. rel | env. mean | env. max | mean ratio | own ratio trainer | own ratio rollout | breaks |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|"
+        )
+
+        def own(r, side):
+            return f"{r.own[side]['ratio']:.3g}" if side in r.own else "-"
+
+        def verdict(r):
+            if not r.breaks:
+                return "no"
+            return "**yes**" + (f" ({', '.join(r.own_breaks)})" if r.own_breaks else "")
+
         lines = [
             f"| {r.boundary} | {r.divergence['max']:.3g} | {r.divergence['mean']:.3g} | {r.divergence['p99']:.3g} | "
-            f"{r.divergence['relative']:.3g} | {r.envelope['mean']:.3g} | {r.envelope['max']:.3g} | {r.ratio:.3g} | {'**yes**' if r.breaks else 'no'} |"
+            f"{r.divergence['relative']:.3g} | {r.envelope['mean']:.3g} | {r.envelope['max']:.3g} | {r.ratio:.3g} | "
+            f"{own(r, 'trainer')} | {own(r, 'rollout')} | {verdict(r)} |"
             for r in self.rows
         ]
         return "\n".join([head, *lines])
@@ -230,7 +289,9 @@ def _side_ops(name: str, side: str, policy: dict, inputs_of, op, prec: Precision
     return _selected_from_operands, _selected_through_head, used
 
 
-def _measure(bundle: dict, pooled: dict) -> None:
+def _measure(bundle: dict, pooled: dict, own: dict | None = None) -> None:
+    """Pool each boundary's (divergence, envelope, trainer output) elements into ``pooled``; with
+    ``own``, also each side's own-input check (residual, own envelope) into own[boundary][side]."""
     policy, weights = bundle["policy"], Qwen3Weights(bundle["weights"], bundle["policy"])
     prec = precisions(policy)
     for sample in bundle["samples"]:
@@ -246,16 +307,29 @@ def _measure(bundle: dict, pooled: dict) -> None:
                 envelope = envelope + _absdiff(declared[side], exact[side])
             y = {side: sides[side][name].double() for side in sides}
             pieces = {name: (_absdiff(y["rollout"], y["trainer"]), envelope, y["trainer"])}
+            # The own-input check: what each side's engine did to its OWN captured inputs, against
+            # fp64 on the same inputs and weights, beside what its declared precision alone does
+            # there. The inputs' divergence between the engines cancels (docs/attribution.md).
+            mine = {side: (_absdiff(y[side], exact[side]), _absdiff(declared[side], exact[side])) for side in sides}
+            slices = {name: None}
             if name == "logits":
                 targets = sample["trainer"]["targets"][:, None]
                 top = y["trainer"].topk(min(TOPK_SLICE, y["trainer"].shape[-1]), -1).indices
                 for sub, idx in (("logits.target", targets), (f"logits.top{TOPK_SLICE}", top)):
                     pieces[sub] = tuple(t.gather(-1, idx) for t in pieces[name])
+                    slices[sub] = idx
             for key, (d, e, ref) in pieces.items():
                 bucket = pooled.setdefault(key, ([], [], []))
                 bucket[0].append(d.reshape(-1))
                 bucket[1].append(e.reshape(-1))
                 bucket[2].append(ref.reshape(-1))
+            if own is None:
+                continue
+            for key, idx in slices.items():
+                for side, (r, e) in mine.items():
+                    bucket = own.setdefault(key, {}).setdefault(side, ([], []))
+                    bucket[0].append((r if idx is None else r.gather(-1, idx)).reshape(-1))
+                    bucket[1].append((e if idx is None else e.gather(-1, idx)).reshape(-1))
 
 
 def _fidelity(bundles: list[dict]) -> dict:
@@ -318,13 +392,19 @@ def capture_coverage(bundles: list[dict], logged: dict[int, float] | None, minim
 
 
 def boundary_table(
-    run_dir: Path, k: float, run_id: str | None = None, logged: dict[int, float] | None = None, min_coverage: float | None = None
+    run_dir: Path,
+    k: float,
+    run_id: str | None = None,
+    logged: dict[int, float] | None = None,
+    min_coverage: float | None = None,
+    k_own: float | None = None,
 ) -> BoundaryTable:
     """The run's table from every dumps/capture_*.pt; status "not checked" (with why) when there is none usable.
     ``logged``: the run's logged abs-diff by rollout id, for the capture coverage; without it (or
-    without ``min_coverage``) the coverage is not measured and the table classes nothing."""
+    without ``min_coverage``) the coverage is not measured and the table classes nothing.
+    ``k_own``: the own-input check's multiple; without it the own ratios are measured, not judged."""
     run_dir = Path(run_dir)
-    table = BoundaryTable(run_id or run_dir.name, NOT_CHECKED, k)
+    table = BoundaryTable(run_id or run_dir.name, NOT_CHECKED, k, k_own=k_own)
     files = sorted((run_dir / "dumps").glob("capture_*.pt"))
     if not files:
         table.notes.append(f"no capture bundle in {run_dir / 'dumps'} (the embedded trainer writes dumps/capture_N.pt with probe samples on)")
@@ -348,11 +428,12 @@ def boundary_table(
     if not bundles:
         return table
     pooled: dict = {}
+    own: dict = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny operands: a second thread only waits at its barrier (40 ms a GEMM on a busy machine, 5 us alone)
     try:
         for bundle in bundles:
-            _measure(bundle, pooled)
+            _measure(bundle, pooled, own)
     finally:
         torch.set_num_threads(threads)
     table.precisions = {side: p.describe() for side, p in precisions(bundles[0]["policy"]).items()}
@@ -376,9 +457,31 @@ def boundary_table(
         d, e, ref = torch.cat(d), torch.cat(e), torch.cat(ref)
         div, env = _stats(d, ref), _stats(e, ref)
         ratio = _ratio(div["mean"], env["mean"])
-        table.rows.append(BoundaryRow(name, div, env, ratio, ratio > k, int(d.numel())))
+        mine = own_figures(own.get(name, {}), ref)
+        own_breaks = own_broken(mine, k_own)
+        table.rows.append(BoundaryRow(name, div, env, ratio, ratio > k or bool(own_breaks), int(d.numel()), mine, ratio > k, own_breaks))
     table.status = "checked"
     return table
+
+
+def own_figures(per_side: dict, reference: torch.Tensor | None = None) -> dict:
+    """Each side's own-input check at one boundary, pooled as the cross-engine rows are:
+    per_side[side] = (residual pieces, own-envelope pieces) -> the stats of each and the ratio
+    mean(residual) / mean(own envelope)."""
+    out = {}
+    for side in SIDES:
+        if side not in per_side:
+            continue
+        r, e = (torch.cat(list(t)) for t in per_side[side])
+        res, env = _stats(r, reference), _stats(e, reference)
+        out[side] = {"residual": res, "envelope": env, "ratio": _ratio(res["mean"], env["mean"])}
+    return out
+
+
+def own_broken(own: dict, k_own: float | None) -> list[str]:
+    """The sides whose own ratio exceeds k_own (none judged without k_own); a NaN is not comparable
+    (BoundaryTable.not_comparable), never "within"."""
+    return [] if k_own is None else [side for side in SIDES if side in own and own[side]["ratio"] > k_own]
 
 
 def _ratio(divergence: float, envelope: float) -> float:
@@ -401,7 +504,12 @@ def run_boundary_table(run, knobs) -> BoundaryTable:
     """The table of a loaded run, k from the knobs (thresholds.boundary_envelope_k), its capture
     coverage against the run's logged abs-diff (thresholds.boundary_capture_min_coverage)."""
     return boundary_table(
-        run.path, knobs.threshold("boundary_envelope_k"), run.id, logged_abs_diff(run), knobs.threshold("boundary_capture_min_coverage")
+        run.path,
+        knobs.threshold("boundary_envelope_k"),
+        run.id,
+        logged_abs_diff(run),
+        knobs.threshold("boundary_capture_min_coverage"),
+        knobs.threshold("boundary_own_k"),
     )
 
 
@@ -471,7 +579,7 @@ def classify(table: BoundaryTable, framework: list, contract, measured: list = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m harness.attribution.boundaries RUN_DIR [--k K]: the table, its reason, capture fidelity.
+    """python -m harness.attribution.boundaries RUN_DIR [--k K] [--k-own K]: the table, its reason, capture fidelity.
     Bad input is one line and exit code 2."""
     import argparse
     import json
@@ -482,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.attribution.boundaries", description="the boundary table of a run directory")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (reports/runs/<id>/) with dumps/capture_*.pt")
     parser.add_argument("--k", type=float, default=None, help="envelope multiple (default: thresholds.boundary_envelope_k of --knobs)")
+    parser.add_argument("--k-own", type=float, default=None, help="own-input multiple (default: thresholds.boundary_own_k of --knobs)")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory whose thresholds.yaml gives k")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
@@ -491,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         knobs = load_knobs(Path(args.knobs))
         k = knobs.threshold("boundary_envelope_k") if args.k is None else args.k
+        k_own = knobs.threshold("boundary_own_k") if args.k_own is None else args.k_own
         min_coverage = knobs.threshold("boundary_capture_min_coverage")
     except SpecError as err:
         print("error: " + "; ".join(err.problems), file=sys.stderr)
@@ -498,7 +608,10 @@ def main(argv: list[str] | None = None) -> int:
     if not k > 0:
         print(f"error: --k {k}: expected a positive envelope multiple", file=sys.stderr)
         return 2
-    result = boundary_table(run_dir, k, run_dir.name, _logged_of_dir(run_dir), min_coverage)
+    if not k_own > 0:
+        print(f"error: --k-own {k_own}: expected a positive own-envelope multiple", file=sys.stderr)
+        return 2
+    result = boundary_table(run_dir, k, run_dir.name, _logged_of_dir(run_dir), min_coverage, k_own)
     print(result.reason)
     print(result.markdown())
     print(

@@ -4,17 +4,21 @@ class decided from probes and table; the numerical controls' operators."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
+from harness import DEFAULT_KNOBS_DIR
 from harness.attribution import boundary_ops as ops
-from harness.attribution.boundaries import BoundaryTable, boundary_table, captured_drift, classify
+from harness.attribution.boundaries import BoundaryTable, boundary_table, captured_drift, classify, own_broken, own_figures
 from harness.attribution.boundary_ops import Precision, Qwen3Weights
 from harness.attribution.probes import PROBE_NAMES, ProbeVerdict
 from harness.embedded.capture import FORMAT, CaptureProblem, read_capture, write_capture
 from harness.embedded.flags import FlagError
 from harness.embedded.injections import parse
-from harness.embedded.numeric_faults import logsumexp_bf16_accumulated, row_parallel_reordered
+from harness.embedded.numeric_faults import logsumexp_accumulated, logsumexp_bf16_accumulated, row_parallel_reordered
+from harness.spec import load_knobs
 
 pytestmark = pytest.mark.attribution
 
@@ -71,8 +75,9 @@ def _weights(seed: int = 0) -> dict:
     return state
 
 
-def _side(weights: Qwen3Weights, tokens: list[int], prompt_len: int, prec: Precision, fault: str | None = None) -> dict:
-    """One side's capture, computed by the reference ops at `prec`; `fault` adds a 1e-3 error at that boundary."""
+def _side(weights: Qwen3Weights, tokens: list[int], prompt_len: int, prec: Precision, fault: str | None = None, lse=None) -> dict:
+    """One side's capture, computed by the reference ops at `prec`; `fault` adds a 1e-3 error at that boundary;
+    `lse(logits)`: the side's log-sum-exp in place of the reference's (its log-probs follow it)."""
 
     def hit(name, t):
         return (t.double() + 1e-3 * torch.sign(t.double())).to(t.dtype) if name == fault else t
@@ -88,7 +93,7 @@ def _side(weights: Qwen3Weights, tokens: list[int], prompt_len: int, prec: Preci
     targets = torch.tensor(tokens[prompt_len:])
     out["logits"] = ops.lm_head(out["final_norm"][cols], weights, prec)
     out["targets"] = targets
-    out["logsumexp"] = hit("logsumexp", ops.logsumexp(out["logits"], 1.0, prec))
+    out["logsumexp"] = hit("logsumexp", ops.logsumexp(out["logits"], 1.0, prec) if lse is None else lse(out["logits"]).to(torch.float32))
     sel = ops.selected_logprob(out["logits"], targets, 1.0, prec)
     out["selected_logprob"] = sel - (out["logsumexp"] - ops.logsumexp(out["logits"], 1.0, prec))
     out["processed_logprob"] = out["recorded_logprob"] = out["selected_logprob"]
@@ -103,13 +108,17 @@ def _bundle(
     logged_scale: float | None = 1.0,
     operator: str | None = None,
     operator_error: float = 0.0,
+    rollout_lse=None,
+    k_own: float | None = None,
+    k: float = K,
 ) -> BoundaryTable:
     """``trainer_down(x, weight, prec)``: the trainer side's MLP output projection, in place of the
     reference's one GEMM (the table itself always measures with the reference). ``logged_scale``:
     the run's logged abs-diff as a multiple of what the capture carries (1: coverage 1; None: no
     logged value). ``operator``: a registry operator both sides ran for the selected log-prob, on
     each side's own LM-head operands, as the embedded capture records it (``operator_error`` added
-    to the rollout's: a faulty operator kernel)."""
+    to the rollout's: a faulty operator kernel). ``rollout_lse``: the rollout's log-sum-exp operator
+    (a numerical control's). ``k_own``: the own-input check's multiple (None: measured, not judged)."""
     state = _weights()
     weights = Qwen3Weights(state, CONFIG)
     tokens, prompt_len = [(7 * i + 3) % CONFIG["vocab_size"] for i in range(24)], 10
@@ -137,7 +146,7 @@ def _bundle(
 
             patch.setattr(ops, "linear", linear)
         trainer = _side(weights, tokens, prompt_len, Precision("float32"))
-    rollout = _side(weights, tokens, prompt_len, Precision(rollout_dtype), fault)
+    rollout = _side(weights, tokens, prompt_len, Precision(rollout_dtype), fault, rollout_lse)
     if operator is not None:
         from harness.operators import registry
 
@@ -149,7 +158,7 @@ def _bundle(
     sample = CapturedSample(0, tokens, prompt_len, len(tokens) - prompt_len, trainer, rollout)
     path = write_capture(tmp_path / "dumps" / "capture_2.pt", 2, [sample], policy, state, [])
     logged = None if logged_scale is None else {2: captured_drift(read_capture(path))["captured"] * logged_scale}
-    return boundary_table(tmp_path, K, logged=logged, min_coverage=MIN_COVERAGE)
+    return boundary_table(tmp_path, k, logged=logged, min_coverage=MIN_COVERAGE, k_own=k_own)
 
 
 def test_aligned_sides_stay_within_every_envelope(tmp_path):
@@ -255,6 +264,66 @@ def test_a_nan_row_is_not_comparable_never_within(tmp_path):
     table.rows[3].ratio = float("nan")
     assert not table.decides and table.not_comparable == [table.rows[3].boundary] and "not comparable" in table.reason
     assert classify(table, [_probe(1, "pass"), _probe(2, "pass")], _probe(6, "pass")).drift_class == "undecided"
+
+
+def test_own_ratio_is_each_sides_residual_over_its_declared_precision_pooled():
+    """The own-input check's arithmetic on small tensors: per side, mean |y - f64(x)| over mean
+    |f_declared(x) - f64(x)|, pooled over every piece (mean over mean, as the cross-engine rows),
+    not a mean of per-piece ratios; a side beyond k_own breaks, none without k_own."""
+    t = torch.tensor
+    own = own_figures(
+        {
+            "trainer": ([t([1e-3, 3e-3])], [t([1e-3, 1e-3])]),
+            "rollout": ([t([0.0, 0.0]), t([2e-3])], [t([1e-3, 1e-3]), t([1e-3])]),
+        }
+    )
+    assert own["trainer"]["ratio"] == pytest.approx(2.0)
+    assert own["rollout"]["ratio"] == pytest.approx(2.0 / 3.0)  # (0 + 0 + 2e-3) / 3 over 1e-3; per piece it would read 1.0
+    assert own["trainer"]["residual"]["mean"] == pytest.approx(2e-3) and own["trainer"]["envelope"]["max"] == pytest.approx(1e-3)
+    assert own_broken(own, 1.5) == ["trainer"] and own_broken(own, 0.5) == ["trainer", "rollout"] and own_broken(own, None) == []
+    # both exact (an embedding lookup of representable weights): 0; residual with no envelope: inf, which breaks
+    assert own_figures({"trainer": ([t([0.0])], [t([0.0])])})["trainer"]["ratio"] == 0.0
+    inf = own_figures({"rollout": ([t([1e-6])], [t([0.0])])})
+    assert inf["rollout"]["ratio"] == float("inf") and own_broken(inf, 1e9) == ["rollout"]
+    # a NaN is never within: its ratio is NaN (BoundaryTable.not_comparable), and it breaks nothing silently
+    nan = own_figures({"trainer": ([t([float("nan"), 1.0])], [t([1.0, 1.0])])})
+    assert math.isnan(nan["trainer"]["ratio"])
+
+
+def test_sides_computed_at_their_declared_precision_sit_at_one_on_their_own_inputs(tmp_path):
+    """Each side made by the reference ops at its declared precision: its own residual is its own
+    envelope, so every own ratio is 1 (0 where the declared op is exact), and no side breaks."""
+    table = _bundle(tmp_path, rollout_dtype="bfloat16", k_own=1.01)
+    assert table.localised is None and table.k_own == 1.01, table.markdown()
+    for row in table.rows:
+        assert set(row.own) == {"trainer", "rollout"}, row.boundary
+        for side, o in row.own.items():
+            assert o["ratio"] == 0.0 or o["ratio"] == pytest.approx(1.0, abs=1e-9), (row.boundary, side, o)
+
+
+@pytest.mark.parametrize("bits", [7, 3])
+def test_the_own_input_check_localises_a_fault_the_bf16_envelope_hides_and_names_its_side(tmp_path, bits):
+    """A bf16 rollout whose log-sum-exp keeps its running sum at N mantissa bits (the rollout-lse
+    control): at today's k the cross-engine envelope (the bf16 logits' own divergence) explains it
+    at 7 bits; the rollout's own residual against fp64 on its own logits is thousands of times what
+    its declared precision (fp32 accumulation on bf16 logits) does, so the table localises it at
+    logsumexp and names the rollout."""
+    knobs = load_knobs(DEFAULT_KNOBS_DIR)
+    k, k_own = knobs.threshold("boundary_envelope_k"), knobs.threshold("boundary_own_k")
+    faulty = _bundle(tmp_path, rollout_dtype="bfloat16", rollout_lse=lambda x: logsumexp_accumulated(x, bits), k=k, k_own=k_own)
+    hit = faulty.localised
+    assert hit is not None and hit.boundary == "logsumexp" and faulty.localised_side == "rollout", faulty.markdown()
+    assert hit.own_breaks == ["rollout"] and hit.own["rollout"]["ratio"] > k_own and hit.own["trainer"]["ratio"] <= k_own
+    assert all(not r.breaks for r in faulty.rows[: faulty.rows.index(hit)])  # nothing upstream
+    assert "rollout's own inputs" in faulty.reason and "(rollout)" in faulty.markdown()
+    record = faulty.to_json()
+    assert record["localised"] == "logsumexp" and record["localised_side"] == "rollout" and record["k_own"] == k_own and record["k"] == k
+    row = next(r for r in record["rows"] if r["boundary"] == "logsumexp")
+    assert row["breaks"] and row["own_breaks"] == ["rollout"] and row["own"]["rollout"]["ratio"] == hit.own["rollout"]["ratio"]
+    assert {"divergence", "envelope", "ratio", "elements", "cross_breaks"} <= set(row)  # the keys the page already reads stay
+    if bits == 7:  # the cross-engine rule alone does not see it
+        assert not hit.cross_breaks
+        assert boundary_table(tmp_path, k, min_coverage=None).localised is None
 
 
 def test_bad_capture_is_one_line(tmp_path):
