@@ -1,7 +1,8 @@
 """Calibrate the boundary envelopes (docs/calibration.md): launch the calibration runs of
 knobs/calibration.yaml (the aligned rungs and the numerical controls, as their specs are, at the
 calibration seeds), read their boundary tables per captured sample, and derive the envelope
-multiple k (harness.attribution.envelope_calibration).
+multiple k and the own-input check's multiple k_own (harness.attribution.envelope_calibration;
+k_own also reads the own-check controls of knobs/calibration.yaml's `own:`).
 
     flock /work/notes/heavy.lock .venv/bin/python tools/calibrate_envelopes.py --launch [--only NAME] [--seed N] [--max-minutes 6]
     .venv/bin/python tools/calibrate_envelopes.py --summarize [--write]      # launches nothing
@@ -9,8 +10,9 @@ multiple k (harness.attribution.envelope_calibration).
 --launch runs what is missing (a finished run is reused), one at a time, and starts none after
 --max-minutes (the heavy lock's hold). --summarize finds every run (none launched), prints each
 boundary's tokens, ratio and interval and the derived k; --write puts them under the marker line of
-knobs/calibration.yaml with the date, machine and commit. thresholds.boundary_envelope_k is then set
-by hand to the recorded k (tests/unit/test_envelope_calibration.py holds the two equal).
+knobs/calibration.yaml with the date, machine and commit. thresholds.boundary_envelope_k and
+boundary_own_k are then set by hand to the recorded k and k_own (tests/unit/test_envelope_calibration.py
+holds each pair equal).
 Bad input is one line and exit code 2; a calibration that derives no k says why and exits 1.
 """
 
@@ -49,6 +51,7 @@ class Planned:
     seed: int
     overrides: dict
     planted_at: str | None
+    planted_side: str | None = None
 
     @property
     def label(self) -> str:
@@ -64,15 +67,19 @@ def plan(calibration: Calibration, only: list[str] | None, seeds: list[int] | No
         raise SpecError(
             f"--seed {stray[0]}: expected a calibration seed of knobs/{CALIBRATION_FILE} ({', '.join(map(str, calibration.seeds.seeds))})"
         )
-    items = [(rung, cal.ALIGNED, rung, {}, None) for rung in runs.aligned]
-    items += [(fault, cal.CONTROL, runs.control_base, {"embedded-inject": fault}, at) for fault, at in runs.controls.items()]
+    own = calibration.own
+    sides = own.sides if own else {}
+    items = [(rung, cal.ALIGNED, rung, {}, None, None) for rung in runs.aligned]
+    items += [(fault, cal.CONTROL, runs.control_base, {"embedded-inject": fault}, at, sides.get(fault)) for fault, at in runs.controls.items()]
+    if own:
+        items += [(fault, cal.OWN_CONTROL, own.control_base, {"embedded-inject": fault}, c.at, c.side) for fault, c in own.controls.items()]
     names = [item[0] for item in items]
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise SpecError(f"--only {unknown[0]}: expected an aligned rung or control of knobs/{CALIBRATION_FILE} ({', '.join(names)})")
     return [
-        Planned(name, kind, rung, seed, {**overrides, "num-rollout": runs.num_rollout, "seed": seed}, at)
-        for name, kind, rung, overrides, at in items
+        Planned(name, kind, rung, seed, {**overrides, "num-rollout": runs.num_rollout, "seed": seed}, at, side)
+        for name, kind, rung, overrides, at, side in items
         if not only or name in only
         for seed in wanted_seeds
     ]
@@ -125,7 +132,7 @@ def read_run(run, item: Planned) -> cal.CalibrationRun:
     from harness.attribution import boundaries
     from harness.embedded.capture import CaptureProblem, read_capture
 
-    out = cal.CalibrationRun(run.id, item.name, item.kind, item.seed, item.planted_at)
+    out = cal.CalibrationRun(run.id, item.name, item.kind, item.seed, item.planted_at, planted_side=item.planted_side)
     files = sorted((run.path / "dumps").glob("capture_*.pt"))
     if not files:
         raise SpecError(f"{run.path}: no dumps/capture_*.pt (a calibration run captures at rollout 2)")
@@ -142,12 +149,17 @@ def read_run(run, item: Planned) -> cal.CalibrationRun:
             for sample in bundle["samples"]:
                 if sample.get("trainer") is None or sample.get("rollout") is None:
                     raise SpecError(f"{path}: sample {sample.get('index')} lacks a side ({'; '.join(bundle['unavailable'])})")
-                pooled: dict = {}
-                boundaries._measure({**bundle, "samples": [sample]}, pooled)  # noqa: SLF001 - the table's own per-sample measure
+                pooled, own = {}, {}
+                boundaries._measure({**bundle, "samples": [sample]}, pooled, own)  # noqa: SLF001 - the table's own per-sample measure
                 for name, (d, e, _) in pooled.items():
                     d, e = torch.cat(d).double(), torch.cat(e).double()
                     positions = int(sample["trainer"]["logits" if name.startswith("logits") else name].shape[0])
                     out.boundaries.setdefault(name, []).append(cal.SampleSums(float(d.sum()), float(e.sum()), int(d.numel()), positions))
+                    for side, (r, o) in own.get(name, {}).items():
+                        r, o = torch.cat(r).double(), torch.cat(o).double()
+                        out.own.setdefault(name, {}).setdefault(side, []).append(
+                            cal.SampleSums(float(r.sum()), float(o.sum()), int(r.numel()), positions)
+                        )
     finally:
         torch.set_num_threads(threads)
     return out
@@ -211,6 +223,24 @@ def record(calibration: Calibration, rungs: list[cal.RungFigures], runs_dir: Pat
             # each run's own ratio at the boundary the rule reads for this rung: the seeds' spread
             "per_run": {run: _sig(max(v.values()) if r.kind == cal.ALIGNED else v[r.planted_at]) for run, v in r.per_run.items()},
         }
+        if r.own:
+            rows[r.rung]["planted_side"] = r.planted_side
+            rows[r.rung]["own"] = {
+                name: {
+                    side: {"tokens": est.tokens, "samples": est.samples, "ratio": _sig(est.ratio), "low": _sig(est.low), "high": _sig(est.high)}
+                    for side, est in sides.items()
+                }
+                for name, sides in r.own.items()
+            }
+            # each run's own ratio where k_own reads this rung: an aligned rung's largest, a control's at its boundary and side
+            rows[r.rung]["own_per_run"] = {
+                run: _sig(
+                    max(x for sides in v.values() for x in sides.values())
+                    if r.kind == cal.ALIGNED
+                    else v.get(r.planted_at, {}).get(r.planted_side, float("nan"))
+                )
+                for run, v in r.own_per_run.items()
+            }
     out = {
         "date": dt.date.today().isoformat(),
         "machines": machines,  # where the runs were made (their environment.json)
@@ -233,6 +263,19 @@ def record(calibration: Calibration, rungs: list[cal.RungFigures], runs_dir: Pat
         "control_at": k.control_at,
         "factor_each_side": _sig(k.factor),
     }
+    # k_own where knobs/calibration.yaml says which side each control is planted in and the runs were read with their own ratios
+    if calibration.own is not None and any(r.own for r in rungs):
+        own = cal.derive_own_k(recorded_own_figures(out), calibration.runs.min_tokens)
+        out["k_own"] = {
+            "value": own.value,
+            "rule": "sqrt(A_own x C_own) to 2 significant digits: A_own the largest upper bound of a side's own ratio on an aligned rung, "
+            "C_own the smallest lower bound of a control's own ratio at its planted boundary and side",
+            "aligned_upper": own.aligned_upper,
+            "aligned_at": own.aligned_at,
+            "control_lower": own.control_lower,
+            "control_at": own.control_at,
+            "factor_each_side": _sig(own.factor),
+        }
     return out
 
 
@@ -242,6 +285,27 @@ def recorded_figures(measured: dict) -> list[cal.Figure]:
         cal.Figure(rung, row["kind"], name, int(b["tokens"]), float(b["ratio"]), float(b["low"]), float(b["high"]), row.get("planted_at"))
         for rung, row in (measured.get("rungs") or {}).items()
         for name, b in row["boundaries"].items()
+    ]
+
+
+def recorded_own_figures(measured: dict) -> list[cal.Figure]:
+    """The own-input figures of a record, with their sides, as derive_own_k reads them."""
+    return [
+        cal.Figure(
+            rung,
+            row["kind"],
+            name,
+            int(b["tokens"]),
+            float(b["ratio"]),
+            float(b["low"]),
+            float(b["high"]),
+            row.get("planted_at"),
+            side,
+            row.get("planted_side"),
+        )
+        for rung, row in (measured.get("rungs") or {}).items()
+        for name, sides in (row.get("own") or {}).items()
+        for side, b in sides.items()
     ]
 
 
@@ -261,16 +325,31 @@ def show(rungs: list[cal.RungFigures]) -> None:
         table.add_column(column)
     for r in rungs:
         for name, est in r.boundaries.items():
-            if r.kind == cal.CONTROL and name != r.planted_at:
+            if r.kind != cal.ALIGNED and name != r.planted_at:
                 continue
             table.add_row(
-                r.rung + (" (control)" if r.kind == cal.CONTROL else ""),
+                r.rung + ("" if r.kind == cal.ALIGNED else f" ({r.kind})"),
                 name,
                 str(est.tokens),
                 f"{est.ratio:.3g}",
                 f"[{est.low:.3g}, {est.high:.3g}]",
             )
     Console().print(table)
+    own = Table(title="own-input ratio (each side's |y - f64(x)| / |f_declared(x) - f64(x)| on its own inputs), pooled over the seeds")
+    for column in ("rung", "boundary", "side", "tokens", "ratio", "interval"):
+        own.add_column(column)
+    for f in cal.own_figures_of(rungs):
+        if f.kind != cal.ALIGNED and (f.boundary, f.side) != (f.planted_at, f.planted_side):
+            continue
+        own.add_row(
+            f.rung + ("" if f.kind == cal.ALIGNED else f" ({f.kind})"),
+            f.boundary,
+            f.side,
+            str(f.tokens),
+            f"{f.ratio:.3g}",
+            f"[{f.low:.3g}, {f.high:.3g}]",
+        )
+    Console().print(own)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"k = {measured['k']['value']:g} (A = {measured['k']['aligned_upper']:.4g} at {measured['k']['aligned_at']}, C = {measured['k']['control_lower']:.4g} at {measured['k']['control_at']})"
     )
+    if "k_own" in measured:
+        o = measured["k_own"]
+        print(
+            f"k_own = {o['value']:g} (A_own = {o['aligned_upper']:.4g} at {o['aligned_at']}, C_own = {o['control_lower']:.4g} at {o['control_at']})"
+        )
     if args.write:
         print(f"wrote {write_record(args.knobs, measured)}")
     return 0

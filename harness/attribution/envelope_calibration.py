@@ -18,6 +18,13 @@ the multiple that is as many times above what aligned engines reach as it is bel
 mildest planted fault does (k / A = C / k), so a judged ratio has to move by the same factor from
 either side to be misclassed. No k when C <= A (the calibration cannot separate the two), when a
 boundary has fewer than the minimum tokens, or when a ratio is not finite: each says so.
+
+The own-input check's multiple k_own (`derive_own_k`) follows the same rule on each side's own
+ratio (mean |y_s - f64(x_s)| over mean |f_s(x_s) - f64(x_s)|, harness.attribution.boundaries):
+A_own = the largest upper bound of any side's own ratio at any boundary of the aligned rungs,
+C_own = the smallest lower bound of a control's own ratio at its planted boundary and side, over
+the fp32-floor controls and the OWN_CONTROL runs (controls at the size of interest on a rung at its
+own precision, which only k_own reads: the cross-engine k is derived as before).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import numpy as np
 from scipy import stats
 
 ALIGNED, CONTROL = "aligned", "control"
+OWN_CONTROL = "own-control"  # a control read only by the own-input check's k_own
 
 
 @dataclass(frozen=True)
@@ -47,10 +55,13 @@ class CalibrationRun:
 
     run: str
     rung: str  # an aligned rung's id, or the control's fault name
-    kind: str  # ALIGNED | CONTROL
+    kind: str  # ALIGNED | CONTROL | OWN_CONTROL
     seed: int
     planted_at: str | None = None  # a control's boundary
     boundaries: dict[str, list[SampleSums]] = field(default_factory=dict)
+    planted_side: str | None = None  # a control's engine (trainer | rollout)
+    # boundary -> side -> per sample (sum of the own residual, sum of the own envelope)
+    own: dict[str, dict[str, list[SampleSums]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,13 @@ class RungFigures:
     planted_at: str | None
     boundaries: dict[str, RatioEstimate]
     per_run: dict[str, dict[str, float]]  # run id -> boundary -> that run's own ratio (the seeds' spread)
+    planted_side: str | None = None
+    own: dict[str, dict[str, RatioEstimate]] = field(default_factory=dict)  # boundary -> side -> own ratio
+    own_per_run: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # run -> boundary -> side -> own ratio
+
+
+def _sums_ratio(samples: list[SampleSums]) -> float:
+    return float(ratio_of_sums(np.array([s.divergence for s in samples], dtype=float), np.array([s.envelope for s in samples], dtype=float)))
 
 
 def rung_figures(runs: list[CalibrationRun], confidence: float, resamples: int) -> list[RungFigures]:
@@ -117,20 +135,26 @@ def rung_figures(runs: list[CalibrationRun], confidence: float, resamples: int) 
             name: boundary_ratio([s for run in group for s in run.boundaries.get(name, [])], confidence, resamples, seed=i)
             for i, name in enumerate(names)
         }
-        per_run = {
-            run.run: {
-                name: float(
-                    ratio_of_sums(np.array([s.divergence for s in samples], dtype=float), np.array([s.envelope for s in samples], dtype=float))
-                )
-                for name, samples in run.boundaries.items()
+        per_run = {run.run: {name: _sums_ratio(samples) for name, samples in run.boundaries.items()} for run in group}
+        own_names = list(dict.fromkeys(b for run in group for b in run.own))
+        own = {
+            name: {
+                side: boundary_ratio([s for run in group for s in run.own.get(name, {}).get(side, [])], confidence, resamples, seed=1000 + 2 * i + j)
+                for j, side in enumerate(sorted({side for run in group for side in run.own.get(name, {})}))
             }
-            for run in group
+            for i, name in enumerate(own_names)
+        }
+        own_per_run = {
+            run.run: {name: {side: _sums_ratio(samples) for side, samples in sides.items()} for name, sides in run.own.items()} for run in group
         }
         kinds = {run.kind for run in group}
-        planted = {run.planted_at for run in group}
+        planted = {(run.planted_at, run.planted_side) for run in group}
         if len(kinds) != 1 or len(planted) != 1:
             raise ValueError(f"rung {rung}: its runs disagree on kind {sorted(kinds)} or planted boundary {sorted(map(str, planted))}")
-        out.append(RungFigures(rung, kinds.pop(), sorted({r.seed for r in group}), [r.run for r in group], planted.pop(), boundaries, per_run))
+        at, side = planted.pop()
+        out.append(
+            RungFigures(rung, kinds.pop(), sorted({r.seed for r in group}), [r.run for r in group], at, boundaries, per_run, side, own, own_per_run)
+        )
     return out
 
 
@@ -170,27 +194,57 @@ class Figure:
     low: float
     high: float
     planted_at: str | None = None
+    side: str | None = None  # an own-input figure's side; None for the cross-engine ratio
+    planted_side: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.rung} {self.boundary}" + (f" ({self.side})" if self.side else "")
 
 
 def figures_of(rungs: list[RungFigures]) -> list[Figure]:
     return [Figure(r.rung, r.kind, name, est.tokens, est.ratio, est.low, est.high, r.planted_at) for r in rungs for name, est in r.boundaries.items()]
 
 
+def own_figures_of(rungs: list[RungFigures]) -> list[Figure]:
+    """Each side's own ratio at each boundary, as Figures with their side."""
+    return [
+        Figure(r.rung, r.kind, name, est.tokens, est.ratio, est.low, est.high, r.planted_at, side, r.planted_side)
+        for r in rungs
+        for name, sides in r.own.items()
+        for side, est in sides.items()
+    ]
+
+
 def derive_k(figures: list[Figure], min_tokens: int) -> DerivedK:
     """k = sqrt(A x C) rounded to two significant digits (module docstring). Raises NoK."""
     aligned = [f for f in figures if f.kind == ALIGNED]
-    planted = [f for f in figures if f.kind == CONTROL and f.boundary == f.planted_at]
+    controls = [f for f in figures if f.kind == CONTROL]
+    planted = [f for f in controls if f.boundary == f.planted_at]
+    return _midpoint(aligned, controls, planted, min_tokens)
+
+
+def derive_own_k(figures: list[Figure], min_tokens: int) -> DerivedK:
+    """k_own by the same rule on the own-input figures (own_figures_of): A_own over every side and
+    boundary of the aligned rungs, C_own at each control's planted boundary and side. Raises NoK."""
+    aligned = [f for f in figures if f.kind == ALIGNED]
+    controls = [f for f in figures if f.kind in (CONTROL, OWN_CONTROL)]
+    planted = [f for f in controls if f.boundary == f.planted_at and f.side == f.planted_side]
+    return _midpoint(aligned, controls, planted, min_tokens)
+
+
+def _midpoint(aligned: list[Figure], controls: list[Figure], planted: list[Figure], min_tokens: int) -> DerivedK:
     if not aligned:
         raise NoK("no aligned rung in the calibration")
-    controls = {f.rung for f in figures if f.kind == CONTROL}
-    missing = sorted(controls - {f.rung for f in planted})
-    if not controls or missing:
+    names = {f.rung for f in controls}
+    missing = sorted(names - {f.rung for f in planted})
+    if not names or missing:
         raise NoK(f"no control measured at its planted boundary ({', '.join(missing) or 'no control in the calibration'})")
     used = aligned + planted
-    short = [f"{f.rung} {f.boundary} ({f.tokens})" for f in used if f.tokens < min_tokens]
+    short = [f"{f.where} ({f.tokens})" for f in used if f.tokens < min_tokens]
     if short:
         raise NoK(f"fewer than {min_tokens} captured tokens at: {', '.join(short)}")
-    broken = [f"{f.rung} {f.boundary}" for f in used if not all(math.isfinite(v) for v in (f.ratio, f.low, f.high))]
+    broken = [f.where for f in used if not all(math.isfinite(v) for v in (f.ratio, f.low, f.high))]
     if broken:
         raise NoK(f"no finite ratio and interval at: {', '.join(broken)}")
     top = max(aligned, key=lambda f: f.high)
@@ -198,7 +252,7 @@ def derive_k(figures: list[Figure], min_tokens: int) -> DerivedK:
     if bottom.low <= top.high or top.high <= 0.0:
         raise NoK(
             f"the calibration does not separate aligned from planted faults: aligned reach {top.high:.3g} "
-            f"({top.rung} {top.boundary}), the mildest control {bottom.low:.3g} ({bottom.rung} {bottom.boundary})"
+            f"({top.where}), the mildest control {bottom.low:.3g} ({bottom.where})"
         )
     value = round_significant(math.sqrt(top.high * bottom.low))
-    return DerivedK(value, top.high, f"{top.rung} {top.boundary}", bottom.low, f"{bottom.rung} {bottom.boundary}")
+    return DerivedK(value, top.high, top.where, bottom.low, bottom.where)

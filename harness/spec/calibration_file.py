@@ -9,6 +9,7 @@ says the overlap in one line (file, key, the range it collides with)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -42,6 +43,21 @@ class CalibrationRuns(Strict):
     reason: str = Field(min_length=10)
 
 
+class OwnControl(Strict):
+    at: str  # the boundary the fault is planted at
+    side: Literal["trainer", "rollout"]  # the engine it is planted in
+
+
+class OwnCheck(Strict):
+    """The own-input check's calibration (docs/calibration.md): the side each control of ``runs`` is
+    planted in, and controls at the size of interest on a rung at its own precision."""
+
+    sides: dict[str, Literal["trainer", "rollout"]] = Field(min_length=1)  # runs.controls fault -> its engine
+    control_base: str
+    controls: dict[str, OwnControl] = Field(min_length=1)
+    reason: str = Field(min_length=10)
+
+
 class Interval(Strict):
     confidence: float = Field(gt=0.5, lt=1.0)
     resamples: int = Field(ge=100)
@@ -52,6 +68,7 @@ class Calibration(Strict):
     seeds: CalibrationSeeds
     runs: CalibrationRuns
     interval: Interval
+    own: OwnCheck | None = None
     measured: dict = Field(default_factory=dict)
 
 

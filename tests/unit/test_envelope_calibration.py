@@ -140,6 +140,69 @@ def test_boundary_envelope_k_is_the_recorded_calibrations_k():
     assert calibration.seeds.seeds == calibration.measured["seeds"], "the record was measured on other seeds than knobs/calibration.yaml names"
 
 
+def _own_calibration(aligned_top: float = 2.0, mild: float = 8.0) -> list[cal.CalibrationRun]:
+    """Aligned rungs and controls with own-input sums: the aligned rollout reaches aligned_top at
+    final_norm; an fp32-floor control (thousands) and an own-check control at the size of interest
+    (mild) on its planted side, the other side at 1; the own control's cross ratio sits at 1.5."""
+    runs = []
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+
+        def own(ratios: dict[str, dict[str, float]], rng=rng):
+            return {b: {side: _samples(r, 32, 40, rng) for side, r in sides.items()} for b, sides in ratios.items()}
+
+        aligned = _run("near-aligned", cal.ALIGNED, seed, {"layer.0.attention": 0.6, "final_norm": 0.7}, tokens=40)
+        aligned.own = own({"layer.0.attention": {"trainer": 1.0, "rollout": 1.0}, "final_norm": {"trainer": 1.0, "rollout": aligned_top}})
+        floor = _run("trainer-softmax-bf16", cal.CONTROL, seed, {"layer.0.attention": 4000.0, "final_norm": 1.0}, "layer.0.attention", tokens=40)
+        floor.planted_side = "trainer"
+        floor.own = own({"layer.0.attention": {"trainer": 8000.0, "rollout": 1.0}, "final_norm": {"trainer": 1.0, "rollout": 1.0}})
+        sized = _run("trainer-softmax-bits:3", cal.OWN_CONTROL, seed, {"layer.0.attention": 1.5, "final_norm": 0.7}, "layer.0.attention", tokens=40)
+        sized.planted_side = "trainer"
+        # the rollout side of the planted boundary is higher than the trainer's: only the planted side counts
+        sized.own = own({"layer.0.attention": {"trainer": mild, "rollout": 50.0}, "final_norm": {"trainer": 1.0, "rollout": aligned_top}})
+        runs += [aligned, floor, sized]
+    return runs
+
+
+def test_k_own_is_the_midpoint_of_every_aligned_side_and_each_control_at_its_side():
+    rungs = cal.rung_figures(_own_calibration(), 0.95, 500)
+    own = cal.derive_own_k(cal.own_figures_of(rungs), min_tokens=1000)
+    assert own.aligned_at == "near-aligned final_norm (rollout)" and 1.9 < own.aligned_upper < 2.2
+    assert own.control_at == "trainer-softmax-bits:3 layer.0.attention (trainer)" and 7.0 < own.control_lower < 8.0
+    assert own.value == cal.round_significant(math.sqrt(own.aligned_upper * own.control_lower))
+    # the cross-engine k does not read the own-check control (its 1.5x at layer.0.attention would undo k)
+    k = cal.derive_k(cal.figures_of(rungs), min_tokens=1000)
+    assert k.control_at == "trainer-softmax-bf16 layer.0.attention" and k.value > 40
+    with pytest.raises(cal.NoK, match=r"does not separate .* \(near-aligned final_norm \(rollout\)\), the mildest control"):
+        cal.derive_own_k(cal.own_figures_of(cal.rung_figures(_own_calibration(aligned_top=9.0), 0.95, 500)), 1000)
+
+
+def test_the_record_gives_its_own_k_own():
+    calibration = load_calibration(DEFAULT_KNOBS_DIR)
+    rungs = cal.rung_figures(_own_calibration(), 0.95, 500)
+    measured = yaml.safe_load(yaml.safe_dump(calibrate_envelopes.record(calibration, rungs, Path("runs"), ["abc"], ["a machine"])))
+    own = cal.derive_own_k(calibrate_envelopes.recorded_own_figures(measured), calibration.runs.min_tokens)
+    assert measured["k_own"]["value"] == own.value
+    assert measured["rungs"]["trainer-softmax-bits:3"]["planted_side"] == "trainer"
+
+
+def test_boundary_own_k_is_the_recorded_calibrations_k_own():
+    """A hand edit of thresholds.boundary_own_k, or of a recorded own figure, fails here."""
+    calibration = load_calibration(DEFAULT_KNOBS_DIR)
+    if "k_own" not in calibration.measured:
+        pytest.fail(f"knobs/{CALIBRATION_FILE} records no k_own: run tools/calibrate_envelopes.py --launch, then --summarize --write")
+    derived = cal.derive_own_k(calibrate_envelopes.recorded_own_figures(calibration.measured), calibration.runs.min_tokens)
+    assert calibration.measured["k_own"]["value"] == derived.value, "the record's k_own is not what its own figures give"
+    knob = load_knobs(DEFAULT_KNOBS_DIR).thresholds["boundary_own_k"]
+    assert knob.value == derived.value, f"thresholds.boundary_own_k = {knob.value}, the calibration gives {derived.value}"
+    assert CALIBRATION_FILE in knob.reason, "its reason must cite the calibration record"
+    # every own-check control of knobs/calibration.yaml was measured at its planted side
+    recorded = calibration.measured["rungs"]
+    for fault, control in calibration.own.controls.items():
+        assert recorded[fault]["kind"] == cal.OWN_CONTROL and recorded[fault]["planted_side"] == control.side, fault
+        assert recorded[fault]["own"][control.at][control.side]["low"] >= derived.control_lower
+
+
 def _knobs_copy(tmp_path: Path, first: int) -> Path:
     root = tmp_path / "knobs"
     shutil.copytree(DEFAULT_KNOBS_DIR, root)
