@@ -7,10 +7,14 @@ a test that asks for the same spec reuses the run.
     flock /work/notes/heavy.lock .venv/bin/python tools/control_sizes.py --rung near-aligned \\
         --inject rollout-lse-bf16 --inject trainer-softmax-bits:5 [--inject none] [--max-minutes 6]
     .venv/bin/python tools/control_sizes.py --report          # launches nothing: the table from the JSON
+    flock /work/notes/heavy.lock .venv/bin/python tools/control_sizes.py --remeasure   # recorded runs' tables again, no launch
 
-Per run it records the boundary the table localises (or none), the ratio at the control's own
-boundary, the largest ratio at any other boundary, the capture coverage, the class, and k read from
-the knobs at that moment (a ratio does not depend on k; whether a row breaks does). The results
+Per run it records the boundary the table localises (or none) and the side the own-input check names
+there, the ratio at the control's own boundary, the largest ratio at any other boundary, each side's
+own-input ratio at every boundary, the capture coverage, the class, and k and k_own read from the
+knobs at that moment (a ratio does not depend on k; whether a row breaks does). --remeasure
+recomputes every recorded entry's table from its run directory (the run is not launched again), so
+entries recorded before the own-input check get its ratios. The results
 accumulate in reports/controls/control_sizes.json (one entry per run id) and are written as
 reports/controls/control_sizes.md, and printed. --inject none gives the rung's own ratios without a
 control. Bad input is one line and exit code 2; a run that fails is reported and exits 1.
@@ -48,6 +52,13 @@ PLANTED = {
     "trainer_tp_reduce_bits": "layer.0.mlp",
     "rollout_fp8_weight_scale": "layer.0.attention",
 }
+# the engine each control is planted in: the side the own-input check should name
+PLANTED_SIDE = {
+    "rollout_lse_bits": "rollout",
+    "trainer_softmax_bits": "trainer",
+    "trainer_tp_reduce_bits": "trainer",
+    "rollout_fp8_weight_scale": "rollout",
+}
 console = Console(stderr=True)
 
 
@@ -62,6 +73,14 @@ def control_of(inject: str) -> tuple[str, str, str | None]:
         raise FlagError(f"--inject {inject}: expected one numerical control ({', '.join([*SIZED, FP8_WEIGHT_SCALE])}, a *-bf16 name) or none")
     name = next((n for n, (f, _) in SIZED.items() if f == on[0]), FP8_WEIGHT_SCALE)
     return faults.names()[0], name, PLANTED[on[0]]
+
+
+def side_of(canonical: str) -> str | None:
+    """The engine a control is planted in (None for none)."""
+    if canonical == NONE:
+        return None
+    faults = parse(canonical)
+    return next(side for f, side in PLANTED_SIDE.items() if getattr(faults, f))
 
 
 def size_of(canonical: str) -> str:
@@ -83,12 +102,15 @@ def measure(run, knobs, planted: str | None) -> dict:
     table = run_boundary_table(run, knobs)
     decided = classify(table, framework_checks(run), contract_check(run, knobs))
     ratios = {r.boundary: r.ratio for r in table.rows}
+    own = {r.boundary: {side: o["ratio"] for side, o in r.own.items()} for r in table.rows}
     others = {b: v for b, v in ratios.items() if b != planted}
     worst = max(others, key=lambda b: others[b]) if others else None
     return {
         "status": table.status,
         "k": table.k,
+        "k_own": table.k_own,
         "localised": None if table.localised is None else table.localised.boundary,
+        "localised_side": table.localised_side,
         "ratio_at_planted": ratios.get(planted) if planted else None,
         "largest_elsewhere": {"boundary": worst, "ratio": others[worst]} if worst else None,
         "coverage_min": table.coverage.get("min"),
@@ -98,6 +120,7 @@ def measure(run, knobs, planted: str | None) -> dict:
         "reason": decided.reason,
         "notes": table.notes,
         "ratios": ratios,
+        "own_ratios": own,
     }
 
 
@@ -167,33 +190,80 @@ def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minut
     return failed
 
 
+def remeasure(knobs, runs_dir: Path, results: dict) -> list[str]:
+    """Each recorded entry's table again from its run directory (no launch), with today's k and
+    k_own and the own-input ratios; an entry whose run directory is gone is reported and kept."""
+    from harness.records.rundir import RunDir
+
+    missing = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), console=console) as progress:
+        task = progress.add_task("tables of the recorded runs", total=len(results))
+        for run_id, entry in results.items():
+            path = runs_dir / run_id
+            if not path.is_dir():
+                missing.append(f"{run_id}: no run directory in {runs_dir}")
+            else:
+                entry.update(measure(RunDir(path).load(), knobs, entry["planted"]), remeasured=dt.date.today().isoformat())
+            progress.advance(task)
+    return missing
+
+
 def _x(ratio) -> str:
     return "-" if ratio is None else f"{ratio:.3g}x"
 
 
-def localised_at(ratios: dict, k: float) -> str:
-    """The first boundary (the table's forward order, as recorded) whose ratio exceeds k, or none."""
-    return next((b for b, r in ratios.items() if r > k), "none")
+def localised_at(ratios: dict, k: float, own_ratios: dict | None = None, k_own: float | None = None) -> str:
+    """The first boundary (the table's forward order, as recorded) whose ratio exceeds k, or where a
+    side's own-input ratio exceeds k_own (named "boundary (side)"), or none."""
+    for boundary, ratio in ratios.items():
+        sides = [s for s, r in ((own_ratios or {}).get(boundary) or {}).items() if k_own is not None and r > k_own]
+        if sides:
+            return f"{boundary} ({', '.join(sides)})"
+        if ratio > k:
+            return boundary
+    return "none"
 
 
-def markdown(results: dict, k_now: float) -> str:
+def own_at_planted(entry: dict) -> float | None:
+    """The control's own-input ratio at its planted boundary, on the side it is planted in."""
+    side = side_of(entry["inject"])
+    return ((entry.get("own_ratios") or {}).get(entry["planted"]) or {}).get(side) if side else None
+
+
+def largest_own(entry: dict) -> tuple[str, float] | None:
+    """The largest own-input ratio anywhere except the control's own boundary and side (for none: anywhere)."""
+    side = side_of(entry["inject"])
+    pairs = [
+        (f"{b} ({s})", r) for b, sides in (entry.get("own_ratios") or {}).items() for s, r in sides.items() if (b, s) != (entry["planted"], side)
+    ]
+    return max(pairs, key=lambda p: p[1]) if pairs else None
+
+
+def markdown(results: dict, k_now: float, k_own_now: float | None = None) -> str:
     order = {name: i for i, name in enumerate([NONE, *SIZED, FP8_WEIGHT_SCALE])}
 
     def key(r):
         return (RUNGS.index(r["rung"]) if r["rung"] in RUNGS else 9, order.get(r["control"], 9), r["inject"])
 
+    own_now = "" if k_own_now is None else f", k_own = {k_own_now:g}"
     head = (
-        f"| rung | control | size | planted at | ratio there | largest elsewhere | localised (k at run) | k at run | class at run | localised at k = {k_now:g} | coverage | run | date |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        f"| rung | control | size | planted at | ratio there | largest elsewhere | own ratio there (side) | largest own elsewhere | "
+        f"localised (k at run) | k at run | class at run | localised at k = {k_now:g}{own_now} | coverage | run | date |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = []
     for r in sorted(results.values(), key=key):
         elsewhere = r["largest_elsewhere"] or {}
         cov = "-" if r["coverage_min"] is None else f"{r['coverage_min']:.3g}"
+        own = own_at_planted(r)
+        other = largest_own(r)
+        own_text = "not measured" if "own_ratios" not in r else "-" if own is None else f"{_x(own)} ({side_of(r['inject'])})"
+        other_text = "-" if other is None else f"{other[0]} {_x(other[1])}"
+        at_run = (r["localised"] or "none") + (f" ({r['localised_side']})" if r.get("localised_side") else "")
         lines.append(
             f"| {r['rung']} | {r['control']} | {r['size']} | {r['planted'] or '-'} | {_x(r['ratio_at_planted'])} | "
-            f"{elsewhere.get('boundary', '-')} {_x(elsewhere.get('ratio'))} | {r['localised'] or 'none'} | {r['k']:g} | {r['class']} | "
-            f"{localised_at(r['ratios'], k_now)} | {cov} | {r['run']} | {r['date']} |"
+            f"{elsewhere.get('boundary', '-')} {_x(elsewhere.get('ratio'))} | {own_text} | {other_text} | {at_run} | {r['k']:g} | {r['class']} | "
+            f"{localised_at(r['ratios'], k_now, r.get('own_ratios'), k_own_now)} | {cov} | {r['run']} | {r['date']} |"
         )
     return "\n".join([head, *lines])
 
@@ -203,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rung", action="append", choices=RUNGS, help="rung(s) to run each --inject on (default: near-aligned)")
     parser.add_argument("--inject", action="append", default=[], help="a numerical control at one size (e.g. trainer-softmax-bits:5), or none")
     parser.add_argument("--report", action="store_true", help="launch nothing: print and write the table of the recorded results")
+    parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="launch nothing: recompute every recorded entry's table from its run directory (wrap in the heavy lock)",
+    )
     parser.add_argument("--max-minutes", type=float, default=6.0, help="start no run after this many minutes (the heavy lock's hold)")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory (k: thresholds.boundary_envelope_k)")
     parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where the runs live (default: reports/runs, as the tests')")
@@ -219,23 +294,28 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as err:
         print("error: " + "; ".join(err.problems), file=sys.stderr)
         return 2
-    if not args.report and not args.inject:
+    if not (args.report or args.remeasure) and not args.inject:
         print("error: --inject: give at least one control (e.g. --inject rollout-lse-bf16), or --report", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = load_results(out / "control_sizes.json")
     failed = []
-    if not args.report:
+    if args.remeasure:
+        failed = remeasure(knobs, Path(args.runs_dir).resolve(), results)
+        for line in failed:
+            console.print(f"[red]{line}")
+        (out / "control_sizes.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    elif not args.report:
         pairs = [(rung, inject) for rung in (args.rung or ["near-aligned"]) for inject in args.inject]
         failed = launch(knobs, Path(args.runs_dir).resolve(), pairs, args.max_minutes, results)
         (out / "control_sizes.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    table = markdown(results, knobs.threshold("boundary_envelope_k"))
+    table = markdown(results, knobs.threshold("boundary_envelope_k"), knobs.threshold("boundary_own_k"))
     (out / "control_sizes.md").write_text(
         "# Numerical controls by size (tools/control_sizes.py)\n\n"
-        f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope; 'localised at k' recomputes the first boundary beyond k from the recorded ratios.\n\n"
-        + table
-        + "\n"
+        f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope; own ratio = a side's "
+        "mean |y - f64(x)| / mean |f_declared(x) - f64(x)| on its own inputs; 'localised at k' recomputes the first boundary beyond k, "
+        "or a side beyond k_own, from the recorded ratios.\n\n" + table + "\n"
     )
     print(table)
     return 1 if failed else 0

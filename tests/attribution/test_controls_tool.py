@@ -47,6 +47,19 @@ def test_localised_at_another_k_is_the_first_row_beyond_it(tool):
     assert tool.localised_at(ratios, 100.0) == "none"
 
 
+def test_localised_with_the_own_input_check_names_the_side(tool):
+    ratios = {"embedding": 0.0, "layer.0.attention": 4.4, "final_norm": 0.7, "logsumexp": 1.9}
+    own = {"embedding": {"trainer": 0.0, "rollout": 0.0}, "layer.0.attention": {"trainer": 8.7, "rollout": 1.0}, "final_norm": {"rollout": 2.0}}
+    assert tool.localised_at(ratios, 58.0) == "none"  # the cross-engine rule alone
+    assert tool.localised_at(ratios, 58.0, own, 4.1) == "layer.0.attention (trainer)"
+    assert tool.localised_at(ratios, 58.0, own, 9.0) == "none"
+    assert tool.localised_at(ratios, 1.5, own, 9.0) == "layer.0.attention"  # the first row either rule breaks
+    entry = {"inject": "trainer-softmax-bits:3", "planted": "layer.0.attention", "own_ratios": own}
+    assert tool.side_of("trainer-softmax-bits:3") == "trainer" and tool.side_of("rollout-fp8-weight-scale:2") == "rollout"
+    assert tool.own_at_planted(entry) == 8.7
+    assert tool.largest_own(entry) == ("final_norm (rollout)", 2.0)
+
+
 @pytest.mark.parametrize(
     "argv, says",
     [
