@@ -8,6 +8,9 @@ Bounds come from knobs/thresholds.yaml by name; the zero expectations from the r
 
 from __future__ import annotations
 
+import contextlib
+import statistics
+
 import pytest
 import torch
 
@@ -61,10 +64,38 @@ def test_kernel_attention_rows_do_not_depend_on_their_neighbours(dtype):
     assert (full.float() - reference.permute(2, 0, 1, 3).reshape(40, 3, -1)).abs().max() < (1e-5 if dtype == torch.float32 else 3e-2)
 
 
+def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One 4 x 40-token batch (ids below 300) and one advantage a token, drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 300, (4, 40), generator=g)
+    return ids, torch.roll(ids, -1, 1).reshape(-1), torch.randn(4 * 40, generator=g)
+
+
+@contextlib.contextmanager
+def _attention_backward_without_its_scale():
+    """The control's broken backward: the shared attention's query and key gradients without the
+    softmax scale (x sqrt(head_dim)), as a backward that forgot it would return them."""
+    from harness.embedded.true_on_policy import layer_spec
+
+    original = layer_spec._KernelForwardMathBackward.backward
+
+    def backward(ctx, grad_context):
+        dq, dk, dv, *rest = original(ctx, grad_context)
+        return (dq / ctx.module.engine_scale, dk / ctx.module.engine_scale, dv, *rest)
+
+    layer_spec._KernelForwardMathBackward.backward = staticmethod(backward)
+    try:
+        yield
+    finally:
+        layer_spec._KernelForwardMathBackward.backward = staticmethod(original)
+
+
 @pytest.fixture(scope="module")
-def gradients(tmp_path_factory):
-    """Parameter gradients of one PPO-like loss on the same weights and tokens: Megatron's native
-    path and the true-on-policy path, in fp32 and bf16 (and native fp32 as the reference)."""
+def gradients(tmp_path_factory, thresholds):
+    """Per judged batch (seeds 0 .. true_on_policy_grad_bf16_batches - 1) and per parameter, the
+    relative distance |g - g_ref| / |g_ref| of each path's gradient of one PPO-like loss from
+    Megatron's native fp32 gradient on the same weights and tokens: native bf16, true on-policy in
+    fp32 and bf16, and the control (true on-policy bf16 with a broken attention backward)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
@@ -78,40 +109,71 @@ def gradients(tmp_path_factory):
     config, hf_state = AutoConfig.from_pretrained(path), load_file(str(path / "model.safetensors"))
     init_distributed(0, 1, str(tmp_path_factory.mktemp("store") / "store"))
     init_model_parallel(1, 0)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 300, (4, 40), generator=g)
-    targets, advantages = torch.roll(ids, -1, 1).reshape(-1), torch.randn(4 * 40, generator=g)
-    out = {}
+    models = {}
     for bf16 in (False, True):
         for true_on_policy in (False, True):
-            model = build_gpt(config, bf16=bf16, tp=1, true_on_policy=true_on_policy)
-            load_into(model, hf_to_megatron(hf_state, config, 1, 0))
-            with on_cpu():
-                logits = model(ids, torch.arange(40).expand(4, -1), causal_mask(40)).reshape(4 * 40, -1)
-            if true_on_policy:
-                values, _ = engine_logprobs(logits, targets, 1.0, -1, 1.0, replay=False)
-            else:
-                values = lp.vocab_parallel_logprobs(logits, targets, 1.0)
-            (-(values * advantages).mean()).backward()
-            out[("bf16" if bf16 else "fp32", true_on_policy)] = {n: p.grad.float().clone() for n, p in model.named_parameters()}
-    return out
+            models[(bf16, true_on_policy)] = build_gpt(config, bf16=bf16, tp=1, true_on_policy=true_on_policy)
+            load_into(models[(bf16, true_on_policy)], hf_to_megatron(hf_state, config, 1, 0))
+
+    def grads(bf16: bool, true_on_policy: bool, ids, targets, advantages) -> dict[str, torch.Tensor]:
+        model = models[(bf16, true_on_policy)]
+        model.zero_grad(set_to_none=True)
+        with on_cpu():
+            logits = model(ids, torch.arange(40).expand(4, -1), causal_mask(40)).reshape(4 * 40, -1)
+        if true_on_policy:
+            values, _ = engine_logprobs(logits, targets, 1.0, -1, 1.0, replay=False)
+        else:
+            values = lp.vocab_parallel_logprobs(logits, targets, 1.0)
+        (-(values * advantages).mean()).backward()
+        return {n: p.grad.float().clone() for n, p in model.named_parameters()}
+
+    rows = []
+    for seed in range(int(thresholds["true_on_policy_grad_bf16_batches"])):
+        batch = _batch(seed)
+        reference = grads(False, False, *batch)
+        paths = {"fp32 shared": grads(False, True, *batch), "bf16 native": grads(True, False, *batch), "bf16 shared": grads(True, True, *batch)}
+        with _attention_backward_without_its_scale():
+            paths["bf16 shared, broken backward"] = grads(True, True, *batch)
+        rows.append({path: {n: float((g[n] - reference[n]).norm() / reference[n].norm()) for n in reference} for path, g in paths.items()})
+    return rows
 
 
-def _worst_relative(a: dict, b: dict) -> tuple[float, str]:
-    return max(((float((a[n] - b[n]).norm() / a[n].norm()), n) for n in a), key=lambda x: x[0])
+def _median_ratio_to_native(rows: list[dict], path: str) -> tuple[float, str]:
+    """Per parameter, the median over batches of path's distance from fp32 divided by native bf16's
+    on the same batch; the worst parameter's median and its name. One batch's ratio is noisy (native
+    bf16's own distance is the denominator: 0.3x to 5x on single batches), the median over many is
+    not (docs/true-on-policy.md)."""
+    medians = {n: statistics.median(r[path][n] / r["bf16 native"][n] for r in rows) for n in rows[0][path]}
+    worst = max(medians, key=medians.get)
+    return medians[worst], worst
 
 
 def test_fp32_gradients_through_the_shared_kernels_match_the_native_path(gradients, thresholds):
-    worst, name = _worst_relative(gradients[("fp32", False)], gradients[("fp32", True)])
-    assert worst <= thresholds["true_on_policy_grad_max_rel_diff_fp32"], f"{name}: relative gradient difference {worst:.3g}"
+    """Batch seed 0, worst parameter (the batch the threshold's reason measured)."""
+    first = gradients[0]["fp32 shared"]
+    name = max(first, key=first.get)
+    assert first[name] <= thresholds["true_on_policy_grad_max_rel_diff_fp32"], f"{name}: relative gradient difference {first[name]:.3g}"
 
 
-def test_bf16_gradients_through_the_shared_kernels_are_no_further_from_fp32_than_native_bf16(gradients, thresholds):
-    reference = gradients[("fp32", False)]
-    native, _ = _worst_relative(reference, gradients[("bf16", False)])
-    shared, name = _worst_relative(reference, gradients[("bf16", True)])
+def test_bf16_gradients_through_the_shared_kernels_stay_within_the_measured_cost_over_native_bf16(gradients, thresholds):
+    """True on-policy's bf16 gradient is further from fp32 than native bf16's, by a measured factor
+    (knobs/thresholds.yaml's reason: the engine's RMSNorm formula costs it; the attention kernel and
+    the log-softmax cost nothing); the limit holds it there, far from a broken backward."""
+    ratio, name = _median_ratio_to_native(gradients, "bf16 shared")
     limit = thresholds["true_on_policy_grad_bf16_max_ratio_to_native"]
-    assert shared <= limit * native, f"{name}: {shared:.3g} from the fp32 gradient, native bf16 {native:.3g} (limit {limit}x)"
+    assert ratio <= limit, (
+        f"{name}: true on-policy's bf16 gradient is {ratio:.3g}x as far from the fp32 gradient as native bf16's "
+        f"(median over {len(gradients)} batches; limit {limit}x in knobs/thresholds.yaml); "
+        "tools/true_on_policy_grad_probe.py swaps in one shared kernel at a time"
+    )
+
+
+def test_the_bf16_limit_fails_a_broken_attention_backward(gradients, thresholds):
+    """The control: the same statistic with the attention backward's scale missed is far beyond the
+    limit, so the limit above separates a working backward from a broken one."""
+    ratio, name = _median_ratio_to_native(gradients, "bf16 shared, broken backward")
+    limit = thresholds["true_on_policy_grad_bf16_max_ratio_to_native"]
+    assert ratio > limit, f"{name}: a missed attention scale gives only {ratio:.3g}x native bf16's distance (limit {limit}x)"
 
 
 # ---------------------------------------------------------------- the ladder's 30-step P1 runs
