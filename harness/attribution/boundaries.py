@@ -289,6 +289,14 @@ def _side_ops(name: str, side: str, policy: dict, inputs_of, op, prec: Precision
     return _selected_from_operands, _selected_through_head, used
 
 
+def _own_unmeasured(name: str, side: str, policy: dict) -> bool:
+    """A side that ran a registry operator formed its processed log-prob from the operator's raw
+    log-prob on the LM head's fp32 operands, not from its captured (rounded) logits, so fp64 of the
+    row's op on those logits is not what it computed from: the own-input check there would measure
+    the logits' rounding, not the side. Not measured (the cross-engine row still judges it)."""
+    return name == "processed_logprob" and operator_precision((policy.get("logprob_operator") or {}).get(side)) is not None
+
+
 def _measure(bundle: dict, pooled: dict, own: dict | None = None) -> None:
     """Pool each boundary's (divergence, envelope, trainer output) elements into ``pooled``; with
     ``own``, also each side's own-input check (residual, own envelope) into own[boundary][side]."""
@@ -310,7 +318,11 @@ def _measure(bundle: dict, pooled: dict, own: dict | None = None) -> None:
             # The own-input check: what each side's engine did to its OWN captured inputs, against
             # fp64 on the same inputs and weights, beside what its declared precision alone does
             # there. The inputs' divergence between the engines cancels (docs/attribution.md).
-            mine = {side: (_absdiff(y[side], exact[side]), _absdiff(declared[side], exact[side])) for side in sides}
+            mine = {
+                side: (_absdiff(y[side], exact[side]), _absdiff(declared[side], exact[side]))
+                for side in sides
+                if not _own_unmeasured(name, side, policy)
+            }
             slices = {name: None}
             if name == "logits":
                 targets = sample["trainer"]["targets"][:, None]

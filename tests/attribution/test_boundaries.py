@@ -301,6 +301,20 @@ def test_sides_computed_at_their_declared_precision_sit_at_one_on_their_own_inpu
             assert o["ratio"] == 0.0 or o["ratio"] == pytest.approx(1.0, abs=1e-9), (row.boundary, side, o)
 
 
+def test_a_side_that_ran_a_registry_operator_has_no_own_check_on_its_processed_log_prob(tmp_path):
+    """Under a registry operator a side forms its processed log-prob from the operator's raw log-prob
+    on the LM head's fp32 operands, not from its captured rounded logits: fp64 of the row's op on
+    those logits is not what it computed from (on the P3 candidate-operator runs that read 2e5x its
+    own envelope), so that own check is not measured; its selected_logprob own check (operator on
+    the operands) stays."""
+    table = _bundle(
+        tmp_path, operator="fused-linear-logprob", k_own=4.1
+    )  # fp32 sides: the synthetic bf16 rollout's operator reads a bf16-rounded head the capture does not hold
+    rows = {r.boundary: r for r in table.rows}
+    assert rows["processed_logprob"].own == {} and set(rows["selected_logprob"].own) == {"trainer", "rollout"}
+    assert table.localised is None, table.markdown()
+
+
 @pytest.mark.parametrize("bits", [7, 3])
 def test_the_own_input_check_localises_a_fault_the_bf16_envelope_hides_and_names_its_side(tmp_path, bits):
     """A bf16 rollout whose log-sum-exp keeps its running sum at N mantissa bits (the rollout-lse
