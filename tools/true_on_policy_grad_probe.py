@@ -75,19 +75,9 @@ def build(config, hf_state, bf16: bool, levers_off):
 
 
 def gradients(model, engine_log_softmax: bool, ids, targets, advantages) -> dict[str, torch.Tensor]:
-    from harness.embedded import logprobs as lp
-    from harness.embedded.megatron_cpu import causal_mask, on_cpu
-    from harness.embedded.true_on_policy.logprobs import engine_logprobs
+    from harness.embedded.true_on_policy.loss_gradients import ppo_loss_gradients
 
-    model.zero_grad(set_to_none=True)
-    with on_cpu():
-        logits = model(ids, torch.arange(TOKENS).expand(BATCH, -1), causal_mask(TOKENS)).reshape(BATCH * TOKENS, -1)
-    if engine_log_softmax:
-        values, _ = engine_logprobs(logits, targets, 1.0, -1, 1.0, replay=False)
-    else:
-        values = lp.vocab_parallel_logprobs(logits, targets, 1.0)
-    (-(values * advantages).mean()).backward()
-    return {n: p.grad.float().clone() for n, p in model.named_parameters()}
+    return ppo_loss_gradients(model, engine_log_softmax, ids, targets, advantages)
 
 
 def distances(reference: dict, grads: dict) -> dict:

@@ -99,11 +99,10 @@ def gradients(tmp_path_factory, thresholds):
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
-    from harness.embedded import logprobs as lp
     from harness.embedded.factory import ensure_model
-    from harness.embedded.megatron_cpu import causal_mask, init_distributed, init_model_parallel, on_cpu
+    from harness.embedded.megatron_cpu import init_distributed, init_model_parallel
     from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into
-    from harness.embedded.true_on_policy.logprobs import engine_logprobs
+    from harness.embedded.true_on_policy.loss_gradients import ppo_loss_gradients
 
     path = ensure_model("qwen3-tiny")
     config, hf_state = AutoConfig.from_pretrained(path), load_file(str(path / "model.safetensors"))
@@ -116,16 +115,7 @@ def gradients(tmp_path_factory, thresholds):
             load_into(models[(bf16, true_on_policy)], hf_to_megatron(hf_state, config, 1, 0))
 
     def grads(bf16: bool, true_on_policy: bool, ids, targets, advantages) -> dict[str, torch.Tensor]:
-        model = models[(bf16, true_on_policy)]
-        model.zero_grad(set_to_none=True)
-        with on_cpu():
-            logits = model(ids, torch.arange(40).expand(4, -1), causal_mask(40)).reshape(4 * 40, -1)
-        if true_on_policy:
-            values, _ = engine_logprobs(logits, targets, 1.0, -1, 1.0, replay=False)
-        else:
-            values = lp.vocab_parallel_logprobs(logits, targets, 1.0)
-        (-(values * advantages).mean()).backward()
-        return {n: p.grad.float().clone() for n, p in model.named_parameters()}
+        return ppo_loss_gradients(models[(bf16, true_on_policy)], true_on_policy, ids, targets, advantages)
 
     rows = []
     for seed in range(int(thresholds["true_on_policy_grad_bf16_batches"])):
