@@ -151,7 +151,8 @@ def cpu_and_memory() -> dict:
 
 # The switches that move an AVX-512 machine towards an AVX2-only CPU's numerics (../shared/facts/machines.md):
 # a run made under them is not a run of the machine's own kernels, so the record says so.
-ISA_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")
+# VIME_LAB_CPU_EMULATION is set by tools/avx2_emulation (vLLM's kernel library as on an AVX2-only CPU).
+ISA_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "VIME_LAB_CPU_EMULATION")
 
 
 def cpu_isa(cpuinfo: str | None = None, environ=None) -> dict:

@@ -86,3 +86,22 @@ if os.environ.get("EMBEDDED_VLLM_CPU_FIXES") == "1":
 # Native included: the sampler counts which operator produced its log-probs (operator_calls.py).
 if os.environ.get("EMBEDDED_LOGPROB_OPERATOR"):
     sys.meta_path.insert(0, _AfterImport("vllm.v1.sample.sampler", _logprob_operator))
+
+
+def _run_the_next_sitecustomize() -> None:
+    """Python imports the first sitecustomize on the path, so this one shadows any further along
+    PYTHONPATH (a site's own, or tools/avx2_emulation): run that one too, under another name."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    entries = [os.path.abspath(p or os.curdir) for p in sys.path]
+    after = entries[entries.index(here) + 1 :] if here in entries else []
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", after)
+    if spec is None or spec.origin is None or os.path.dirname(os.path.abspath(spec.origin)) == here:
+        return
+    spec = importlib.util.spec_from_file_location("_next_sitecustomize", spec.origin)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+_run_the_next_sitecustomize()
