@@ -24,12 +24,16 @@ sitecustomize runs this one after its own.
 
 import os
 
-import torch
+try:
+    import torch
+except ImportError:  # an interpreter without torch (the system python3 that runs the set-up)
+    torch = None
 
 # Named in every run's environment.json (harness.records.environment.ISA_SETTINGS), beside the
 # oneDNN/ATen/OpenBLAS switches, so a figure made here is never taken for this machine's own.
 os.environ.setdefault("VIME_LAB_CPU_EMULATION", "AVX2-only (tools/avx2_emulation)")
 
-torch.cpu._is_avx512_supported = lambda: False
-torch.cpu._is_avx512_bf16_supported = lambda: False
-torch.cpu._is_amx_tile_supported = lambda: False
+if torch is not None:
+    torch.cpu._is_avx512_supported = lambda: False
+    torch.cpu._is_avx512_bf16_supported = lambda: False
+    torch.cpu._is_amx_tile_supported = lambda: False
