@@ -22,18 +22,46 @@ The non-colocate server's processes put harness/embedded/engine_site first on PY
 sitecustomize runs this one after its own.
 """
 
+import importlib.abc
 import os
-
-try:
-    import torch
-except ImportError:  # an interpreter without torch (the system python3 that runs the set-up)
-    torch = None
+import sys
 
 # Named in every run's environment.json (harness.records.environment.ISA_SETTINGS), beside the
 # oneDNN/ATen/OpenBLAS switches, so a figure made here is never taken for this machine's own.
 os.environ.setdefault("VIME_LAB_CPU_EMULATION", "AVX2-only (tools/avx2_emulation)")
 
-if torch is not None:
-    torch.cpu._is_avx512_supported = lambda: False
-    torch.cpu._is_avx512_bf16_supported = lambda: False
-    torch.cpu._is_amx_tile_supported = lambda: False
+
+def _answer_as_avx2_only(cpu) -> None:
+    cpu._is_avx512_supported = lambda: False
+    cpu._is_avx512_bf16_supported = lambda: False
+    cpu._is_amx_tile_supported = lambda: False
+
+
+class _AfterTorchCpu(importlib.abc.MetaPathFinder):
+    """Answers the CPU queries once torch.cpu is imported, by whoever imports torch: importing
+    torch here would make every interpreter (the set-up's, a record's) pay for it."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch.cpu":
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_then_answer(module):
+            exec_module(module)
+            _answer_as_avx2_only(module)
+
+        spec.loader.exec_module = exec_then_answer
+        return spec
+
+
+if "torch.cpu" in sys.modules:
+    _answer_as_avx2_only(sys.modules["torch.cpu"])
+else:
+    sys.meta_path.insert(0, _AfterTorchCpu())
