@@ -8,7 +8,6 @@ dumps. ``step`` returns the metric dicts; the caller prints them in VIME's line 
 from __future__ import annotations
 
 import logging
-import os
 import resource
 import statistics
 import time
@@ -384,7 +383,7 @@ class EmbeddedRun:
         }
         step_time = time.perf_counter() - t_step
         tokens = sum(len(x.tokens) for x in samples)
-        cores = len(os.sched_getaffinity(0))
+        cores = torch.get_num_threads()  # the CPUs this run computes on (harness.embedded.threads)
         perf = {
             "perf/step_time": step_time,
             "perf/rollout_time": rollout_time,

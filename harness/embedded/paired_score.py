@@ -29,7 +29,7 @@ from pathlib import Path
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 from harness.embedded import flags as flag_table  # noqa: E402
-from harness.embedded import fp8, vllm_cpu_fixes  # noqa: E402
+from harness.embedded import fp8, threads, vllm_cpu_fixes  # noqa: E402
 
 fp8.install_from_env()
 vllm_cpu_fixes.install_from_env()
@@ -132,6 +132,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {USAGE}", file=sys.stderr)
         return 2
     sequences_path, out_path = Path(argv[1]), Path(argv[3])
+    threads.pin()  # the same arithmetic whatever else runs (harness.embedded.threads)
     try:
         sequences = read_sequences(sequences_path)
         result = score(argv[5:], sequences)

@@ -25,6 +25,15 @@ def library_versions() -> dict:
     return versions
 
 
+def torch_threads() -> int | None:
+    """The intra-op threads this process computes with (harness.embedded.threads pins them)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.get_num_threads()
+
+
 def build_record(
     *,
     argv: list[str],
@@ -51,7 +60,13 @@ def build_record(
         # --embedded-true-on-policy: the levers in force on each side (None: the native paths)
         "true_on_policy": true_on_policy,
         "libraries": library_versions(),
-        "hardware": {"cpus": os.cpu_count(), "machine": platform.machine(), "processor": platform.processor(), "system": platform.platform()},
+        "hardware": {
+            "cpus": os.cpu_count(),
+            "threads": torch_threads(),
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+            "system": platform.platform(),
+        },
     }
 
 

@@ -17,7 +17,7 @@ import tempfile
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
-from harness.embedded import bf16_gemm, fp8, logprob_operator, record, vllm_cpu_fixes  # noqa: E402
+from harness.embedded import bf16_gemm, fp8, logprob_operator, record, threads, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import flags as flag_table  # noqa: E402
 from harness.embedded import logprobs as lp  # noqa: E402
 from harness.embedded import true_on_policy as true_on_policy_mode  # noqa: E402
@@ -74,6 +74,7 @@ def main(argv: list[str]) -> int:
     from harness.embedded.settings import from_flags
     from harness.embedded.tracking import Tracking
 
+    threads.pin()  # before the engine starts (harness.embedded.threads)
     # 1. Parse: VIME flags in, one typed Settings out (bad flags: one line, exit 2).
     try:
         values, given = flag_table.parse(argv)

@@ -68,26 +68,41 @@ def paired_for(backend: str, knobs: Knobs) -> Callable | None:
     return lambda child, parent: paired_delta(child, parent, knobs)
 
 
-def replicate_runs(rung_id: str, fetch: Callable[..., Run], count: int) -> list[Run]:
-    """The rung's run and its replicates: the same spec at seeds seed+1 .. seed+count-1 (the stage's
-    `replicates` knob). Replicate 0 is the run itself, so one seed reuses the runs it always had."""
-    first = fetch(rung_id)
+def fetch_many(fetch: Callable[..., Run], requests: list[tuple[str, dict]]) -> list[Run]:
+    """The run of each (rung_id, overrides): launched side by side where `fetch` can
+    (harness.experiment.runs.Fetch.many), else one after another."""
+    many = getattr(fetch, "many", None)
+    return many(requests) if many is not None else [fetch(rung_id, **overrides) for rung_id, overrides in requests]
+
+
+def replicate_sets(sides: list, fetch: Callable[..., Run], count: int) -> list[list[Run]]:
+    """Each side's run and its replicates (a side is a rung id, or (rung id, overrides) for a rung run
+    with flags set): the same spec at seeds seed+1 .. seed+count-1 (the stage's `replicates` knob).
+    Replicate 0 is the run itself, so one seed reuses the runs it always had. The sides' runs are
+    launched together: the first seeds, then, once those say which seed each side starts from,
+    every replicate."""
+    sides = [(side, {}) if isinstance(side, str) else (side[0], dict(side[1])) for side in sides]
+    firsts = fetch_many(fetch, sides)
     if count <= 1:
-        return [first]
-    seed = int(first.spec.flag("seed") if first.spec.flag("seed") is not None else 1234)  # VIME's default seed
-    return [first] + [fetch(rung_id, seed=seed + i) for i in range(1, count)]
+        return [[first] for first in firsts]
+    seeds = [int(first.spec.flag("seed") if first.spec.flag("seed") is not None else 1234) for first in firsts]  # VIME's default seed
+    rest = fetch_many(fetch, [(rung_id, {**flags, "seed": seed + i}) for (rung_id, flags), seed in zip(sides, seeds) for i in range(1, count)])
+    return [[first, *rest[k * (count - 1) : (k + 1) * (count - 1)]] for k, first in enumerate(firsts)]
 
 
 def rung_difference(rung, knobs: Knobs, fetch: Callable[..., Run], replicates: int = 1):
     """harness.judge.ladder.rung_difference on the rung's and its parent's runs at every replicate seed."""
-    children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
+    children, parents = replicate_sets([rung.id, rung.parent], fetch, replicates)
     return ladder.rung_difference(rung, knobs, children, parents)
 
 
 def family_levels(knobs: Knobs, stage: str, backend: str, fetch: Callable[..., Run]):
-    """Holm levels of the stage's family (harness.judge.ladder.family_levels) from its members' runs."""
+    """Holm levels of the stage's family (harness.judge.ladder.family_levels) from its members' runs,
+    every member's and parent's runs launched together first."""
     replicates = knobs.stages[stage].replicate_count(backend)
     members = ladder.family_members(knobs, stage, backend)
+    involved = list(dict.fromkeys(rung_id for member in members for rung_id in (member, knobs.rungs[member].parent) if rung_id))
+    replicate_sets(involved, fetch, replicates)
     return ladder.family_levels(knobs, {rung_id: rung_difference(knobs.rungs[rung_id], knobs, fetch, replicates) for rung_id in members})
 
 
@@ -112,7 +127,7 @@ def judge_rung(
     children = [fetch(rung.id)]
     parents: list[Run] = []
     if rung.parent is not None and not ladder.first_seed_problems(rung, knobs, children[0]):
-        children, parents = replicate_runs(rung.id, fetch, replicates), replicate_runs(rung.parent, fetch, replicates)
+        children, parents = replicate_sets([rung.id, rung.parent], fetch, replicates)
     measured = ladder.measure(rung, knobs, children, parents, holm)
     if measured.problems:
         return measured

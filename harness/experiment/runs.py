@@ -81,6 +81,7 @@ class LaunchSettings:
     warm_start: bool = True
     session_started: float = 0.0  # runs finished before this were not started by this session
     progress_sink: Callable[[str], None] | None = None
+    parallel_runs: int | None = None  # --parallel-runs; None: knobs/launch.yaml (harness.launch.parallel.slots)
 
 
 class RunSource:
@@ -111,14 +112,28 @@ class RunSource:
         return validate(resolve(self.knobs, stage, rung, mode, self.backend, overrides), self.knobs)
 
     def __call__(self, stage: str, rung: str, mode: str, **overrides) -> Run:
-        spec = self.spec(stage, rung, mode, **overrides)
-        if spec.run_id not in self._loaded:
-            self._loaded[spec.run_id] = self._find(spec) if self.find_only else self._launch(spec)
-        return self._loaded[spec.run_id]
+        return self.many([(stage, rung, mode, overrides)])[0]
 
-    def fetcher(self, stage: str, mode: str) -> Callable[..., Run]:
-        """rung_id, **overrides -> run, at one stage and mode."""
-        return lambda rung_id, **overrides: self(stage, rung_id, mode, **overrides)
+    def many(self, requests: list[tuple[str, str, str, dict]]) -> list[Run]:
+        """The run of each (stage, rung, mode, overrides), in order; those not loaded yet are launched
+        side by side (harness.launch.parallel), as many at once as the machine has slots for. Every
+        spec is resolved first, so a bad one fails before anything starts."""
+        specs = [self.spec(stage, rung, mode, **overrides) for stage, rung, mode, overrides in requests]
+        missing = list({spec.run_id: spec for spec in specs if spec.run_id not in self._loaded}.values())
+        if self.find_only:
+            for spec in missing:
+                self._loaded[spec.run_id] = self._find(spec)
+        elif missing:
+            from harness.launch.parallel import run_all, slots
+
+            count, _ = slots(self.knobs, self.backend, self.launch.parallel_runs)
+            runs = run_all([lambda cancel, spec=spec: self._launch(spec, cancel) for spec in missing], count)
+            self._loaded.update({spec.run_id: run for spec, run in zip(missing, runs)})
+        return [self._loaded[spec.run_id] for spec in specs]
+
+    def fetcher(self, stage: str, mode: str) -> Fetch:
+        """rung_id, **overrides -> run, at one stage and mode; `.many` for several at once."""
+        return Fetch(self, stage, mode)
 
     def _find(self, spec: RunSpec) -> Run:
         from harness.records.rundir import RunDir
@@ -134,7 +149,7 @@ class RunSource:
             warnings.warn(f"recorded runs: {spec.rung} at {spec.stage} ({spec.mode}) matched {path.name} by {matched_by}", stacklevel=2)
         return RunDir(path).load()
 
-    def _launch(self, spec: RunSpec) -> Run:
+    def _launch(self, spec: RunSpec, cancel=None) -> Run:
         from harness.launch.runner import LaunchOptions, ensure_run
         from harness.spec.budget import run_timeout
 
@@ -152,8 +167,25 @@ class RunSource:
             warm_start=settings.warm_start,
             site=self.knobs.site,
             progress_sink=settings.progress_sink,
+            cancel=cancel,
         )
         return ensure_run(spec, options).load()
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """A source's runs at one stage and mode: `fetch(rung_id, **overrides)` for one run,
+    `fetch.many([(rung_id, overrides), ...])` for several, launched side by side."""
+
+    source: object  # RunSource, or anything with its `many` (the pytest plugin's RunProvider)
+    stage: str
+    mode: str
+
+    def __call__(self, rung_id: str, **overrides) -> Run:
+        return self.many([(rung_id, overrides)])[0]
+
+    def many(self, requests: list[tuple[str, dict]]) -> list[Run]:
+        return self.source.many([(self.stage, rung_id, self.mode, overrides) for rung_id, overrides in requests])
 
 
 def _overrides(spec: RunSpec) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.experiment.evidence import Probes, acceptance_context, family_levels, judge_ladder_rung, replicate_runs
+from harness.experiment.evidence import Probes, acceptance_context, family_levels, judge_ladder_rung, replicate_sets
 from harness.experiment.recorder import Recorder
 from harness.experiment.runs import RunSource
 from harness.judge import ab
@@ -106,8 +106,9 @@ class Session:
         if rung.parent is not None and rung.id not in family_members(self.knobs, stage, self.backend):
             return self.smoke(record, stage, rung, fetch(rung.id))
         replicates = self.knobs.stages[stage].replicate_count(self.backend)
-        for rung_id in filter(None, (rung.id, rung.parent)):
-            for run in replicate_runs(rung_id, fetch, replicates):
+        sides = [rung_id for rung_id in (rung.id, rung.parent) if rung_id is not None]
+        for rung_id, runs in zip(sides, replicate_sets(sides, fetch, replicates)):
+            for run in runs:
                 _require_finished(run, f"{rung_id} at {stage} (seed {run.spec.flag('seed')})")
         holm = None
         if rung.parent is not None:
@@ -155,13 +156,9 @@ class Session:
         count = _ab_replicates(self.knobs, self.backend)
         if candidate_flags is None:
             pair = (fetch(chosen.baseline), fetch(chosen.candidate))
-            return pair, (replicate_runs(chosen.baseline, fetch, count), replicate_runs(chosen.candidate, fetch, count))
+            return pair, tuple(replicate_sets([chosen.baseline, chosen.candidate], fetch, count))
         pair = (fetch(chosen.baseline), fetch(chosen.baseline, **candidate_flags))
-        sides = (
-            replicate_runs(chosen.baseline, fetch, count),
-            replicate_runs(chosen.baseline, lambda r, **o: fetch(r, **candidate_flags, **o), count),
-        )
-        return pair, sides
+        return pair, tuple(replicate_sets([chosen.baseline, (chosen.baseline, candidate_flags)], fetch, count))
 
     def ab_contract(self, record: Recorder, name: str | None) -> None:
         pair, _ = self.ab_sides(self._candidate_flags(name))
@@ -205,10 +202,9 @@ class Session:
 
     def mode_consistency(self, record: Recorder) -> None:
         chosen = self.knobs.ab.pair
-        pairs = {}
-        for mode in ("colocate", "non-colocate"):
-            fetch = self.source.fetcher(chosen.stage, mode)
-            pairs[mode] = (fetch(chosen.baseline), fetch(chosen.candidate))
+        modes = ("colocate", "non-colocate")
+        runs = self.source.many([(chosen.stage, rung, mode, {}) for mode in modes for rung in (chosen.baseline, chosen.candidate)])
+        pairs = {mode: (runs[2 * k], runs[2 * k + 1]) for k, mode in enumerate(modes)}
         rejected = {mode: ab.contract_problems(*p, self.knobs) for mode, p in pairs.items()}
         if any(rejected.values()):
             raise Failed(f"A/B rejected: {rejected}")

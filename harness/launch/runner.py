@@ -67,6 +67,9 @@ class LaunchOptions:
     timeout_why: str = ""
     # A callable taking one progress line (rollout i/N, ETA), for a front end that owns the terminal.
     progress_sink: object | None = None
+    # Set (a threading.Event) when the launch that started this run beside others is stopped: the
+    # run then stops as on Ctrl-C, keeping what it logged (harness.launch.parallel).
+    cancel: object | None = None
 
 
 # Ray jobs this process stopped following while they still ran (Ctrl-C, a signal): job id ->
@@ -89,8 +92,16 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+class Cancelled(KeyboardInterrupt):
+    """The launch this run was started beside others by was stopped (Ctrl-C, a signal reached its
+    main thread): this run stops too, and keeps what it logged (harness.launch.parallel)."""
+
+    def __init__(self, why: str = "stopped with the runs launched beside it"):
+        super().__init__(why)
+
+
 @contextmanager
-def _signals_raise():
+def signals_raise():
     """While a trainer runs: SIGTERM/SIGHUP raise Terminated, and the first signal of any kind
     makes later ones wait, so the cleanup that stops the trainer is not cut short."""
     if threading.current_thread() is not threading.main_thread():
@@ -209,7 +220,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
     command, cwd = _command(spec, options)
     argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend, spec.flags)
     source = None
-    with _signals_raise():
+    with signals_raise():
         try:
             run_dir.write_spec(spec.to_dict())
             run_dir.write_argv(command + argv)  # written redacted; the trainer gets the values
@@ -233,7 +244,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             run_dir.append_log(f"# launched as {source.description}")
             return _follow(source, run_dir, spec, options)
         except KeyboardInterrupt as stop:
-            _record_interrupt(run_dir, source, str(stop) if isinstance(stop, Terminated) else "Ctrl-C")
+            _record_interrupt(run_dir, source, str(stop) if isinstance(stop, (Terminated, Cancelled)) else "Ctrl-C")
             raise
         finally:
             run_dir.close()
@@ -243,7 +254,7 @@ def attach(spec: RunSpec, run_dir: RunDir, job_id: str, options: LaunchOptions) 
     """Follow a Ray job submitted earlier for this run: its whole log is read again from the start
     (Ray keeps it), so log.txt and metrics.jsonl are rebuilt rather than continued."""
     source = None
-    with _signals_raise():
+    with signals_raise():
         try:
             for name in (RunDir.LOG, RunDir.METRICS):
                 run_dir.file(name).unlink(missing_ok=True)
@@ -257,7 +268,7 @@ def attach(spec: RunSpec, run_dir: RunDir, job_id: str, options: LaunchOptions) 
             run_dir.append_log(f"# attached to {source.description}")
             return _follow(source, run_dir, spec, options)
         except KeyboardInterrupt as stop:
-            _record_interrupt(run_dir, source, str(stop) if isinstance(stop, Terminated) else "Ctrl-C")
+            _record_interrupt(run_dir, source, str(stop) if isinstance(stop, (Terminated, Cancelled)) else "Ctrl-C")
             raise
         finally:
             run_dir.close()
@@ -343,6 +354,8 @@ def _follow(source, run_dir: RunDir, spec: RunSpec, options: LaunchOptions) -> s
             code = source.exit_code()
             if code is not None:
                 break
+            if options.cancel is not None and options.cancel.is_set():
+                raise Cancelled()
             if time.time() > deadline:
                 _record_tracking(run_dir, spec, parser)
                 source.stop()

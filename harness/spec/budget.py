@@ -4,7 +4,9 @@ fixed hour and a 3-rollout smoke run does not wait a day to be called stuck."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, field_validator
 
 from harness.spec.schema import Strict
 
@@ -20,8 +22,25 @@ class StageBudget(Strict):
     embedded: Budget
 
 
+class Parallel(Strict):
+    """How many runs one launcher keeps going at once (harness.launch.parallel)."""
+
+    embedded: int | Literal["auto"] = Field("auto")  # auto: one a usable core, as memory allows
+    vime: int = Field(1, ge=1)  # Ray jobs: the cluster schedules them; more than one only when the site has the nodes
+    memory_per_run_gib: float = Field(alias="memory-per-run-gib", gt=0)
+    why: str = Field(min_length=10)
+
+    @field_validator("embedded")
+    @classmethod
+    def _at_least_one(cls, value):
+        if isinstance(value, int) and value < 1:
+            raise ValueError("expected auto or a whole number of runs, 1 or more")
+        return value
+
+
 class RunBudgets(Strict):
     stages: dict[str, StageBudget]
+    parallel: Parallel | None = None
 
 
 # When knobs/ has no launch.yaml (an older copy): the fixed limit launches had before it.

@@ -4,7 +4,7 @@ pair), and each further candidate of knobs/ab.yaml `candidates` against the same
 import pytest
 
 from fixtures.knobs import knobs_for
-from harness.experiment.evidence import replicate_runs
+from harness.experiment.evidence import replicate_sets
 from harness.judge import ab
 
 pytestmark = [pytest.mark.ab, pytest.mark.p3]
@@ -41,10 +41,8 @@ def sides(pair, get_run, pytestconfig, knobs):
     """The pair at every replicate seed: (baseline runs, candidate runs), the judging seed first."""
     mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
     count = _replicate_count(knobs, pytestconfig.getoption("--backend"))
-    return (
-        replicate_runs(chosen.baseline, lambda rung, **o: get_run(chosen.stage, rung, mode, **o), count),
-        replicate_runs(chosen.candidate, lambda rung, **o: get_run(chosen.stage, rung, mode, **o), count),
-    )
+    baseline, candidate = replicate_sets([chosen.baseline, chosen.candidate], get_run.fetcher(chosen.stage, mode), count)
+    return baseline, candidate
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +64,8 @@ def extra_sides(extra, get_run, pytestconfig, knobs):
     mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
     count = _replicate_count(knobs, pytestconfig.getoption("--backend"))
     flags = knobs.ab.candidates[extra].set
-    fetch = lambda rung, **o: get_run(chosen.stage, rung, mode, **o)  # noqa: E731
-    return replicate_runs(chosen.baseline, fetch, count), replicate_runs(chosen.baseline, lambda rung, **o: fetch(rung, **flags, **o), count)
+    baseline, candidate = replicate_sets([chosen.baseline, (chosen.baseline, flags)], get_run.fetcher(chosen.stage, mode), count)
+    return baseline, candidate
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +146,9 @@ def test_further_candidate_question(extra, question, extra_pair, extra_sides, ex
 
 def test_consistent_between_colocate_and_non_colocate(get_run, knobs, experiment_record, pytestconfig):
     chosen = knobs.ab.pair
-    pairs = {
-        mode: (get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.candidate, mode)) for mode in ("colocate", "non-colocate")
-    }
+    modes = ("colocate", "non-colocate")
+    runs = get_run.many([(chosen.stage, rung, mode, {}) for mode in modes for rung in (chosen.baseline, chosen.candidate)])  # launched side by side
+    pairs = {mode: (runs[2 * k], runs[2 * k + 1]) for k, mode in enumerate(modes)}
     rejected = {mode: ab.contract_problems(*p, knobs) for mode, p in pairs.items()}
     assert not any(rejected.values()), f"A/B rejected: {rejected}"
     answer = ab.mode_consistency(pairs, knobs)

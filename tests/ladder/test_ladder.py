@@ -8,7 +8,7 @@ and stable). The judge (harness.judge.ladder) decides all of it; this file asks 
 
 import pytest
 
-from harness.experiment.evidence import family_levels, judge_rung, replicate_runs
+from harness.experiment.evidence import family_levels, judge_rung, replicate_sets
 from harness.experiment.paired_scores import paired_delta
 from harness.judge.ladder import bound_findings, expectation_findings, family_members
 
@@ -23,8 +23,7 @@ def test_rung_against_parent(
     stage, rung, mode = rung_case.stage, rung_case.rung, rung_case.mode
     backend = pytestconfig.getoption("--backend")
 
-    def fetch(rung_id, **overrides):
-        return get_run(stage, rung_id, mode, **overrides)
+    fetch = get_run.fetcher(stage, mode)  # fetch(rung_id, **overrides); fetch.many launches several at once
 
     if rung.parent is not None and rung.id not in family_members(knobs, stage, backend):
         # The parent does not run at this stage, or is skipped on this backend (on-vime: skip):
@@ -36,14 +35,14 @@ def test_rung_against_parent(
         assert not findings, "\n  ".join(findings)
         return
     replicates = knobs.stages[stage].replicate_count(backend)  # seeds per side (knobs/stages.yaml)
-    for rung_id in (rung.id, rung.parent):
-        if rung_id is not None:
-            for run in replicate_runs(rung_id, fetch, replicates):
-                state = run.status.state if run.status else "unknown"
-                failure = run.status.failure if run.status else None
-                assert state == "finished", f"{rung_id} at {stage} (seed {run.spec.flag('seed')}): run {run.id} is {state}" + (
-                    f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else ""
-                )
+    sides = [rung_id for rung_id in (rung.id, rung.parent) if rung_id is not None]
+    for rung_id, runs in zip(sides, replicate_sets(sides, fetch, replicates)):
+        for run in runs:
+            state = run.status.state if run.status else "unknown"
+            failure = run.status.failure if run.status else None
+            assert state == "finished", f"{rung_id} at {stage} (seed {run.spec.flag('seed')}): run {run.id} is {state}" + (
+                f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else ""
+            )
     holm = None
     if rung.parent is not None:
         if (stage, mode) not in _FAMILIES:

@@ -1,0 +1,86 @@
+"""Several runs at once: the runs one check needs (a rung's seeds and its parent's, the A/B's pairs)
+launched side by side, as many at a time as the machine has slots for (knobs/launch.yaml: parallel).
+
+A run's numbers do not depend on this: every embedded process computes on one thread
+(harness.embedded.threads), so a run alone and a run beside others do the same arithmetic.
+Stopping the launcher (Ctrl-C, SIGTERM) stops every run it started here, each keeping what it
+logged, as a run launched alone does (harness.launch.runner.Cancelled).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TypeVar
+
+T = TypeVar("T")
+WAIT_SECONDS = 0.5  # how often the main thread wakes while it waits, so Ctrl-C reaches it at once
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def available_memory_gib() -> float | None:
+    """MemAvailable from /proc/meminfo, in GiB; None where there is none."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        return None
+    return None
+
+
+def slots(knobs, backend: str, requested: int | None = None) -> tuple[int, str]:
+    """(how many runs at once, why): `requested` (--parallel-runs) first, else knobs/launch.yaml."""
+    if requested is not None:
+        return max(1, int(requested)), f"--parallel-runs {requested}"
+    parallel = getattr(knobs.budgets, "parallel", None) if knobs.budgets is not None else None
+    if parallel is None or backend == "records":
+        return 1, "no parallel section in launch.yaml" if parallel is None else "records are read, not launched"
+    if backend != "embedded":
+        return parallel.vime, f"launch.yaml parallel.vime = {parallel.vime}"
+    if parallel.embedded != "auto":
+        return parallel.embedded, f"launch.yaml parallel.embedded = {parallel.embedded}"
+    cores = usable_cores()
+    memory = available_memory_gib()
+    by_memory = cores if memory is None else max(1, int(memory // parallel.memory_per_run_gib))
+    count = max(1, min(cores, by_memory))
+    memory_note = "" if memory is None else f", {memory:.0f} GiB available / {parallel.memory_per_run_gib:g} GiB a run"
+    return count, f"launch.yaml parallel.embedded = auto: {cores} usable cores{memory_note}"
+
+
+def run_all(tasks: Sequence[Callable[[threading.Event | None], T]], slots: int) -> list[T]:
+    """Each task's result, in order; task(cancel) launches one run and stops it when cancel is set.
+
+    With one slot (or one task) the tasks run here, one after another. Otherwise they run on
+    `slots` threads; every task is waited for, then the first failure in task order is raised. A
+    KeyboardInterrupt (Ctrl-C, or harness.launch.runner.Terminated for SIGTERM/SIGHUP) sets cancel,
+    waits for the running tasks to stop and record their runs, and goes on to the caller."""
+    if slots <= 1 or len(tasks) <= 1:
+        return [task(None) for task in tasks]
+    from harness.launch.runner import signals_raise
+
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=min(slots, len(tasks)), thread_name_prefix="run")
+    futures = [pool.submit(task, cancel) for task in tasks]
+    try:
+        with signals_raise():
+            pending = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=WAIT_SECONDS)
+    except BaseException:
+        cancel.set()
+        for future in futures:
+            future.cancel()  # not started yet: never started
+        pool.shutdown(wait=True)  # started: each stops its trainer and records the run
+        raise
+    pool.shutdown(wait=True)
+    return [future.result() for future in futures]
