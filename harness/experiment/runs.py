@@ -82,6 +82,7 @@ class LaunchSettings:
     session_started: float = 0.0  # runs finished before this were not started by this session
     progress_sink: Callable[[str], None] | None = None
     parallel_runs: int | None = None  # --parallel-runs; None: knobs/launch.yaml (harness.launch.parallel.slots)
+    batch_sink: Callable[[str], None] | None = None  # one line as each run of a batch ends (done/total, ETA)
 
 
 class RunSource:
@@ -127,7 +128,8 @@ class RunSource:
             from harness.launch.parallel import run_all, slots
 
             count, _ = slots(self.knobs, self.backend, self.launch.parallel_runs)
-            runs = run_all([lambda cancel, spec=spec: self._launch(spec, cancel) for spec in missing], count)
+            progress = _BatchProgress(missing, count, self.runs_dir, self.launch.batch_sink)
+            runs = run_all([lambda cancel, spec=spec: self._launch(spec, cancel) for spec in missing], count, on_done=progress)
             self._loaded.update({spec.run_id: run for spec, run in zip(missing, runs)})
         return [self._loaded[spec.run_id] for spec in specs]
 
@@ -170,6 +172,29 @@ class RunSource:
             cancel=cancel,
         )
         return ensure_run(spec, options).load()
+
+
+class _BatchProgress:
+    """One line as each run of a batch ends: how many are done, at how many at once, the ETA."""
+
+    def __init__(self, specs: list[RunSpec], slots: int, runs_dir: Path, sink: Callable[[str], None] | None):
+        self.specs, self.slots, self.runs_dir, self.sink = specs, slots, runs_dir, sink
+        self.started, self.done = time.monotonic(), 0
+
+    def __call__(self, index: int, error: BaseException | None) -> None:
+        self.done += 1
+        if self.sink is None or len(self.specs) < 2:
+            return
+        from harness.records.rundir import RunDir
+
+        spec = self.specs[index]
+        state = "error: " + str(error).splitlines()[0] if error else (RunDir(self.runs_dir / spec.run_id).read_status().get("state") or "unknown")
+        elapsed = time.monotonic() - self.started
+        left = len(self.specs) - self.done
+        eta = f", about {elapsed / self.done * left / 60:.0f} min left" if left else f", {elapsed / 60:.1f} min in all"
+        self.sink(
+            f"[runs] {self.done}/{len(self.specs)} ({self.slots} at once): {spec.rung} at {spec.stage}, {spec.mode}{_overrides(spec)}: {state}{eta}"
+        )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.experiment.evidence import Probes, acceptance_context, family_levels, judge_ladder_rung, replicate_sets
+from harness.experiment.plan import ab_replicates
 from harness.experiment.recorder import Recorder
 from harness.experiment.runs import RunSource
 from harness.judge import ab
@@ -153,7 +154,7 @@ class Session:
         """(pair, sides): the pair (baseline, candidate) and both at every replicate seed; with
         `candidate_flags` the candidate is the baseline rung with those flags (knobs/ab.yaml candidates)."""
         chosen, fetch = self.knobs.ab.pair, self.fetch(self.knobs.ab.pair.stage)
-        count = _ab_replicates(self.knobs, self.backend)
+        count = ab_replicates(self.knobs, self.backend)
         if candidate_flags is None:
             pair = (fetch(chosen.baseline), fetch(chosen.candidate))
             return pair, tuple(replicate_sets([chosen.baseline, chosen.candidate], fetch, count))
@@ -235,12 +236,6 @@ def _require_finished(run, what: str) -> None:
         raise Failed(
             f"{what}: run {run.id} is {state}" + (f" ({failure.signature} at log.txt line {failure.line}: {failure.text})" if failure else "")
         )
-
-
-def _ab_replicates(knobs: Knobs, backend: str) -> int:
-    """Seeds a side for the judged A/B questions (knobs/ab.yaml replicates; one without it)."""
-    chosen = knobs.ab.replicates
-    return 1 if chosen is None else (chosen.embedded if backend == "embedded" else chosen.cluster)
 
 
 def main_job_checks(knobs: Knobs, backend: str, mode: str = "colocate", stage: str = "p1") -> list[tuple[str, str | None, tuple]]:

@@ -57,15 +57,24 @@ def slots(knobs, backend: str, requested: int | None = None) -> tuple[int, str]:
     return count, f"launch.yaml parallel.embedded = auto: {cores} usable cores{memory_note}"
 
 
-def run_all(tasks: Sequence[Callable[[threading.Event | None], T]], slots: int) -> list[T]:
+def run_all(
+    tasks: Sequence[Callable[[threading.Event | None], T]], slots: int, on_done: Callable[[int, BaseException | None], None] | None = None
+) -> list[T]:
     """Each task's result, in order; task(cancel) launches one run and stops it when cancel is set.
 
     With one slot (or one task) the tasks run here, one after another. Otherwise they run on
     `slots` threads; every task is waited for, then the first failure in task order is raised. A
     KeyboardInterrupt (Ctrl-C, or harness.launch.runner.Terminated for SIGTERM/SIGHUP) sets cancel,
-    waits for the running tasks to stop and record their runs, and goes on to the caller."""
+    waits for the running tasks to stop and record their runs, and goes on to the caller.
+    `on_done(index, error)` is called here, in the caller's thread, as each task ends (error None
+    when it returned), for a progress line."""
+    report = on_done or (lambda index, error: None)
     if slots <= 1 or len(tasks) <= 1:
-        return [task(None) for task in tasks]
+        results = []
+        for index, task in enumerate(tasks):
+            results.append(task(None))
+            report(index, None)
+        return results
     from harness.launch.runner import signals_raise
 
     cancel = threading.Event()
@@ -75,7 +84,9 @@ def run_all(tasks: Sequence[Callable[[threading.Event | None], T]], slots: int) 
         with signals_raise():
             pending = set(futures)
             while pending:
-                _, pending = wait(pending, timeout=WAIT_SECONDS)
+                done, pending = wait(pending, timeout=WAIT_SECONDS)
+                for future in sorted(done, key=futures.index):
+                    report(futures.index(future), future.exception())
     except BaseException:
         cancel.set()
         for future in futures:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.records.redact import REDACTED
 from harness.spec.flag_read import is_on, text_flag
+from harness.spec.machine import ISA_SETTINGS, cpu_isa  # noqa: F401 - ISA_SETTINGS: read from here by callers
 
 ENV_PREFIXES = ("NCCL_", "CUDA_", "VLLM_", "NVTE_", "TORCH_", "PYTORCH_", "NVSHMEM_", "WANDB_", "TENSORBOARD_")
 SECRET_KEY_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
@@ -147,37 +148,6 @@ def cpu_and_memory() -> dict:
     except OSError:
         pass
     return {"model": model, "cores": os.cpu_count(), "memory_gib": memory, "machine": platform.machine(), **cpu_isa()}
-
-
-# The switches that move an AVX-512 machine towards an AVX2-only CPU's numerics (../shared/facts/machines.md):
-# a run made under them is not a run of the machine's own kernels, so the record says so.
-# VIME_LAB_CPU_EMULATION is set by tools/avx2_emulation (vLLM's kernel library as on an AVX2-only CPU).
-ISA_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "VIME_LAB_CPU_EMULATION")
-
-
-def cpu_isa(cpuinfo: str | None = None, environ=None) -> dict:
-    """The vector instruction set the CPU offers (AVX-512 / AVX2 only / other) and the ISA switches set.
-
-    Numerics and speed differ between the two x86 kinds this project runs on, so every record that
-    carries a figure names which one made it."""
-    environ = os.environ if environ is None else environ
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    match = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
-    flags = set(match.group(1).split()) if match else set()
-    if not flags:
-        isa = None
-    elif any(flag.startswith("avx512") for flag in flags):
-        isa = "AVX-512" + (" + AMX" if any(flag.startswith("amx") for flag in flags) else "")
-    elif "avx2" in flags:
-        isa = "AVX2 only"
-    else:
-        isa = "no AVX2"
-    settings = {name: environ[name] for name in ISA_SETTINGS if environ.get(name)}
-    return {"isa": isa, "isa_settings": settings}
 
 
 def isa_text(info: dict) -> str:

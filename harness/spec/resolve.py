@@ -16,6 +16,7 @@ from harness.spec.cluster import CLUSTER_BACKENDS, equivalence_note, skip_reason
 from harness.spec.code_version import embedded_code_version
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
+from harness.spec.machine import cpu_isa
 from harness.spec.models import model_flags
 from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
 from harness.spec.site import fill_paths, rung_owned_problems, settings_layers
@@ -43,6 +44,9 @@ class RunSpec:
         payload = {"backend": self.backend, "flags": self.flags}
         if self.backend == "embedded":
             payload["code"] = embedded_code_version()
+            # The CPU's numerics: a run made on the other x86 kind, or under the ISA switches or the
+            # AVX2-only emulation, computed other numbers and is not this machine's run to reuse.
+            payload["cpu"] = cpu_isa()
         payload = json.dumps(payload, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 

@@ -5,6 +5,7 @@ import pytest
 
 from fixtures.knobs import knobs_for
 from harness.experiment.evidence import replicate_sets
+from harness.experiment.plan import ab_replicates
 from harness.judge import ab
 
 pytestmark = [pytest.mark.ab, pytest.mark.p3]
@@ -30,17 +31,11 @@ def pair(get_run, pytestconfig, knobs):
     return get_run(chosen.stage, chosen.baseline, mode), get_run(chosen.stage, chosen.candidate, mode)
 
 
-def _replicate_count(knobs, backend: str) -> int:
-    """Seeds a side for the judged questions (knobs/ab.yaml replicates; one without it)."""
-    chosen = knobs.ab.replicates
-    return 1 if chosen is None else (chosen.embedded if backend == "embedded" else chosen.cluster)
-
-
 @pytest.fixture(scope="module")
 def sides(pair, get_run, pytestconfig, knobs):
     """The pair at every replicate seed: (baseline runs, candidate runs), the judging seed first."""
     mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
-    count = _replicate_count(knobs, pytestconfig.getoption("--backend"))
+    count = ab_replicates(knobs, pytestconfig.getoption("--backend"))
     baseline, candidate = replicate_sets([chosen.baseline, chosen.candidate], get_run.fetcher(chosen.stage, mode), count)
     return baseline, candidate
 
@@ -62,7 +57,7 @@ def extra_pair(extra, get_run, pytestconfig, knobs):
 def extra_sides(extra, get_run, pytestconfig, knobs):
     """The further candidate's pair at every replicate seed (the baseline's runs are the pair's)."""
     mode, chosen = pytestconfig.getoption("--mode"), knobs.ab.pair
-    count = _replicate_count(knobs, pytestconfig.getoption("--backend"))
+    count = ab_replicates(knobs, pytestconfig.getoption("--backend"))
     flags = knobs.ab.candidates[extra].set
     baseline, candidate = replicate_sets([chosen.baseline, (chosen.baseline, flags)], get_run.fetcher(chosen.stage, mode), count)
     return baseline, candidate

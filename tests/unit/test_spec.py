@@ -97,6 +97,20 @@ def test_run_id_is_stable_and_spec_sensitive(knobs):
     assert a.run_id != c.run_id
 
 
+def test_an_embedded_run_under_other_cpu_numerics_is_another_run(knobs, monkeypatch):
+    """A finished run is reused by id: one made under an ISA switch (or on the other x86 kind) must
+    not be found for this machine's own numerics, nor the other way round."""
+    from harness.spec.machine import ISA_SETTINGS
+
+    for name in ISA_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    native = resolve(knobs, "p1", "fp8-plus-filters", "colocate").run_id
+    cluster = resolve(knobs, "p1", "fp8-plus-filters", "colocate", backend="vime").run_id
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert resolve(knobs, "p1", "fp8-plus-filters", "colocate").run_id != native
+    assert resolve(knobs, "p1", "fp8-plus-filters", "colocate", backend="vime").run_id == cluster  # a cluster run is not this CPU's
+
+
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [

@@ -1,0 +1,59 @@
+"""The plan (harness.experiment.plan) lists the runs the ladder's family and the A/B gate ask for,
+with the seeds they ask for them at, so that launching the plan first leaves nothing to launch later."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from harness import DEFAULT_KNOBS_DIR
+from harness.experiment.evidence import replicate_sets
+from harness.experiment.plan import ab_replicates, ab_requests, ladder_requests
+from harness.experiment.runs import Fetch, RunSource
+from harness.judge.ladder import family_members
+from harness.spec import load_knobs
+
+KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
+
+
+class AskedFor:
+    """Stands in for the run source behind a Fetch: notes each run id asked for and answers with the
+    resolved spec only (all replicate_sets reads of a first run is its seed)."""
+
+    def __init__(self, source: RunSource):
+        self.source, self.asked = source, set()
+
+    def many(self, requests):
+        specs = [self.source.spec(stage, rung, mode, **overrides) for stage, rung, mode, overrides in requests]
+        self.asked |= {spec.run_id for spec in specs}
+        return [SimpleNamespace(spec=SimpleNamespace(flag=spec.flags.get)) for spec in specs]
+
+
+@pytest.mark.parametrize("offset", [0, 300])
+def test_the_plan_is_every_run_the_family_and_the_ab_gate_ask_for(tmp_path, offset):
+    source = RunSource(KNOBS, "embedded", tmp_path, seed_offset=offset, find_only=True)
+    asked = AskedFor(source)
+    count = KNOBS.stages["p1"].replicate_count("embedded")
+    for member in family_members(KNOBS, "p1", "embedded"):
+        replicate_sets([member, KNOBS.rungs[member].parent], Fetch(asked, "p1", "colocate"), count)
+    pair = KNOBS.ab.pair
+    fetch = Fetch(asked, pair.stage, "colocate")
+    pairs = ab_replicates(KNOBS, "embedded")
+    replicate_sets([pair.baseline, pair.candidate], fetch, pairs)
+    for candidate in KNOBS.ab.candidates.values():
+        replicate_sets([pair.baseline, (pair.baseline, dict(candidate.set))], fetch, pairs)
+    Fetch(asked, pair.stage, "non-colocate").many([(pair.baseline, {}), (pair.candidate, {})])
+
+    planned = ladder_requests(KNOBS, source.spec, "p1", "colocate", "embedded") + ab_requests(KNOBS, source.spec, "colocate", "embedded")
+    planned_ids = {source.spec(stage, rung, mode, **overrides).run_id for stage, rung, mode, overrides in planned}
+    assert planned_ids == asked.asked  # P3's baseline is P1's fp8-plus-filters run: one id, launched once (RunSource.many)
+    seeds = {source.spec(*request[:3], **request[3]).flags["seed"] for request in planned}
+    assert min(seeds) == 2026 + offset  # the judging seed, moved by the sweep's offset
+
+
+def test_a_mode_the_ab_stage_does_not_run_plans_no_ab_runs(tmp_path):
+    source = RunSource(KNOBS, "embedded", tmp_path, find_only=True)
+    stage_modes = KNOBS.stages[KNOBS.ab.pair.stage].modes
+    for mode in ("colocate", "non-colocate"):
+        assert bool(ab_requests(KNOBS, source.spec, mode, "embedded")) == (mode in stage_modes)
