@@ -124,13 +124,18 @@ class RunSource:
         if self.find_only:
             for spec in missing:
                 self._loaded[spec.run_id] = self._find(spec)
-        elif missing:
+        else:
             from harness.launch.parallel import run_all, slots
 
-            count, _ = slots(self.knobs, self.backend, self.launch.parallel_runs)
-            progress = _BatchProgress(missing, count, self.runs_dir, self.launch.batch_sink)
-            runs = run_all([lambda cancel, spec=spec: self._launch(spec, cancel) for spec in missing], count, on_done=progress)
-            self._loaded.update({spec.run_id: run for spec, run in zip(missing, runs)})
+            reused = [spec for spec in missing if self._finished_before(spec)]
+            self._loaded.update({spec.run_id: self._launch(spec) for spec in reused})  # found, not launched
+            launch = [spec for spec in missing if spec not in reused]
+            count, why = slots(self.knobs, self.backend, self.launch.parallel_runs)
+            progress = _BatchProgress(launch, count, self.runs_dir, self.launch.batch_sink)
+            if len(launch) > 1 and self.launch.batch_sink is not None:
+                self.launch.batch_sink(f"[runs] launching {len(launch)} runs, {count} at once ({why})")
+            runs = run_all([lambda cancel, spec=spec: self._launch(spec, cancel) for spec in launch], count, on_done=progress)
+            self._loaded.update({spec.run_id: run for spec, run in zip(launch, runs)})
         return [self._loaded[spec.run_id] for spec in specs]
 
     def fetcher(self, stage: str, mode: str) -> Fetch:
@@ -150,6 +155,12 @@ class RunSource:
         if matched_by.startswith("labels"):
             warnings.warn(f"recorded runs: {spec.rung} at {spec.stage} ({spec.mode}) matched {path.name} by {matched_by}", stacklevel=2)
         return RunDir(path).load()
+
+    def _finished_before(self, spec: RunSpec) -> bool:
+        """A finished run of this spec on disk that this session will reuse (no --rerun)."""
+        from harness.records.rundir import RunDir
+
+        return not self.launch.rerun and RunDir(self.runs_dir / spec.run_id).read_status().get("state") == "finished"
 
     def _launch(self, spec: RunSpec, cancel=None) -> Run:
         from harness.launch.runner import LaunchOptions, ensure_run
@@ -191,7 +202,8 @@ class _BatchProgress:
         state = "error: " + str(error).splitlines()[0] if error else (RunDir(self.runs_dir / spec.run_id).read_status().get("state") or "unknown")
         elapsed = time.monotonic() - self.started
         left = len(self.specs) - self.done
-        eta = f", about {elapsed / self.done * left / 60:.0f} min left" if left else f", {elapsed / 60:.1f} min in all"
+        minutes = elapsed / self.done * left / 60
+        eta = (f", about {minutes:.0f} min left" if minutes >= 1 else ", under a minute left") if left else f", {elapsed / 60:.1f} min in all"
         self.sink(
             f"[runs] {self.done}/{len(self.specs)} ({self.slots} at once): {spec.rung} at {spec.stage}, {spec.mode}{_overrides(spec)}: {state}{eta}"
         )
