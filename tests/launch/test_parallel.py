@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_launcher import TRAINER, pid_alive  # the launcher tests' trainer and process check
 
 from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
 from harness.launch.parallel import run_all, slots
@@ -23,20 +24,11 @@ from harness.launch.runner import LaunchOptions, ensure_run
 from harness.records.rundir import RunDir
 from harness.spec import SpecError, load_knobs, resolve
 
-TRAINER = (sys.executable, str(Path(__file__).parent / "printing_trainer.py"))
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
 
 
 def spec(seed: int, rollouts: int):
     return resolve(KNOBS, "p1", "near-aligned", "colocate", "embedded", {"num-rollout": rollouts, "seed": seed})
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_runs_side_by_side_overlap_and_each_is_recorded_as_alone(tmp_path):
