@@ -112,8 +112,13 @@ def knobs_with_parallel(tmp_path, parallel: dict):
 
 def test_slots_come_from_the_option_then_the_knob_then_the_machine(tmp_path):
     assert slots(KNOBS, "embedded", requested=3) == (3, "--parallel-runs 3")
-    count, why = slots(KNOBS, "embedded")
-    assert 1 <= count <= len(os.sched_getaffinity(0)) and "auto" in why and "usable cores" in why
+    cores = len(os.sched_getaffinity(0))
+    # auto: one run a usable core, capped by available memory / memory-per-run-gib
+    roomy = load_knobs(knobs_with_parallel(tmp_path / "roomy", {"embedded": "auto", "memory-per-run-gib": 1e-3}))
+    assert slots(roomy, "embedded")[0] == cores
+    cramped = load_knobs(knobs_with_parallel(tmp_path / "cramped", {"embedded": "auto", "memory-per-run-gib": 1e6}))
+    count, why = slots(cramped, "embedded")
+    assert count == 1 and "auto" in why and f"{cores} usable cores" in why and "GiB a run" in why
     assert slots(KNOBS, "records")[0] == 1
     assert slots(KNOBS, "vime")[0] == 1
     assert slots(load_knobs(knobs_with_parallel(tmp_path, {"embedded": 5})), "embedded") == (5, "launch.yaml parallel.embedded = 5")
