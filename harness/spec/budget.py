@@ -34,7 +34,7 @@ class Parallel(Strict):
     @classmethod
     def _at_least_one(cls, value):
         if isinstance(value, int) and value < 1:
-            raise ValueError("expected auto or a whole number of runs, 1 or more")
+            raise ValueError("auto or a whole number of runs, 1 or more")
         return value
 
 
