@@ -115,10 +115,13 @@ class RunSource:
     def __call__(self, stage: str, rung: str, mode: str, **overrides) -> Run:
         return self.many([(stage, rung, mode, overrides)])[0]
 
-    def many(self, requests: list[tuple[str, str, str, dict]]) -> list[Run]:
+    def many(self, requests: list[tuple[str, str, str, dict]], cancel=None, on_ready: Callable[[str], None] | None = None) -> list[Run]:
         """The run of each (stage, rung, mode, overrides), in order; those not loaded yet are launched
         side by side (harness.launch.parallel), as many at once as the machine has slots for. Every
-        spec is resolved first, so a bad one fails before anything starts."""
+        spec is resolved first, so a bad one fails before anything starts. `cancel` (an Event) stops
+        the launches when set from another thread; `on_ready(run_id)` is called as each run is on
+        disk, finished or not (harness.launch.background waits on it)."""
+        ready = on_ready or (lambda run_id: None)
         specs = [self.spec(stage, rung, mode, **overrides) for stage, rung, mode, overrides in requests]
         missing = list({spec.run_id: spec for spec in specs if spec.run_id not in self._loaded}.values())
         if self.find_only:
@@ -128,13 +131,21 @@ class RunSource:
             from harness.launch.parallel import run_all, slots
 
             reused = [spec for spec in missing if self._finished_before(spec)]
-            self._loaded.update({spec.run_id: self._launch(spec) for spec in reused})  # found, not launched
+            for spec in reused:
+                self._loaded[spec.run_id] = self._launch(spec)  # found, not launched
+                ready(spec.run_id)
             launch = [spec for spec in missing if spec not in reused]
             count, why = slots(self.knobs, self.backend, self.launch.parallel_runs)
             progress = _BatchProgress(launch, count, self.runs_dir, self.launch.batch_sink)
             if len(launch) > 1 and self.launch.batch_sink is not None:
                 self.launch.batch_sink(f"[runs] launching {len(launch)} runs, {count} at once ({why})")
-            runs = run_all([lambda cancel, spec=spec: self._launch(spec, cancel) for spec in launch], count, on_done=progress)
+
+            def done(index: int, error: BaseException | None) -> None:
+                progress(index, error)
+                ready(launch[index].run_id)
+
+            tasks = [lambda stop, spec=spec: self._launch(spec, stop) for spec in launch]
+            runs = run_all(tasks, count, on_done=done, cancel=cancel)
             self._loaded.update({spec.run_id: run for spec, run in zip(launch, runs)})
         return [self._loaded[spec.run_id] for spec in specs]
 

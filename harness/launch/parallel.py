@@ -58,7 +58,10 @@ def slots(knobs, backend: str, requested: int | None = None) -> tuple[int, str]:
 
 
 def run_all(
-    tasks: Sequence[Callable[[threading.Event | None], T]], slots: int, on_done: Callable[[int, BaseException | None], None] | None = None
+    tasks: Sequence[Callable[[threading.Event | None], T]],
+    slots: int,
+    on_done: Callable[[int, BaseException | None], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[T]:
     """Each task's result, in order; task(cancel) launches one run and stops it when cancel is set.
 
@@ -67,23 +70,30 @@ def run_all(
     KeyboardInterrupt (Ctrl-C, or harness.launch.runner.Terminated for SIGTERM/SIGHUP) sets cancel,
     waits for the running tasks to stop and record their runs, and goes on to the caller.
     `on_done(index, error)` is called here, in the caller's thread, as each task ends (error None
-    when it returned), for a progress line."""
+    when it returned), for a progress line. `cancel`, when given, is the caller's: setting it from
+    another thread stops the batch as Ctrl-C does (harness.launch.background: a batch on a thread
+    of its own, which receives no signals), and run_all raises Cancelled."""
+    from harness.launch.runner import Cancelled, signals_raise
+
     report = on_done or (lambda index, error: None)
+    outside = cancel
+    cancel = cancel or threading.Event()
     if slots <= 1 or len(tasks) <= 1:
         results = []
         for index, task in enumerate(tasks):
-            results.append(task(None))
+            if cancel.is_set():
+                raise Cancelled()
+            results.append(task(outside))
             report(index, None)
         return results
-    from harness.launch.runner import signals_raise
-
-    cancel = threading.Event()
     pool = ThreadPoolExecutor(max_workers=min(slots, len(tasks)), thread_name_prefix="run")
     futures = [pool.submit(task, cancel) for task in tasks]
     try:
         with signals_raise():
             pending = set(futures)
             while pending:
+                if cancel.is_set():
+                    raise Cancelled()
                 done, pending = wait(pending, timeout=WAIT_SECONDS)
                 for future in sorted(done, key=futures.index):
                     report(futures.index(future), future.exception())
