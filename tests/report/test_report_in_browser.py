@@ -24,7 +24,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOTS = REPO_ROOT / "reports"
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make test`, i.e. tools/setup_env.py --browser, installs Debian's chromium as root)"),
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make test` installs Debian's chromium as root: setup_env.py --browser)"),
     pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (the report is built with Allure 3 on Node)"),
     pytest.mark.skipif(
         not (REPO_ROOT / "node_modules" / "playwright-core").is_dir(),
