@@ -86,3 +86,27 @@ def test_with_a_plan_the_tests_that_need_no_run_go_first():
     ladder = [i for i, node in enumerate(ids) if node.startswith("tests/ladder/")]
     assert unit and ladder
     assert max(unit) < min(ladder), "a test that asks for runs came before one that asks for none"
+
+
+def test_an_xdist_controller_says_what_its_workers_made_when_it_moved(tmp_path):
+    from fixtures.runs import WorkersRuns
+
+    def run_dir(name: str, state: str, started: str | None = None) -> None:
+        made = RunDir(tmp_path / name).create()
+        made.set_status(state, started=started)
+        made.close()
+
+    run_dir("reused", "finished", started="2026-01-01T00:00:00+00:00")  # from an earlier session: not made by this one
+    run_dir("made", "finished")
+    run_dir("busy", "running")
+    lines: list[str] = []
+    watch = WorkersRuns(tmp_path, lines.append, every_s=0)
+    assert watch.counts() == (1, 1)
+    watch.pytest_runtest_logreport(None)
+    watch.pytest_runtest_logreport(None)  # nothing moved: no second line
+    run_dir("busy", "finished")
+    watch.pytest_runtest_logreport(None)
+    assert lines == [
+        "[runs] this session: 1 made, 1 running (the workers launch them beside the tests)",
+        "[runs] this session: 2 made, 0 running (the workers launch them beside the tests)",
+    ]
