@@ -228,16 +228,22 @@ def run_to_end(command: list[str], cwd: Path, env: dict[str, str], timeout: floa
     """Run `command` (python -m MODULE ARGV, MODULE a preloaded one) forked from the pre-imported
     interpreter and wait for it: (exit code, its output, stdout and stderr in one stream). Raises
     WarmStartUnavailable when no server can start (the caller then runs it cold), and
-    subprocess.TimeoutExpired, with the output so far, after stopping it at `timeout` seconds."""
+    subprocess.TimeoutExpired, with the output so far, after stopping it at `timeout` seconds; any
+    other exception (KeyboardInterrupt, Terminated) stops it too before it goes on."""
     import time
 
     proc = WarmProcess(command, cwd, env)
     lines: list[str] = []
     deadline = time.monotonic() + timeout
-    while (code := proc.exit_code()) is None:
-        lines += proc.poll(1.0)
-        if time.monotonic() > deadline:
-            proc.stop()
-            raise subprocess.TimeoutExpired(command, timeout, output="".join(lines))
+    try:
+        while (code := proc.exit_code()) is None:
+            lines += proc.poll(1.0)
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(command, timeout, output="".join(lines))
+    except BaseException:
+        # The timeout, Ctrl-C, or SIGTERM raised by signals_raise: the trainer runs in a session
+        # of its own, so no signal to this process reaches it; stopped here, or it outlives us.
+        proc.stop()
+        raise
     lines += proc.poll(0.1)
     return code, "".join(lines)

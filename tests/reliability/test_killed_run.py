@@ -129,3 +129,99 @@ def test_sigterm_to_pytest_stops_the_fixture_trainer_and_ends_the_session(tmp_pa
         if session.poll() is None:
             session.kill()
             session.wait()
+
+
+SESSION_TEST = """
+import os
+from pathlib import Path
+
+from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
+from harness.launch.trainer import output_flags, trainer_command
+from harness.launch.warm import run_to_end
+from harness.spec import load_knobs, render_argv, resolve
+
+
+def test_a_trainer_that_never_ends():
+    run_path = Path(os.environ["KILLED_SESSION_RUN"])
+    (run_path / "dumps").mkdir(parents=True)
+    knobs = load_knobs(DEFAULT_KNOBS_DIR)
+    flags = resolve(knobs, "p1", "near-aligned", "colocate", "embedded", {"num-rollout": 10_000}).flags
+    command, cwd = trainer_command("embedded", None)
+    run_to_end(command + render_argv(flags) + output_flags(run_path, "embedded"), cwd or REPO_ROOT, dict(os.environ), timeout=3600)
+"""
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process under pid (by /proc's parent links), its own sessions included."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sigterm_to_a_pytest_session_stops_the_trainer_a_test_forked(tmp_path: Path):
+    """The same signal to a pytest session whose test waits on a warm trainer (the embedded tests'
+    `trainer` fixture does): the trainer, forked by the pre-imported interpreter in a session of its
+    own, is stopped, not left running without its launcher (the plugin's session-wide signal
+    handling, fixtures/runs.py, and harness.launch.warm.run_to_end)."""
+    (tmp_path / "test_session.py").write_text(SESSION_TEST)
+    run_path = tmp_path / "run"
+    session = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "fixtures.options",
+            "-p",
+            "fixtures.knobs",
+            "-p",
+            "fixtures.runs",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, KILLED_SESSION_RUN=str(run_path), PYTHONPATH=str(REPO_ROOT)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    under = set()
+    try:
+        deadline = time.monotonic() + FIRST_STEP_WITHIN_S
+        while time.monotonic() < deadline and session.poll() is None and not list((run_path / "dumps").glob("rollout_*.pt")):
+            time.sleep(0.5)
+        under = descendants(session.pid)  # the pre-imported interpreter and the trainer it forked
+        assert session.poll() is None and len(under) >= 2, f"no rollout within {FIRST_STEP_WITHIN_S} s: {session.communicate()[0][-2000:]}"
+        session.send_signal(signal.SIGTERM)
+        out, _ = session.communicate(timeout=90)
+        assert "Terminated" in out or "SIGTERM" in out, out[-2000:]
+        deadline = time.monotonic() + 30  # the server ends once its launcher's end closes
+        while time.monotonic() < deadline and any(alive(pid) for pid in under):
+            time.sleep(0.5)
+        assert not [pid for pid in under if alive(pid)], "a process the session started outlived it"
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+        for pid in under:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)  # only what this test's session started
