@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from harness import REPO_ROOT
+from tests.launch.test_launcher import pid_alive  # the launcher tests' process check
 
 FIRST_STEP_WITHIN_S = 420  # model build + engine start + one rollout on a busy 2-core machine
 
@@ -167,14 +168,6 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_sigterm_to_a_pytest_session_stops_the_trainer_a_test_forked(tmp_path: Path):
     """The same signal to a pytest session whose test waits on a warm trainer (the embedded tests'
     `trainer` fixture does): the trainer, forked by the pre-imported interpreter in a session of its
@@ -215,13 +208,13 @@ def test_sigterm_to_a_pytest_session_stops_the_trainer_a_test_forked(tmp_path: P
         out, _ = session.communicate(timeout=90)
         assert "Terminated" in out or "SIGTERM" in out, out[-2000:]
         deadline = time.monotonic() + 30  # the server ends once its launcher's end closes
-        while time.monotonic() < deadline and any(alive(pid) for pid in under):
+        while time.monotonic() < deadline and any(pid_alive(pid) for pid in under):
             time.sleep(0.5)
-        assert not [pid for pid in under if alive(pid)], "a process the session started outlived it"
+        assert not [pid for pid in under if pid_alive(pid)], "a process the session started outlived it"
     finally:
         if session.poll() is None:
             session.kill()
             session.wait()
         for pid in under:
-            if alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)  # only what this test's session started
