@@ -8,10 +8,10 @@ the projection. A run's wall time is status.json's started to ended; its step ti
 perf/step_time. The projection adds, to the job's measured wall time, the extra step time
 (step-factor - 1) and the extra rest (rest-factor - 1), spread over the slots the runs shared: it
 holds when the runs kept every slot busy for the whole job (a session's planned batch does) and
-the tests' own judging is not slowed alike. Why a split and not one factor: on the AVX2-only EPYC
-the steps were 2.9x this Xeon's fp32 step while a run's start was no slower than on the AVX-512 AMD
-machine (../shared/facts/machines.md; docs/results.md). `--rest-factor` equal to `--step-factor`
-gives the pessimistic end, every second of the job scaled alike.
+the tests' own judging is not slowed alike. Why a split and not one factor: a slower CPU's steps
+and a run's start need not slow alike (the measured ratios, and which host they are against, are in
+docs/results.md). `--rest-factor` equal to `--step-factor` gives the pessimistic end, every second
+of the job scaled alike.
 
 Bad input is one `error:` line and exit code 2.
 """
@@ -69,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs_dir", type=Path, help="the job's runs, e.g. reports/runs of a fresh clone after make baseline")
     parser.add_argument("--job-wall", help="the job's measured wall time (9m48s); without it, no projection")
     parser.add_argument("--slots", type=int, default=2, help="runs launched at once during the job (default 2)")
-    parser.add_argument("--step-factor", type=float, default=2.9, help="the other CPU's step time over this one's (default 2.9)")
+    parser.add_argument(
+        "--step-factor",
+        type=float,
+        default=2.9,
+        help="the other CPU's step time over this one's (default 2.9: the AVX2-only EPYC over an AMX Xeon, docs/results.md)",
+    )
     parser.add_argument("--rest-factor", type=float, default=1.0, help="the same for the rest of a run (default 1.0)")
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():
