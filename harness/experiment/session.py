@@ -1,41 +1,33 @@
-"""The main job's selection judged without pytest: `judge_main_job(source, knobs, mode)`.
+"""The main job's checks, decided once: `Session.decide(nodeid, check, *args)`.
 
-The selection is the Makefile's baseline (`-m "p1 or acceptance or (p3 and ab)"`): the P1 ladder
-(every rung against its parent, or the smoke check where its parent does not run), the acceptance
-criteria, and the P3 A/B gate (the pair, each further candidate of knobs/ab.yaml, and colocate vs
-non-colocate). Each check is judged as its test judges it (tests/ladder, tests/acceptance,
-tests/ab: the same judge functions, the same expectations) and recorded through the same
-Recorder, under the test's node id, so a record written here and one written by pytest on the
-same runs compare entry by entry (`python -m harness report --compare`). A check whose runs are
-not in the source fails with the lookup's line; nothing is launched by a find-only source.
-Tests of the selection not judged here are listed in NOT_JUDGED_HERE, with the reason; the command
-names them under its answer.
+A Session holds the experiment (knobs), the runs (any object with RunSource's face: `backend`,
+`__call__`, `many`, `fetcher`: the launching or find-only RunSource of the command line, or the
+pytest plugin's provider) and a recorder per check. Each check method gathers its evidence,
+asks the judge, records what it found, and raises Failed or Skipped when its expectation does not
+hold; `decide` turns that into an Outcome. pytest's items (tests/ladder, tests/acceptance, tests/ab)
+and the command line (`python -m harness baseline`, `python -m harness judge`: harness.experiment.main_job)
+are two front ends that ask the same methods and write the same record: nothing here knows which
+one asked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.experiment.evidence import Probes, acceptance_context, family_levels, judge_ladder_rung, replicate_sets
 from harness.experiment.plan import ab_replicates
 from harness.experiment.recorder import Recorder
-from harness.experiment.runs import RunSource
 from harness.judge import ab
 from harness.judge.acceptance import CHECKS, JudgeContext, abs_diff_present_every_step
+from harness.judge.candidate_execution import judge_pair_execution
 from harness.judge.ladder import bound_findings, expectation_findings, family_members
+from harness.records.metric_names import ABS_DIFF
+from harness.records.operator_calls import read_operator_calls
 from harness.spec import Knobs, SpecError
-from harness.spec.cluster import skip_reason
 from harness.spec.schema import Rung
 
-LADDER_TEST = "tests/ladder/test_ladder.py::test_rung_against_parent"
-ACCEPTANCE_TEST = "tests/acceptance/test_acceptance.py::test_criterion"
-AB_TESTS = "tests/ab/test_ab_gate.py"
-# Tests of the main job's selection this module does not judge, and why (a reader of the command's
-# answer must not take it for the whole session's; tests/experiment holds the two lists to pytest's).
-NOT_JUDGED_HERE = {
-    "tests/embedded/test_true_on_policy.py": "bitwise true-on-policy checks on launched runs; they record nothing",
-    "tests/ab/test_candidate_executed.py": "the candidate-execution check (operator call counts): not yet judged by this command",
-}
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
 @dataclass(frozen=True)
@@ -60,49 +52,66 @@ def rung_cases(knobs: Knobs, mode: str, backend: str) -> list[RungCase]:
 
 
 class Failed(Exception):
-    """A check's expectation does not hold (its test would fail), with the line that says why."""
+    """A check's expectation does not hold, with the line that says why."""
 
 
 class Skipped(Exception):
-    """A check that does not apply to this session (its test would be skipped)."""
+    """A check that does not apply to this session."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str  # passed | failed | skipped
+    message: str = ""
 
 
 @dataclass
 class Session:
-    """The judged checks' rows, record entries and outcomes, in the order they were judged."""
+    """The judged checks' rows, record entries and outcomes, in the order they were judged.
+    `recorder_for(nodeid)` gives the recorder a check writes through (default: this session's own
+    lists, which the command line writes out; pytest adds its Allure attachments)."""
 
     knobs: Knobs
-    source: RunSource
+    runs: object
     mode: str
+    recorder_for: Callable[[str], Recorder] | None = None
     rows: list = field(default_factory=list)
     entries: list = field(default_factory=list)  # [(kind, entry)]
     outcomes: dict = field(default_factory=dict)  # node id -> passed / failed / skipped
     messages: dict = field(default_factory=dict)  # node id -> why it failed or was skipped
 
     def __post_init__(self):
-        self.backend = self.source.backend
+        self.backend = self.runs.backend
         self.probes = Probes(self.knobs)
         self._families: dict = {}
+        if self.recorder_for is None:
+            self.recorder_for = self._own_recorder
 
-    def recorder(self, nodeid: str) -> Recorder:
+    def _own_recorder(self, nodeid: str) -> Recorder:
         return Recorder(self.knobs, self.backend, self.rows.append, lambda kind, entry: self.entries.append((kind, entry)), nodeid)
 
-    def check(self, nodeid: str, judge, *args) -> None:
-        """Run one check; its outcome as pytest would report it."""
+    def decide(self, nodeid: str, check: str, *args) -> Outcome:
+        """Run one check (a method of this class, by name) and keep its outcome under `nodeid`."""
         try:
-            judge(self.recorder(nodeid), *args)
-            self.outcomes[nodeid] = "passed"
+            getattr(self, check)(self.recorder_for(nodeid), *args)
+            outcome = Outcome(PASSED)
         except Skipped as why:
-            self.outcomes[nodeid], self.messages[nodeid] = "skipped", str(why)
+            outcome = Outcome(SKIPPED, str(why))
         except (Failed, SpecError) as why:
-            self.outcomes[nodeid], self.messages[nodeid] = "failed", str(why)
+            outcome = Outcome(FAILED, str(why))
+        self.outcomes[nodeid] = outcome.state
+        if outcome.message:
+            self.messages[nodeid] = outcome.message
+        return outcome
 
     def fetch(self, stage: str):
-        return self.source.fetcher(stage, self.mode)
+        return self.runs.fetcher(stage, self.mode)
 
     # ------------------------------------------------------------------ the ladder
     def rung(self, record: Recorder, case: RungCase) -> None:
-        """tests/ladder/test_ladder.py::test_rung_against_parent, without pytest."""
+        """A rung against its parent: an isolated delta (an interval against the parent, Holm over
+        the stage's family), its direction and evidence-decided drift class as its file expects,
+        and its own absolute bounds; the smoke check where the parent does not run here."""
         stage, rung, fetch = case.stage, case.rung, self.fetch(case.stage)
         if rung.parent is not None and rung.id not in family_members(self.knobs, stage, self.backend):
             return self.smoke(record, stage, rung, fetch(rung.id))
@@ -128,7 +137,8 @@ class Session:
             raise Failed(judgement.summary() + "\n  " + "\n  ".join(findings))
 
     def smoke(self, record: Recorder, stage: str, rung: Rung, run) -> None:
-        """A rung whose parent does not run at this stage: the run finished, abs-diff at every step, its own bounds."""
+        """A rung whose parent does not run at this stage (P0: smoke and config validation): the run
+        finished, abs-diff at every step, its own bounds."""
         record.smoke(stage, rung, run)
         _require_finished(run, f"{rung.id} at {stage}")
         verdict = abs_diff_present_every_step(JudgeContext(run=run, knobs=self.knobs))
@@ -138,31 +148,35 @@ class Session:
 
     # ------------------------------------------------------------------ acceptance
     def criterion(self, record: Recorder, criterion) -> None:
-        """tests/acceptance/test_acceptance.py::test_criterion, without pytest."""
+        """One of the seed's acceptance criteria on the recommended baseline (knobs/acceptance.yaml judges)."""
         judged = self.knobs.acceptance.judges
         stage, rung = judged["stage"], judged["rung"]
         if self.mode not in self.knobs.stages[stage].modes:
             raise Skipped(f"the judged stage {stage} runs {', '.join(self.knobs.stages[stage].modes)} only, not --mode={self.mode}")
-        run = self.source(stage, rung, self.mode)
+        run = self.runs(stage, rung, self.mode)
         verdict = CHECKS[criterion.check](acceptance_context(run, self.knobs, self.fetch(stage), criterion.check))
         record.criterion(criterion, run, verdict)
         if criterion.expect != "not-expected" and not verdict.passed:
             raise Failed(f"{criterion.seed_text}\n  -> {verdict.message}")
 
     # ------------------------------------------------------------------ the A/B gate
-    def ab_sides(self, candidate_flags: dict | None = None):
-        """(pair, sides): the pair (baseline, candidate) and both at every replicate seed; with
-        `candidate_flags` the candidate is the baseline rung with those flags (knobs/ab.yaml candidates)."""
+    def ab_pair(self, name: str | None = None):
+        """(baseline, candidate) at the judging seed; with `name` the candidate is the baseline rung
+        with that further candidate's flags (knobs/ab.yaml candidates)."""
         chosen, fetch = self.knobs.ab.pair, self.fetch(self.knobs.ab.pair.stage)
-        count = ab_replicates(self.knobs, self.backend)
-        if candidate_flags is None:
-            pair = (fetch(chosen.baseline), fetch(chosen.candidate))
-            return pair, tuple(replicate_sets([chosen.baseline, chosen.candidate], fetch, count))
-        pair = (fetch(chosen.baseline), fetch(chosen.baseline, **candidate_flags))
-        return pair, tuple(replicate_sets([chosen.baseline, (chosen.baseline, candidate_flags)], fetch, count))
+        if name is None:
+            return fetch(chosen.baseline), fetch(chosen.candidate)
+        return fetch(chosen.baseline), fetch(chosen.baseline, **self._candidate_flags(name))
+
+    def ab_sides(self, name: str | None = None):
+        """Both sides of the pair at every replicate seed: (baseline runs, candidate runs)."""
+        chosen, fetch = self.knobs.ab.pair, self.fetch(self.knobs.ab.pair.stage)
+        candidate = chosen.candidate if name is None else (chosen.baseline, self._candidate_flags(name))
+        return tuple(replicate_sets([chosen.baseline, candidate], fetch, ab_replicates(self.knobs, self.backend)))
 
     def ab_contract(self, record: Recorder, name: str | None) -> None:
-        pair, _ = self.ab_sides(self._candidate_flags(name))
+        """The same-workload contract of the pair (or of a further candidate against the same baseline)."""
+        pair = self.ab_pair(name)
         record.ab_rows(pair, name=name, notes=ab.cost_note(*pair, self.knobs) if name else "")
         contract = ab.contract_problems(*pair, self.knobs)
         changed = "; ".join(ab.what_changed(*pair, self.knobs))
@@ -172,12 +186,13 @@ class Session:
             raise Failed("A/B rejected:\n  " + "\n  ".join(contract))
 
     def ab_question(self, record: Recorder, question: str, name: str | None) -> None:
-        """tests/ab/test_ab_gate.py's _check_question, without pytest."""
-        pair, sides = self.ab_sides(self._candidate_flags(name))
+        """One of the gate's questions over every replicate pair, held to knobs/ab.yaml: its expect
+        (a decided no where one is expected, or reported only), else its gated_on backends."""
+        pair = self.ab_pair(name)
         contract = ab.contract_problems(*pair, self.knobs)
         if contract:
             raise Failed(f"not judged: the A/B is rejected ({contract[0]})")
-        answer = ab.QUESTIONS[question](*sides, self.knobs)
+        answer = ab.QUESTIONS[question](*self.ab_sides(name), self.knobs)
         gate = self.knobs.ab.gated_on.get(question)
         expected, why = self.knobs.ab.expected_to_pass(question, self.backend, name)
         shown = expected if expected == "not-expected" else ("yes" if expected else "no (flat)")
@@ -201,10 +216,26 @@ class Session:
         if not answer.passed:
             raise Failed(f"{answer.question} {answer.message}")
 
+    def candidate_executed(self, record: Recorder, name: str | None) -> None:
+        """The candidate's operator counted calls and tokens in the trainer's recompute and training
+        forward and in vLLM's sampler, inside the calls (operator_calls.json), and the baseline's own
+        operators counted too: an operator that never ran reduces nothing."""
+        baseline, candidate = pair = self.ab_pair(name)
+        calls, problem = read_operator_calls(candidate.path)
+        base, base_problem = read_operator_calls(baseline.path)
+        verdict = judge_pair_execution(
+            calls, problem, base, base_problem, candidate_rollouts=_rollouts_logged(candidate), baseline_rollouts=_rollouts_logged(baseline)
+        )
+        key = f"{name}:candidate-executed" if name else "candidate-executed"
+        record.ab("candidate executed", pair, passed=verdict.passed, message=verdict.message, evidence=verdict.evidence, key=key)
+        if not verdict.passed:
+            raise Failed(verdict.message)
+
     def mode_consistency(self, record: Recorder) -> None:
+        """The pair's answers in colocate and non-colocate, compared (the seed's fifth question)."""
         chosen = self.knobs.ab.pair
         modes = ("colocate", "non-colocate")
-        runs = self.source.many([(chosen.stage, rung, mode, {}) for mode in modes for rung in (chosen.baseline, chosen.candidate)])
+        runs = self.runs.many([(chosen.stage, rung, mode, {}) for mode in modes for rung in (chosen.baseline, chosen.candidate)])
         pairs = {mode: (runs[2 * k], runs[2 * k + 1]) for k, mode in enumerate(modes)}
         rejected = {mode: ab.contract_problems(*p, self.knobs) for mode, p in pairs.items()}
         if any(rejected.values()):
@@ -212,13 +243,12 @@ class Session:
         answer = ab.mode_consistency(pairs, self.knobs)
         expected, _ = self.knobs.ab.expected_to_pass("mode-consistency", self.backend)
         shown = "not-expected" if expected == "not-expected" else "yes (consistent)"
-        evidence = answer.evidence
         record.ab(
             answer.question,
             pairs["colocate"],
             passed=answer.passed,
             message=answer.message,
-            evidence=evidence,
+            evidence=answer.evidence,
             key="mode-consistency",
             expected=shown,
         )
@@ -238,31 +268,5 @@ def _require_finished(run, what: str) -> None:
         )
 
 
-def main_job_checks(knobs: Knobs, backend: str, mode: str = "colocate", stage: str = "p1") -> list[tuple[str, str | None, tuple]]:
-    """The main job's checks in pytest's order (tests/ab, tests/acceptance, tests/ladder): (node id,
-    the Session method that judges it or None when its test is skipped on this backend, its arguments)."""
-    checks: list[tuple[str, str | None, tuple]] = [(f"{AB_TESTS}::test_same_workload_contract", "ab_contract", (None,))]
-    checks += [(f"{AB_TESTS}::test_question[{question}]", "ab_question", (question, None)) for question in sorted(ab.QUESTIONS)]
-    for name, candidate in knobs.ab.candidates.items():
-        runs_here = backend in candidate.backends
-        checks.append((f"{AB_TESTS}::test_further_candidate_same_workload_contract[{name}]", "ab_contract" if runs_here else None, (name,)))
-        for question in sorted(ab.QUESTIONS):
-            nodeid = f"{AB_TESTS}::test_further_candidate_question[{name}-{question}]"
-            checks.append((nodeid, "ab_question" if runs_here else None, (question, name)))
-    checks.append((f"{AB_TESTS}::test_consistent_between_colocate_and_non_colocate", "mode_consistency", ()))
-    checks += [(f"{ACCEPTANCE_TEST}[{criterion.id}]", "criterion", (criterion,)) for criterion in knobs.acceptance.criteria]
-    for case in rung_cases(knobs, mode, backend):
-        if case.stage == stage:
-            checks.append((f"{LADDER_TEST}[{case.id}]", None if skip_reason(knobs, case.rung, backend) else "rung", (case,)))
-    return checks
-
-
-def judge_main_job(source: RunSource, knobs: Knobs, mode: str = "colocate", stage: str = "p1") -> Session:
-    """Every check of main_job_checks judged on the source's runs."""
-    session = Session(knobs, source, mode)
-    for nodeid, method, args in main_job_checks(knobs, source.backend, mode, stage):
-        if method is None:
-            session.outcomes[nodeid] = "skipped"
-        else:
-            session.check(nodeid, getattr(session, method), *args)
-    return session
+def _rollouts_logged(run) -> int:
+    return len({n for n, _ in run.series(ABS_DIFF)})

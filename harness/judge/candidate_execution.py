@@ -86,3 +86,29 @@ def judge_execution(
         )
     shown = ", ".join(f"{x['side']} {x['pass']} {x['operator']} {x['calls']} calls / {x['tokens']} tokens" for x in evidence["expected"])
     return Execution(EXECUTED, f"candidate executed: {shown}", evidence)
+
+
+def judge_pair_execution(
+    candidate: OperatorCalls | None,
+    candidate_problem: str | None,
+    baseline: OperatorCalls | None,
+    baseline_problem: str | None,
+    *,
+    candidate_rollouts: int,
+    baseline_rollouts: int,
+) -> Execution:
+    """The A/B's "candidate executed" answer on one pair: the candidate's operator counted on both
+    engines (judge_execution against the baseline's counts), the baseline's own operators counted
+    too, and every sampled token's log-prob computed once by each side in each pass."""
+    verdict = judge_execution(candidate, candidate_problem, baseline=baseline, rollouts_logged=candidate_rollouts)
+    if not verdict.passed:
+        return verdict
+    if baseline is None:
+        return Execution(NOT_CHECKED, f"baseline not checked: {baseline_problem or 'no operator counts'}", verdict.evidence)
+    own = judge_execution(baseline, rollouts_logged=baseline_rollouts)
+    if not own.passed:
+        return Execution(own.status, f"the baseline's own operators: {own.message}", verdict.evidence)
+    tokens = {(row["side"], row["pass"]): row["tokens"] for row in verdict.evidence["expected"] if row["pass"] in EXCLUSIVE_PASSES}
+    if len(set(tokens.values())) > 1:
+        return Execution(NOT_EXECUTED, f"candidate not executed on every token: the passes counted different tokens {tokens}", verdict.evidence)
+    return verdict

@@ -231,3 +231,23 @@ def load_record(folder: str | Path) -> ExperimentRecord:
         raise RecordError(f"{path}: {_problem(err)}") from None
     record._path = str(path)
     return record
+
+
+def differences(a: ExperimentRecord, b: ExperimentRecord) -> list[str]:
+    """What two records of the same runs disagree on, answer for answer: every entry (rows, rungs,
+    A/B answers, judged answers, environments, worst tokens) and every outcome, compared as data;
+    when and by which front end each was written is not compared. Empty when they agree."""
+    found = []
+    for kind in ("rows", "rungs", "ab", "answers", "environment"):
+        left, right = (sorted(json.dumps(entry_data(e), sort_keys=True, default=str) for e in getattr(r, kind)) for r in (a, b))
+        only_a, only_b = [e for e in left if e not in right], [e for e in right if e not in left]
+        found += [f"{kind}: only in the first record: {e[:300]}" for e in only_a]
+        found += [f"{kind}: only in the second record: {e[:300]}" for e in only_b]
+    if (a.worst_tokens and entry_data(a.worst_tokens)) != (b.worst_tokens and entry_data(b.worst_tokens)):
+        found.append("worst_tokens differ")
+    for nodeid in sorted(a.outcomes.keys() | b.outcomes.keys()):
+        if a.outcomes.get(nodeid) != b.outcomes.get(nodeid):
+            found.append(f"outcome of {nodeid}: {a.outcomes.get(nodeid)} vs {b.outcomes.get(nodeid)}")
+    if a.min_margin_se != b.min_margin_se:
+        found.append(f"min_margin_se: {a.min_margin_se} vs {b.min_margin_se}")
+    return found

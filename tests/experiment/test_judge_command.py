@@ -1,17 +1,13 @@
-"""`python -m harness judge --runs-dir DIR` on real recorded runs, without pytest's run fixtures.
+"""`python -m harness judge --runs-dir DIR` on real recorded runs (tests/experiment/conftest.py),
+without pytest's run fixtures.
 
-tests/data/recorded_runs holds two run directories the main job recorded at seed offset +100
-(the fp32 floor and the near-aligned rung, first seed; their token dumps left out, so the probes
-that read dumps say "not checked"). Their run ids carry the trainer's code version of the day, so
-the command finds them by the hash of their resolved flags, as it finds any run recorded before a
-harness-only change. Every other run the main job needs is missing: each check that needs one fails
-with the lookup's line, and the record and page are still written with what was judged.
+The recorded runs' ids carry the trainer's code version of the day, so the command finds them by
+the hash of their resolved flags, as it finds any run recorded before a harness-only change. Every
+other run the main job needs is missing: each check that needs one fails with the lookup's line,
+and the record and page are still written with what was judged.
 """
 
 from __future__ import annotations
-
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,31 +19,24 @@ from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF
 from harness.report.experiment_record import load_record
 from harness.spec import load_knobs
+from tests.experiment.conftest import SEED_OFFSET
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "recorded_runs"
 FLOOR_RUN = "embedded-colocate-e0400d811b32"  # p1 fp32-floor, seed 2026 + 100
 LADDER = "tests/ladder/test_ladder.py::test_rung_against_parent"
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory):
-    """The command run once on a copy of the recorded runs (judging may cache into a run directory),
-    with knobs/ judging one seed a side (the P1 stage's replicates knob): the recorded first seeds."""
-    root = tmp_path_factory.mktemp("judge")
-    shutil.copytree(RECORDED, root / "runs")
-    shutil.copytree(DEFAULT_KNOBS_DIR, root / "knobs")
-    stages = root / "knobs" / "stages.yaml"
-    text = stages.read_text()
-    assert text.count("replicates:\n      embedded: 5") == 1, "the P1 stage's replicates knob moved: update this fixture"
-    stages.write_text(text.replace("replicates:\n      embedded: 5", "replicates:\n      embedded: 1"))
-    out = root / "out"
+def judged(recorded, tmp_path_factory):
+    """The command run once on the recorded runs."""
     import contextlib
     import io
 
+    runs, knobs = recorded
+    out = tmp_path_factory.mktemp("judged")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        status = main(["judge", "--runs-dir", str(root / "runs"), "--knobs", str(root / "knobs"), "--seed-offset", "100", "--out", str(out)])
-    return status, printed.getvalue().splitlines(), load_record(out / "experiment"), out, root / "runs"
+        status = main(["judge", "--runs-dir", str(runs), "--knobs", str(knobs), "--seed-offset", SEED_OFFSET, "--out", str(out)])
+    return status, printed.getvalue().splitlines(), load_record(out / "experiment"), out, runs
 
 
 def test_the_recorded_root_is_judged_and_recorded(judged):
@@ -114,7 +103,7 @@ def test_the_command_judges_the_checks_the_main_jobs_pytest_session_collects():
     import sys
 
     from harness import REPO_ROOT
-    from harness.experiment.session import NOT_JUDGED_HERE, main_job_checks
+    from harness.experiment.main_job import NOT_JUDGED_HERE, main_job_checks
 
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "-m", "p1 or acceptance or (p3 and ab)", "--mode=colocate"],
@@ -125,5 +114,5 @@ def test_the_command_judges_the_checks_the_main_jobs_pytest_session_collects():
     )
     nodeids = {line for line in collected.stdout.splitlines() if "::" in line}
     assert nodeids, collected.stdout[-2000:] + collected.stderr[-2000:]
-    judged_elsewhere = {nodeid for nodeid in nodeids if nodeid.split("::")[0] in NOT_JUDGED_HERE}
+    judged_elsewhere = {nodeid for nodeid in nodeids if any(nodeid.startswith(prefix) for prefix in NOT_JUDGED_HERE)}
     assert {nodeid for nodeid, _, _ in main_job_checks(load_knobs(DEFAULT_KNOBS_DIR), "embedded")} == nodeids - judged_elsewhere

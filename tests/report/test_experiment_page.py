@@ -158,7 +158,7 @@ def runs(tmp_path_factory):
 def test_rung(rung, runs, knobs, experiment_record):
     case = RungCase("p1", knobs.rungs[rung], "colocate", "embedded")
     judgement = judge_rung(case.rung, knobs, lambda rid, **_: runs[rid])
-    experiment_record.rung(case, judgement, lambda rid, **_: runs[rid])
+    experiment_record.rung(case, judgement, runs[rung], runs[case.rung.parent] if case.rung.parent else None)
     assert rung != "near-aligned", "this one fails on purpose"
 
 def test_ab(runs, experiment_record):
