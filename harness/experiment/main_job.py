@@ -18,11 +18,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.experiment.plan import ab_requests, ladder_requests
+from harness.experiment.plan import selection_requests
+from harness.experiment.provision import Provision
 from harness.experiment.runs import RunSource
 from harness.experiment.session import Session, rung_cases
 from harness.judge import ab
-from harness.spec import Knobs, SpecError
+from harness.spec import Knobs
 from harness.spec.cluster import skip_reason
 
 LADDER_TEST = "tests/ladder/test_ladder.py::test_rung_against_parent"
@@ -68,36 +69,27 @@ def main_job_checks(knobs: Knobs, backend: str, mode: str = "colocate", stage: s
     return checks
 
 
-def judge_main_job(runs, knobs: Knobs, mode: str = "colocate", stage: str = "p1") -> Session:
-    """Every check of main_job_checks decided on the runs the source gives."""
+def judge_main_job(runs: Provision, knobs: Knobs, mode: str = "colocate", stage: str = "p1") -> Session:
+    """Every check of main_job_checks decided on the runs `runs` gives."""
     session = Session(knobs, runs, mode)
     for nodeid, method, args in main_job_checks(knobs, runs.backend, mode, stage):
         if method is None:
             session.outcomes[nodeid] = "skipped"
-        else:
-            session.decide(nodeid, method, *args)
+            continue
+        session.decide(nodeid, method, *args)
+        runs.between_checks()
     return session
 
 
-def planned_requests(knobs: Knobs, source: RunSource, mode: str, stage: str) -> list[tuple[str, str, str, dict]]:
-    """The runs the main job's ladder family and A/B gate ask for, those whose spec is refused left
-    out (the check that asks for one fails with the reason)."""
-    requests = ab_requests(knobs, source.spec, mode, source.backend) + ladder_requests(knobs, source.spec, stage, mode, source.backend)
-    valid = []
-    for stage_, rung, mode_, overrides in requests:
-        try:
-            source.spec(stage_, rung, mode_, **overrides)
-        except SpecError:
-            continue
-        valid.append((stage_, rung, mode_, overrides))
-    return valid
-
-
 def run_main_job(source: RunSource, knobs: Knobs, mode: str = "colocate", stage: str = "p1") -> Session:
-    """`python -m harness baseline`: the planned runs launched side by side (or found), then every check."""
-    if not source.find_only:
-        source.many(planned_requests(knobs, source, mode, stage))
-    return judge_main_job(source, knobs, mode, stage)
+    """`python -m harness baseline` (and `judge` on a find-only source): the planned runs launched in
+    the background (harness.experiment.provision), every check decided as its runs are ready."""
+    runs = Provision(source)
+    runs.start_plan(selection_requests(knobs, source.spec, mode, source.backend, [stage], with_ab=True))
+    try:
+        return judge_main_job(runs, knobs, mode, stage)
+    finally:
+        runs.stop_plan()
 
 
 def print_outcomes(session: Session) -> dict[str, int]:

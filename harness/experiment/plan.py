@@ -64,3 +64,12 @@ def ab_requests(knobs: Knobs, spec_of: SpecOf, mode: str, backend: str) -> list[
         if other != mode
         for rung_id in (chosen.baseline, chosen.candidate)
     ]
+
+
+def selection_requests(knobs: Knobs, spec_of: SpecOf, mode: str, backend: str, ladder_stages, with_ab: bool) -> list[Request]:
+    """The runs a selection asks for: the A/B gate's when it is selected, then each selected stage's
+    ladder family, in the order the checks ask for them."""
+    requests = ab_requests(knobs, spec_of, mode, backend) if with_ab else []
+    for stage in ladder_stages:
+        requests += ladder_requests(knobs, spec_of, stage, mode, backend)
+    return requests

@@ -74,3 +74,26 @@ class BackgroundBatch:
             with self._changed:
                 self._pending.clear()
                 self._changed.notify_all()
+
+
+class ComputingThreads:
+    """This process's intra-op threads: one while a batch runs beside the caller's own work (a second
+    would only spin at its barriers beside the runs: harness.embedded.threads), the count it had once
+    the batch is done. Changed between checks, never inside one."""
+
+    def __init__(self):
+        self.saved: int | None = None
+
+    def pin(self) -> ComputingThreads:
+        import torch
+
+        self.saved = torch.get_num_threads()
+        torch.set_num_threads(1)
+        return self
+
+    def restore(self) -> None:
+        if self.saved is not None:
+            import torch
+
+            torch.set_num_threads(self.saved)
+            self.saved = None

@@ -118,6 +118,32 @@ def in_flight(runs_dir: Path, ray_address: str | None = None) -> list[InFlight]:
     return found
 
 
+def session_counts(runs_dir: Path, since: float) -> tuple[int, int]:
+    """(made, running) among the runs under runs_dir started since `since` (a timestamp); reused runs
+    are not counted, and a status file not touched since then is not read."""
+    from harness.records.rundir import RunDir
+
+    made = running = 0
+    for status_file in Path(runs_dir).glob("*/status.json"):
+        try:
+            if status_file.stat().st_mtime < since:
+                continue
+        except OSError:
+            continue
+        status = RunDir(status_file.parent).read_status()
+        try:
+            started = datetime.fromisoformat(status["started"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            continue
+        if started < since:
+            continue
+        if status.get("state") == "running":
+            running += 1
+        else:
+            made += 1
+    return made, running
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from harness.arguments import existing_dir
     from harness.spec_arguments import site_default, site_from_args

@@ -89,7 +89,8 @@ def test_with_a_plan_the_tests_that_need_no_run_go_first():
 
 
 def test_an_xdist_controller_says_what_its_workers_made_when_it_moved(tmp_path):
-    from fixtures.runs import WorkersRuns
+    from fixtures.runs import SESSION_STARTED, WorkersRuns
+    from harness.launch.status import session_counts
 
     def run_dir(name: str, state: str, started: str | None = None) -> None:
         made = RunDir(tmp_path / name).create()
@@ -101,7 +102,7 @@ def test_an_xdist_controller_says_what_its_workers_made_when_it_moved(tmp_path):
     run_dir("busy", "running")
     lines: list[str] = []
     watch = WorkersRuns(tmp_path, lines.append, every_s=0)
-    assert watch.counts() == (1, 1)
+    assert session_counts(tmp_path, SESSION_STARTED) == (1, 1)
     watch.pytest_runtest_logreport(None)
     watch.pytest_runtest_logreport(None)  # nothing moved: no second line
     run_dir("busy", "finished")
