@@ -50,11 +50,14 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, help="calls of each side per timing (default: bench.DEFAULT_REPS, 100 on cuda, 10 on cpu)")
     p.add_argument("--sweep", action="store_true", help="also time the fused kernel's candidate configs (cuda)")
     p.add_argument("--tokens", help="comma-separated T values: one bench per T (same H, V, seed), rows of all in one record")
-    p.add_argument("--regime", default="default", help="synthetic inputs: default, matched, high-entropy (regimes.py)")
+    p.add_argument("--regime", default="default", help="synthetic inputs: default, matched, high-entropy, peaked, flat (regimes.py)")
     p.add_argument("--precision", action="store_true", help="gradient error of each backward plan over every row vs fp64, with its cost")
     p.add_argument("--grad-scale", type=float, default=1.0, help="--precision: grad_out ~ N(0,1) times this (a mean loss over N tokens: 1/N)")
     p.add_argument("--megatron-step", action="store_true", help="a megatron-core GPT training step, log-prob path native / fused / CCE")
     p.add_argument("--megatron-shape", default="2,2048,151936,2,2048", help="layers,H,V,batch,seq for --megatron-step")
+    p.add_argument("--from-logits", action="store_true", help="the selected log-prob from given logits vs its bandwidth floor and the natives (cuda)")
+    p.add_argument("--logits-dtypes", default="bfloat16,float32", help="--from-logits: logits dtypes (each at every --tokens value)")
+    p.add_argument("--precision-plans", help="--precision: comma-separated plan:dtype pairs (default: every plan in bf16 and fp32)")
     args = p.parse_args(argv)
 
     import torch
@@ -76,6 +79,8 @@ def main(argv=None) -> int:
     regime = "capture" if args.bundle else args.regime
     if args.precision:
         return precision(args, bundle, regime)
+    if args.from_logits:
+        return from_logits(args, regime)
     names = args.names.split(",") if args.names else None
     unknown = [n for n in names or [] if n not in registry.names()]
     if unknown:
@@ -147,14 +152,63 @@ def precision(args, bundle, regime) -> int:
         "regime": regime,
         "input_stats": input_stats(b.hidden, b.weight, b.targets, args.temperature),
     }
-    record |= gradient_precision(b, args.temperature, warmup=max(1, args.warmup - 1), reps=args.reps or 10, grad_scale=args.grad_scale)
+    plans = {}
+    if args.precision_plans:
+        import torch
+
+        plans["plans"] = tuple((p.split(":")[0], getattr(torch, p.split(":")[1])) for p in args.precision_plans.split(","))
+    record |= gradient_precision(b, args.temperature, warmup=max(1, args.warmup - 1), reps=args.reps or 10, grad_scale=args.grad_scale, **plans)
     bench.write_record(record, args.out)
     for r in record["plans"]:
+        if "error" in r:
+            print(f"{r['plan']:5s} grads in {r['grad_dtype']:8s}: {r['error']}")
+            continue
         print(
             f"{r['plan']:5s} grads in {r['grad_dtype']:8s}: rel err h {r['grad_rel_err_hidden']:.2e} W {r['grad_rel_err_weight']:.2e}; "
             f"fwd+bwd {r['fwd_bwd_ms_median']:.2f} ms = {r['fwd_bwd_x_gemm']:.2f}x GEMM; peak extra {(r['peak_extra_bytes'] or 0) / 2**20:.0f} MiB"
         )
     return 0
+
+
+def from_logits(args, regime) -> int:
+    import torch
+
+    from harness.operators import bench
+    from harness.operators.bundles import BundleShape
+    from harness.operators.from_logits_bench import from_logits_rows
+    from harness.operators.regimes import input_stats, regime_bundle
+
+    if args.device != "cuda":
+        print("bench_operators: --from-logits times GPU kernels; run it with --device cuda", file=sys.stderr)
+        return 2
+    _, h, v = args.shape
+    tokens = [int(x) for x in (args.tokens or "4096,8192").split(",")]
+    dtypes = [getattr(torch, d) for d in args.logits_dtypes.split(",")]
+    record = _header(args.device) | {"regime": regime, "method": from_logits_method(), "results": [], "input_stats": {}}
+    for n in tokens:
+        b = regime_bundle(args.regime, BundleShape(n, h, v, seed=args.seed)).to("cuda")
+        record["input_stats"][str(n)] = input_stats(b.hidden, b.weight, b.targets, args.temperature)
+        for dtype in dtypes:
+            for row in from_logits_rows(b, dtype, reps=args.reps or 50):
+                record["results"].append(row)
+                bench.write_record(record, args.out)
+                f, fb = row["fwd"], row["fwd_bwd"]
+                print(
+                    f"T={n} {str(dtype).removeprefix('torch.'):8s} {row['name']:9s} fwd {f['ms_median_queued']:.3f} ms = {f['x_floor_queued']:.2f}x floor "
+                    f"({f['achieved_gbps_queued']:.0f} GB/s, copy {f['copy_gbps']:.0f}); fwd+bwd {fb['ms_median_queued']:.3f} ms = {fb['x_floor_queued']:.2f}x"
+                    + (f"; bwd {row['bwd']['ms_median_queued']:.3f} ms = {row['bwd']['x_floor_queued']:.2f}x" if "bwd" in row else "")
+                    + f"; max err {row['max_abs_err']:.1e}, grad rel {row['grad_rel_err']:.1e}, batch inv {row['batch_invariant']}/{row['grad_batch_invariant']}",
+                    flush=True,
+                )
+        del b
+        torch.cuda.empty_cache()
+    return 0
+
+
+def from_logits_method() -> str:
+    from harness.operators import from_logits_bench
+
+    return " ".join(from_logits_bench.__doc__.split())
 
 
 def megatron_step(args) -> int:

@@ -51,12 +51,19 @@ class Bundle:
 
 
 def synthetic_bundle(
-    shape: BundleShape, dtype: torch.dtype = torch.bfloat16, weight_std: float = 0.03, strength=(0.0, 3.0), runner_up=None
+    shape: BundleShape,
+    dtype: torch.dtype = torch.bfloat16,
+    weight_std: float = 0.03,
+    strength=(0.0, 3.0),
+    runner_up=None,
+    runner_ups: int = 1,
+    noise: float = 1.0,
 ) -> Bundle:
     """``weight_std`` scales the logits; each hidden state is pushed toward its target's weight row by a
-    strength drawn uniformly from ``strength``; with ``runner_up`` (lo, hi) also toward one other random
-    token by that strength times a ratio drawn from [lo, hi], as a trained LM leaves its missing mass on
-    a few alternatives (regimes.py names the combinations the bench uses)."""
+    strength drawn uniformly from ``strength``; with ``runner_up`` (lo, hi) also toward ``runner_ups`` other
+    random tokens, each by that strength times its own ratio drawn from [lo, hi], as a trained LM leaves its
+    missing mass on a few alternatives (regimes.py names the combinations the bench uses). ``noise`` scales the
+    random part of each hidden state (the logits' spread over the vocabulary outside the pushed tokens)."""
     gen = torch.Generator().manual_seed(shape.seed)
     weight = torch.randn(shape.vocab, shape.hidden, generator=gen).mul_(weight_std)
     targets = torch.randint(0, shape.vocab, (shape.tokens,), generator=gen)
@@ -64,8 +71,9 @@ def synthetic_bundle(
     direction /= direction.pow(2).mean(dim=1, keepdim=True).sqrt()
     lo, hi = strength
     strength = torch.rand(shape.tokens, 1, generator=gen).mul_(hi - lo).add_(lo)
-    hidden = torch.randn(shape.tokens, shape.hidden, generator=gen).add_(direction * strength)
-    if runner_up is not None:  # drawn after the rest, so the bundle without it keeps its tensors
+    hidden = torch.randn(shape.tokens, shape.hidden, generator=gen).mul_(noise).add_(direction * strength)
+    # drawn after the rest, each runner-up after the one before, so a bundle with fewer keeps its tensors
+    for _ in range(runner_ups if runner_up is not None else 0):
         other = torch.randint(0, shape.vocab, (shape.tokens,), generator=gen)
         ratio = torch.rand(shape.tokens, 1, generator=gen).mul_(runner_up[1] - runner_up[0]).add_(runner_up[0])
         alt = weight[other]

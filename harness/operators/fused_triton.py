@@ -765,7 +765,7 @@ def _grad_weight_kernel(
     tl.store(ptrs, acc.to(gw_ptr.dtype.element_ty), mask=cols[:, None] < width)
 
 
-@triton.jit(do_not_specialize=["T", "w_row0", "width"])
+@triton.jit(do_not_specialize=["T", "w_row0", "width", "g_col0"])
 def _grad_hidden_kernel(
     g_desc,
     w_desc,
@@ -775,6 +775,7 @@ def _grad_hidden_kernel(
     H,
     w_row0,
     width,
+    g_col0,
     ACCUMULATE: tl.constexpr,
     SCALE_ROWS: tl.constexpr,
     BLOCK_T: tl.constexpr,
@@ -788,6 +789,8 @@ def _grad_hidden_kernel(
     changes no bit of grad_hidden (checked by tests/operators/test_triton_kernel_interpreted.py).
     SCALE_ROWS (the group's last slice): the finished sum times each row's 2**(e - g_exp), the exponent of
     grad_out / temperature that grad_logits leaves out (an exact fp32 multiply), once per group whatever the slicing.
+    g_col0: the slice's first column in g_desc (0 for a per-slice buffer; the keep plan's buffer spans the shard).
+    Columns read past the slice meet zero weight rows.
     """
     row0 = tl.program_id(0) * BLOCK_T
     h0 = tl.program_id(1) * BLOCK_H
@@ -799,7 +802,7 @@ def _grad_hidden_kernel(
     else:
         acc = tl.zeros([BLOCK_T, BLOCK_H], tl.float32)
     for k0 in range(0, tl.cdiv(width, BLOCK_K) * BLOCK_K, BLOCK_K):
-        acc = tl.dot(g_desc.load([row0, k0]), w_desc.load([w_row0 + k0, h0]), acc)
+        acc = tl.dot(g_desc.load([row0, g_col0 + k0]), w_desc.load([w_row0 + k0, h0]), acc)
     if SCALE_ROWS:
         acc = acc * tl.load(rs_ptr + rows, mask=rows < T, other=0.0)[:, None]
     tl.store(ptrs, acc, mask=ok)
@@ -950,6 +953,7 @@ class _SliceKernels:
             width,
             0 if self.copy else s0,
             n,
+            0,
             ACCUMULATE=accumulate,
             SCALE_ROWS=last,
             BLOCK_T=bt,

@@ -43,13 +43,22 @@ def _backward_groups_fn(device: torch.device, dtype: torch.dtype):
     return torch_backward_groups
 
 
-def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=None, range_flag=None):
+def fused_forward(hidden, weight, targets, temperature, tp_size, partials_fn=None, range_flag=None, kept=None):
     """(selected log-probs [T] fp32, log-sum-exp [T] fp32); tp_size shards emulated in rank order.
 
     ``range_flag`` (GPU only; int32 [2], see fused_triton.triton_merge): the merge kernel also checks
     the targets' range and records targets outside [0, V) there (those rows' results are NaN); nothing waits.
+    ``kept`` (a list; GPU only): the keep plan's forward (fused_keep.py), each rank's kept terms appended to it.
     """
     on_gpu = partials_fn is None and _on_triton(hidden.device, hidden.dtype)
+    if kept is not None and on_gpu:
+        from harness.operators.fused_keep import keep_partials
+
+        def partials_fn(*args):
+            parts, terms = keep_partials(*args)
+            kept.append(terms)
+            return parts
+
     partials_fn = partials_fn or _partials_fn(hidden.device, hidden.dtype)
     vocab = weight.shape[0]
     gathered = []
@@ -126,18 +135,62 @@ def fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size=
     return total, grad_w
 
 
+def keep_plan_runs(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the keep plan (fused_keep.py) runs for these operands: Triton (a GPU, 16-bit operands), H divisible
+    by 256 (the backward's tiles) and V by 64 (each group of V/8 columns starts 16-byte aligned in the kept buffer,
+    as its TMA loads need). Elsewhere the operator runs the fast plan, and its path says so."""
+    return _on_triton(hidden.device, hidden.dtype) and hidden.shape[1] % 256 == 0 and weight.shape[0] % 64 == 0
+
+
+def keep_fused_backward(hidden, weight, targets, logp, lse, kept, temperature, grad_out, tp_size=1, grad_dtype=None, config=None):
+    """The keep plan's (grad_hidden [T, H] fp32, grad_weight [V, H] in grad_dtype, default the weight's) from the
+    terms its forward kept (``kept``, one entry per rank; consumed: they hold grad_logits afterwards)."""
+    from harness.operators.fused_keep import keep_backward
+
+    vocab = weight.shape[0]
+    grad_w = torch.empty(weight.shape, dtype=grad_dtype or weight.dtype, device=weight.device)
+    grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
+    shards = []
+    for rank in range(tp_size):
+        start, local = shard_group_bounds(vocab, tp_size, rank)
+        end = start + vocab // tp_size
+        shards.append((weight[start:end], targets - start, kept[rank], local, grad_w[start:end]))
+    keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, config)
+    return grad_h, grad_w
+
+
+def fused_forward_backward(hidden, weight, targets, temperature, grad_out, tp_size=1, grad_dtype=None, plan="fast"):
+    """(grad_hidden, grad_weight) of sum(grad_out * logp) by the named plan (BACKWARD_PLANS or "keep"), no autograd."""
+    if plan == "keep" and keep_plan_runs(hidden, weight):
+        kept: list = []
+        logp, lse = fused_forward(hidden, weight, targets, temperature, tp_size, kept=kept)
+        return keep_fused_backward(hidden, weight, targets, logp, lse, kept, temperature, grad_out, tp_size, grad_dtype)
+    lse = fused_forward(hidden, weight, targets, temperature, tp_size)[1]
+    plan = "fast" if plan == "keep" else plan
+    return fused_backward(hidden, weight, targets, lse, temperature, grad_out, tp_size, grad_dtype, plan=plan)
+
+
 class FusedLinearLogprob(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature, tp_size, range_flag=None, plan="fast"):
-        logp, lse = fused_forward(hidden, weight, targets, temperature, tp_size, range_flag=range_flag)
-        ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature, ctx.tp_size, ctx.plan = temperature, tp_size, plan
+        kept = [] if plan == "keep" and keep_plan_runs(hidden, weight) else None
+        logp, lse = fused_forward(hidden, weight, targets, temperature, tp_size, range_flag=range_flag, kept=kept)
+        ctx.save_for_backward(hidden, weight, targets, lse, logp if kept is not None else None)
+        ctx.temperature, ctx.tp_size, ctx.plan, ctx.kept = temperature, tp_size, plan, kept
         return logp
 
     @staticmethod
     def backward(ctx, grad_out):
-        hidden, weight, targets, lse = ctx.saved_tensors
-        grad_h, grad_w = fused_backward(hidden, weight, targets, lse, ctx.temperature, grad_out.contiguous(), ctx.tp_size, plan=ctx.plan)
+        hidden, weight, targets, lse, logp = ctx.saved_tensors
+        if ctx.plan == "keep" and ctx.kept is not None:
+            kept, ctx.kept = ctx.kept, None  # consumed (turned into grad_logits in place); freed with this frame
+            grad_h, grad_w = keep_fused_backward(hidden, weight, targets, logp, lse, kept, ctx.temperature, grad_out.contiguous(), ctx.tp_size)
+            del kept
+        elif ctx.plan == "keep" and keep_plan_runs(hidden, weight):
+            raise RuntimeError("fused keep plan: its kept softmax terms were consumed by an earlier backward (retain_graph is not supported)")
+        else:
+            plan = "fast" if ctx.plan == "keep" else ctx.plan
+            grad_h, grad_w = fused_backward(hidden, weight, targets, lse, ctx.temperature, grad_out.contiguous(), ctx.tp_size, plan=plan)
         grad_h = grad_h.to(hidden.dtype)
         return (grad_h if ctx.needs_input_grad[0] else None), (grad_w if ctx.needs_input_grad[1] else None), None, None, None, None, None
 
@@ -258,8 +311,7 @@ class FusedLinearLogprobOperator(Operator):
 
     def fp32_gradients(self, hidden, weight, targets, temperature, grad_out):
         """(grad_hidden, grad_weight) in fp32, before autograd rounds them to the operands' dtype."""
-        lse = fused_forward(hidden, weight, targets, temperature, 1)[1]
-        return fused_backward(hidden, weight, targets, lse, temperature, grad_out, 1, torch.float32, plan=self.backward_plan)
+        return fused_forward_backward(hidden, weight, targets, temperature, grad_out, 1, torch.float32, plan=self.backward_plan)
 
     def _selected_logprobs(self, hidden, weight, targets, temperature, tp_size):
         return self._run(hidden, weight, targets, temperature, tp_size, None)
@@ -287,3 +339,29 @@ class FusedLinearLogprobLeanOperator(FusedLinearLogprobOperator):
     )
     backward_plan = "lean"
     path_suffix = f"; lean backward plan, row chunks of {LEAN_ROW_CHUNK}"
+
+
+@register("fused-linear-logprob-keep")
+class FusedLinearLogprobKeepOperator(FusedLinearLogprobOperator):
+    """The fused operator with the keep plan (fused_keep.py, GPU): the same forward partials, plus each tile's
+    softmax terms in fp16 kept for the backward, which then runs two products instead of three. Memory: a
+    [T, V] fp16 buffer from forward to backward. Off the GPU (no Triton) the fast plan runs, and the path says so."""
+
+    contract = FusedLinearLogprobOperator.contract.model_copy(
+        update={
+            "summary": FusedLinearLogprobOperator.contract.summary + " (keep plan: the forward keeps fp16 softmax terms, no recompute)",
+            "logits_dtype": "none stored; the forward keeps exp2(logit - running max) * 2^15 per tile in fp16 ([T, V]) for the backward",
+            "reduction_order": FusedLinearLogprobOperator.contract.reduction_order
+            + "; keep plan: grad_logits from the kept terms (target entry from the fp32 log-prob), grad_weight over the shard "
+            "in one product, grad_hidden per group in one product each, the group partials added left to right",
+        }
+    )
+    backward_plan = "keep"
+
+    def _run(self, hidden, weight, targets, temperature, tp_size, range_flag):
+        out = super()._run(hidden, weight, targets, temperature, tp_size, range_flag)
+        if keep_plan_runs(hidden, weight):
+            self.last_path += "; keep plan: fp16 softmax terms kept by the forward (fused_keep.py)"
+        else:
+            self.last_path += "; keep plan needs Triton, H % 256 == 0 and V % 64 == 0: the fast plan's backward ran"
+        return out

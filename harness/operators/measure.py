@@ -70,8 +70,7 @@ def backward_parity(op: Operator, bundle, temperature: float, rows: int = 256) -
     if not op.contract.has_backward:
         return {"grad_rel_err_hidden": None, "grad_rel_err_weight": None, "backward_rel_err_hidden": None, "backward_rel_err_weight": None}
     h, w, t = bundle.hidden[:rows], bundle.weight, bundle.targets[:rows]
-    gen = torch.Generator().manual_seed(1)
-    grad_out = torch.randn(h.shape[0], generator=gen).to(h.device)
+    grad_out = _grad_out(h.shape[0], h.device, op)
     h_op, w_op = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
     (op.selected_logprobs(h_op, w_op, t, temperature) * grad_out).sum().backward()
     h64, w64 = h.double().requires_grad_(), w.double().requires_grad_()
@@ -81,7 +80,7 @@ def backward_parity(op: Operator, bundle, temperature: float, rows: int = 256) -
     def rel(a, b):
         return float((a.double() - b).norm() / b.norm().clamp(min=1e-300))
 
-    res = {"grad_rel_err_hidden": rel(h_op.grad, h64.grad), "grad_rel_err_weight": rel(w_op.grad, w64.grad)}
+    res = {"grad_rel_err_hidden": rel(h_op.grad, h64.grad), "grad_rel_err_weight": rel(w_op.grad, w64.grad), "grad_out": grad_out_kind(op)}
     # The kernel's own fp32 gradients, before autograd rounds them to the operands' dtype (an
     # operator that has them exposes fp32_gradients): bf16 storage alone costs ~1.7e-3 relative.
     fp32 = getattr(op, "fp32_gradients", None)
@@ -256,7 +255,15 @@ def _grads(op: Operator, h, w, t, temperature, grad_out, tp_size=1):
     return h_op.grad, w_op.grad
 
 
-def _grad_out(tokens: int, device) -> torch.Tensor:
+def grad_out_kind(op: Operator) -> str:
+    """What the bench hands an operator's backward: N(0, 1) per token, seed 1; a uniform 1 to an operator whose
+    gradients exist for a scalar loss only (``scalar_loss_only``, e.g. QuACK's fused path)."""
+    return "uniform 1 (scalar loss only)" if getattr(op, "scalar_loss_only", False) else "N(0,1) seed 1"
+
+
+def _grad_out(tokens: int, device, op: Operator | None = None) -> torch.Tensor:
+    if op is not None and getattr(op, "scalar_loss_only", False):
+        return torch.ones(tokens, device=device)
     return torch.randn(tokens, generator=torch.Generator().manual_seed(1)).to(device)
 
 
@@ -265,7 +272,7 @@ def backward_checks(op: Operator, bundle, temperature: float) -> dict:
     if not op.contract.has_backward:
         return {"grad_batch_invariant": None, "grad_tp_invariant": None}
     h, w, t = bundle.hidden, bundle.weight, bundle.targets
-    g = _grad_out(h.shape[0], h.device)
+    g = _grad_out(h.shape[0], h.device, op)
     full_h, full_w = _grads(op, h, w, t, temperature, g)
     start, n = 1, min(517, h.shape[0] - 1)
     alone_h, _ = _grads(op, h[start : start + n], w, t[start : start + n], temperature, g[start : start + n])
@@ -300,7 +307,7 @@ def fwd_bwd_time_and_memory(op: Operator, bundle, temperature: float, warmup: in
         return {"fwd_bwd_ms_median": None, "fwd_bwd_peak_extra_bytes": None}
     h = bundle.hidden.detach().clone().requires_grad_()
     w = bundle.weight.detach().clone().requires_grad_()
-    g = _grad_out(h.shape[0], h.device)
+    g = _grad_out(h.shape[0], h.device, op)
 
     def step():
         h.grad = w.grad = None

@@ -28,6 +28,7 @@ _BUILTIN_MODULES = (
     "harness.operators.impl_fp8",
     "harness.operators.impl_liger",
     "harness.operators.impl_cce",
+    "harness.operators.impl_quack",
     "harness.operators.impl_fused",
 )
 

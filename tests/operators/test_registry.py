@@ -23,6 +23,8 @@ BUILTINS = {
     "fp8-block",
     "liger-fused-linear-ce",
     "fused-linear-logprob",
+    "fused-linear-logprob-keep",
+    "quack-linear-ce",
 }
 
 

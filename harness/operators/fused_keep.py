@@ -1,0 +1,265 @@
+"""The fused operator's keep plan (GPU): the forward keeps its softmax terms, the backward skips the recompute.
+
+The fast and lean plans recompute the logits in the backward (a fourth GEMM-sized product). The keep plan
+does three: the forward's epilogue already computes, per [128-row, 256-column] tile, ``e = exp2(acc * log2(e)/T
+- m2)`` against the row's running max ``m2`` after that tile (e <= 1); it stores ``e * 2^15`` in fp16 into a
+[T, V] buffer (a normal fp16 number down to e = 1.9e-9) and ``m2`` per (row, tile) in fp32. The partials and
+their merge are the device-TMA base-2 kernel's, unchanged. The backward then needs no GEMM for grad_logits:
+
+1. ``_keep_convert_kernel`` turns the buffer in place into the fast plan's grad_logits,
+   ``G = (onehot - p) * m * 2^15`` (m the mantissa of grad_out / T per row, fused_triton._row_scales), with
+   ``p = e * 2^(m2 - lse2)``; the target's entry is ``(1 - exp(logp)) * m * 2^15`` from the fp32 log-prob, not
+   from the fp16 term (1 - p of a confident row would lose its bits to the fp16 rounding of p). Memory bound:
+   one read and one write of the buffer.
+2. grad_weight = G^T @ (hidden's fp16 copy, rows times powers of two) over the whole shard in one launch,
+   and grad_hidden = G @ W per group of V/8 columns, the 8 group partials added left to right: the fast plan's
+   product kernels (fused_triton._grad_weight_kernel, _grad_hidden_kernel) and its reduction order.
+
+G is rounded twice (the fp16 term, then the fp16 grad_logits), where the fast plan rounds it once, so the
+keep plan's gradients are not the fast plan's bits; each plan is batch- and TP-invariant on its own (a row's
+terms depend only on that row; tiles start at each chunk's first column, so a TP shard stores what the
+unsplit operator stores for its columns; groups and their order are the fast plan's). Extra memory: the
+[T, V] fp16 buffer (2.3 GiB at T=8192, V=151936) and the per-tile maxima (N_CHUNKS x tiles per chunk x T
+fp32, 19 MiB there) from the forward to the backward; in the backward the fast plan's [T, H] fp32 sum and
+partial, hidden's fp16 copy and one group of the weight in fp16 (74 MiB).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from harness.operators.fused_triton import (
+    BACKWARD_CONFIG,
+    HOPPER_CONFIG,
+    _bounds_tensor,
+    _grad_hidden_kernel,
+    _grad_weight_kernel,
+    _row_scales,
+    _tile_acc_tma,
+    _weight_operand,
+    ensure_allocator,
+)
+
+KEEP_EXP = 15  # the stored term is e * 2**KEEP_EXP: e <= 1 stays below fp16's max, e >= 1.9e-9 stays a normal number
+CONVERT_BLOCK_T = 32
+
+
+@triton.jit(do_not_specialize=["T", "V"])
+def _partials_keep_kernel(
+    h_ptr,
+    w_ptr,
+    tgt_ptr,
+    bounds_ptr,
+    out_ptr,
+    y_ptr,
+    ymax_ptr,
+    T,
+    V,
+    H,
+    inv_temp,
+    MAX_TILES: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """fused_triton._partials_kernel_dtma's base-2 loop (same loads, same tl.dot sequence, same partials) that
+    also stores each tile's exp2 terms times 2**15 in fp16 (columns of its own chunk only: a chunk's last tile
+    overlaps the next chunk) and the running max after each tile."""
+    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[T, H], strides=[H, 1], block_shape=[BLOCK_T, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[V, H], strides=[H, 1], block_shape=[BLOCK_V, BLOCK_K])
+    chunk = tl.program_id(1)
+    lo = tl.load(bounds_ptr + chunk)
+    hi = tl.load(bounds_ptr + chunk + 1)
+    row0 = tl.program_id(0) * BLOCK_T
+    rows = row0 + tl.arange(0, BLOCK_T)
+    row_ok = rows < T
+    tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
+    tgt = tl.where((tgt >= lo) & (tgt < hi), tgt, -1).to(tl.int32)
+    vs = tl.arange(0, BLOCK_V)
+    m = tl.full([BLOCK_T], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_T], tl.float32)
+    z_t = tl.zeros([BLOCK_T], tl.float32)
+    k_steps = H // BLOCK_K
+    n_tiles = tl.cdiv(hi - lo, BLOCK_V)
+    scale2 = inv_temp * 1.4426950408889634
+    y_rows = y_ptr + rows[:, None].to(tl.int64) * V
+    for tile in tl.range(0, n_tiles, flatten=True):
+        v0 = lo + tile * BLOCK_V
+        acc = _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, False)
+        cols = v0 + vs
+        a = tl.where(cols[None, :] < hi, acc, float("-inf"))
+        m_new = tl.maximum(m, tl.max(a, axis=1) * scale2)
+        z_t = z_t + tl.sum(tl.where(cols[None, :] == tgt[:, None], a, 0.0), axis=1)
+        e = tl.exp2(a * scale2 - m_new[:, None])
+        s = s * tl.exp2(m - m_new) + tl.sum(e, axis=1)
+        m = m_new
+        tl.store(y_rows + cols[None, :], (e * 32768.0).to(tl.float16), mask=row_ok[:, None] & (cols[None, :] < hi))
+        tl.store(ymax_ptr + (chunk * MAX_TILES + tile) * T + rows, m_new, mask=row_ok)
+    m = m * 0.6931471805599453
+    z_t = z_t * inv_temp
+    plane = tl.num_programs(1) * T
+    base = out_ptr + chunk * T + rows
+    tl.store(base, m, mask=row_ok)
+    tl.store(base + plane, s, mask=row_ok)
+    tl.store(base + 2 * plane, z_t, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["T", "V"])
+def _keep_convert_kernel(
+    y_ptr, ymax_ptr, bounds_ptr, tgt_ptr, lse_ptr, logp_ptr, gscale_ptr, T, V, MAX_TILES: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    """In place: the kept term e * 2**15 -> (onehot - p) * g_scale, p = e * 2**(m2 - lse2), for one row block
+    and one forward chunk (its tiles are the forward's, so each column meets its own tile's max)."""
+    chunk = tl.program_id(1)
+    lo = tl.load(bounds_ptr + chunk)
+    hi = tl.load(bounds_ptr + chunk + 1)
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_ok = rows < T
+    lse2 = tl.load(lse_ptr + rows, mask=row_ok, other=0.0) * 1.4426950408889634
+    gs = tl.load(gscale_ptr + rows, mask=row_ok, other=0.0)
+    g_target = (1.0 - tl.exp(tl.load(logp_ptr + rows, mask=row_ok, other=0.0))) * gs
+    tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
+    tgt = tl.where((tgt >= lo) & (tgt < hi), tgt, -1).to(tl.int32)
+    y_rows = y_ptr + rows[:, None].to(tl.int64) * V
+    for tile in range(0, tl.cdiv(hi - lo, BLOCK_V)):
+        cols = lo + tile * BLOCK_V + tl.arange(0, BLOCK_V)
+        ok = row_ok[:, None] & (cols[None, :] < hi)
+        y = tl.load(y_rows + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+        mx = tl.load(ymax_ptr + (chunk * MAX_TILES + tile) * T + rows, mask=row_ok, other=0.0)
+        c = tl.exp2(mx - lse2) * gs * 3.0517578125e-05  # 2**-15
+        g = tl.where(cols[None, :] == tgt[:, None], g_target[:, None], -(y * c[:, None]))
+        tl.store(y_rows + cols[None, :], g.to(tl.float16), mask=ok)
+
+
+def keep_partials(hidden, weight_shard, targets, local_bounds, temperature, config=None):
+    """(m, s, z_t) partials as triton_partials gives them with ``config`` (default: the Hopper configuration, whose
+    base-2 epilogue this kernel repeats), plus the kept (terms [T, shard V] fp16, tile maxima [chunks, tiles per
+    chunk, T] fp32, chunk bounds, tile width)."""
+    cfg = config or HOPPER_CONFIG
+    rows, width = hidden.shape
+    vocab = weight_shard.shape[0]
+    if width % cfg.block_k or width % 8 or vocab % 8:
+        raise ValueError(f"keep plan: needs H divisible by {cfg.block_k} and a shard width divisible by 8; got H={width}, shard V={vocab}")
+    hidden, weight_shard = hidden.contiguous(), weight_shard.contiguous()
+    n_chunks = len(local_bounds) - 1
+    widest = max(b - a for a, b in zip(local_bounds[:-1], local_bounds[1:]))
+    max_tiles = triton.cdiv(widest, cfg.block_v)
+    dev = hidden.device
+    out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=dev)
+    y = torch.empty(rows, vocab, dtype=torch.float16, device=dev)
+    ymax = torch.empty(n_chunks, max_tiles, rows, dtype=torch.float32, device=dev)
+    ensure_allocator()
+    bounds = _bounds_tensor(tuple(local_bounds), dev)
+    _partials_keep_kernel[(triton.cdiv(rows, cfg.block_t), n_chunks)](
+        hidden,
+        weight_shard,
+        targets.contiguous(),
+        bounds,
+        out,
+        y,
+        ymax,
+        rows,
+        vocab,
+        width,
+        1.0 / temperature,
+        MAX_TILES=max_tiles,
+        BLOCK_T=cfg.block_t,
+        BLOCK_V=cfg.block_v,
+        BLOCK_K=cfg.block_k,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return (out[0], out[1], out[2]), (y, ymax, tuple(local_bounds), cfg.block_v)
+
+
+def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, config=None) -> None:
+    """The keep plan's backward. ``shards``: per TP rank in rank order, (weight shard, shard-local targets,
+    kept (y, ymax, chunk bounds) from keep_partials, local group bounds, grad_w rows of the shard). Fills
+    ``grad_h`` [T, H] fp32 (the 8 group partials added left to right) and each shard's grad_w. Consumes the
+    kept buffers: they hold grad_logits afterwards."""
+    cfg = config or BACKWARD_CONFIG
+    rows, width = hidden.shape
+    if width % cfg.block_v or width % cfg.hidden_block_h:
+        raise ValueError(f"keep plan: backward needs H divisible by {max(cfg.block_v, cfg.hidden_block_h)}; got H={width}")
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    hidden = hidden.contiguous()
+    dev = hidden.device
+    scale = (grad_out.float() * (1.0 / temperature)).contiguous()
+    g_scale, h_scale, w_rows, w_factor = _row_scales(scale, cfg.g_exp)
+    hc = _weight_operand(hidden, w_rows, torch.float16)
+    hc_desc = TensorDescriptor.from_tensor(hc, [cfg.block_k, cfg.block_v])
+    widest = max(b - a for _, _, _, bounds, _ in shards for a, b in zip(bounds[:-1], bounds[1:]))
+    wc = torch.zeros(triton.cdiv(widest, cfg.block_k) * cfg.block_k, width, dtype=torch.float16, device=dev)
+    wc_desc = TensorDescriptor.from_tensor(wc, [cfg.block_k, cfg.hidden_block_h])
+    partial = None
+    first = True
+    bt, bk = cfg.block_t, cfg.block_k
+    for weight_shard, tgt, (y, ymax, chunk_b, fwd_block_v), group_b, grad_w in shards:
+        vocab = weight_shard.shape[0]
+        _keep_convert_kernel[(triton.cdiv(rows, CONVERT_BLOCK_T), len(chunk_b) - 1)](
+            y,
+            ymax,
+            _bounds_tensor(chunk_b, dev),
+            tgt.contiguous(),
+            lse,
+            logp,
+            g_scale,
+            rows,
+            vocab,
+            MAX_TILES=ymax.shape[1],
+            BLOCK_T=CONVERT_BLOCK_T,
+            BLOCK_V=fwd_block_v,
+            num_warps=4,
+        )
+        _grad_weight_kernel[(triton.cdiv(vocab, bt), width // cfg.block_v)](
+            TensorDescriptor.from_tensor(y, [bk, bt]),
+            hc_desc,
+            grad_w,
+            w_factor,
+            rows,
+            width,
+            vocab,
+            grad_w.stride(0),
+            BLOCK_V=bt,
+            BLOCK_H=cfg.block_v,
+            BLOCK_K=bk,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+        g_desc = TensorDescriptor.from_tensor(y, [bt, bk])
+        last_n = wc.shape[0]
+        for g0, g1 in zip(group_b[:-1], group_b[1:]):
+            n = g1 - g0
+            wc[:n].copy_(weight_shard[g0:g1])
+            if n < last_n:
+                wc[n:last_n].zero_()  # the K loop reads up to a multiple of block_k past the group: zeros there
+            last_n = n
+            if first:
+                acc = grad_h
+            else:
+                partial = partial if partial is not None else torch.empty(rows, width, dtype=torch.float32, device=dev)
+                acc = partial
+            _grad_hidden_kernel[(triton.cdiv(rows, bt), width // cfg.hidden_block_h)](
+                g_desc,
+                wc_desc,
+                acc,
+                h_scale,
+                rows,
+                width,
+                0,
+                n,
+                g0,
+                ACCUMULATE=False,
+                SCALE_ROWS=True,
+                BLOCK_T=bt,
+                BLOCK_H=cfg.hidden_block_h,
+                BLOCK_K=bk,
+                num_warps=cfg.hidden_warps,
+                num_stages=cfg.hidden_stages,
+            )
+            if not first:
+                grad_h += partial  # fused_plan.sum_group_partials' left-to-right adds
+            first = False
