@@ -1,19 +1,25 @@
-"""The ladder's evidence, gathered from runs for the judge (harness.judge.ladder decides).
+"""The evidence, gathered from runs and their files for the judge, which opens none itself
+(harness.judge.ladder, acceptance and ab decide).
 
 The judge takes numbers and evidence; this module is where the evidence comes from: the rung's
 and its parent's runs at every replicate seed, the framework probes (1-2) and the sampling-contract
 probe (6) on their dumps and the boundary table (harness.attribution), the paired per-token delta
 (harness.judge.paired's numbers on scores from the scorer process), and the replay run. Each probe
-runs once per run per process: a parent rung is judged by several children.
+runs once per run per process: a parent rung is judged by several children. The acceptance
+criteria get the run's log failures (acceptance_context); the A/B contract the pair's prompt
+hashes, operator counts and execution decisions (pair_files).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.judge import drift_class, ladder
 from harness.judge.evidence import BoundaryResult, ContractResult, FrameworkResult, RungEvidence
+from harness.recipes import DATA_RECIPES, URI_PREFIX, recipe_hash
 from harness.records.runload import Run
 from harness.spec import Knobs
 
@@ -170,6 +176,56 @@ def judge_ladder_rung(rung, knobs: Knobs, fetch: Callable[..., Run], probes: Pro
     )
 
 
+def prompts_fingerprint(prompt_data: str | None) -> str | None:
+    """sha256 of the prompt file (or folder) the flag points at. An embedded data set
+    (embedded://data/NAME) is generated from its recipe (harness.recipes: same recipe, same prompts,
+    byte for byte), so the recipe's hash stands for its content; an unknown name is None (unreadable)."""
+    if not prompt_data:
+        return None
+    if prompt_data.startswith(URI_PREFIX + "data/"):
+        recipe = DATA_RECIPES.get(prompt_data.removeprefix(URI_PREFIX + "data/"))
+        return None if recipe is None else hashlib.sha256(f"recipe {recipe_hash(recipe)}".encode()).hexdigest()
+    path = Path(prompt_data)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    elif path.is_file():
+        files = [path]
+    else:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def pair_files(baseline: Run, candidate: Run, knobs: Knobs):
+    """What the A/B contract reads from the pair's files (harness.judge.ab.PairFiles): each side's
+    prompt data hashed, the embedded candidate's operator counts judged against the baseline's, and
+    the candidate's execution decision records."""
+    from harness.judge.ab import PairFiles
+    from harness.judge.candidate_execution import judge_execution
+    from harness.records.execution_decisions import read_decisions
+    from harness.records.metric_names import ABS_DIFF
+    from harness.records.operator_calls import read_operator_calls
+
+    prompts = tuple(prompts_fingerprint(run.spec.flag("prompt-data")) for run in (baseline, candidate))
+    execution = None
+    if candidate.spec.backend == "embedded":
+        calls, problem = read_operator_calls(candidate.path)
+        base, _ = read_operator_calls(baseline.path)
+        logged = len({n for n, _ in candidate.series(ABS_DIFF)})
+        execution = judge_execution(calls, problem, baseline=base, rollouts_logged=logged)
+    decisions, warnings = read_decisions(candidate.path)
+    return PairFiles(prompts=prompts, execution=execution, decisions=decisions, decision_warnings=warnings)
+
+
+def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
+    """Why the pair is not a same-workload A/B (harness.judge.ab.contract_problems on its gathered files)."""
+    from harness.judge import ab
+
+    return ab.contract_problems(baseline, candidate, knobs, pair_files(baseline, candidate, knobs))
+
+
 def acceptance_context(run: Run, knobs: Knobs, fetch: Callable[..., Run], check: str | None = None):
     """The judged run and the runs `check` compares it with (harness.judge.acceptance.NEEDS; every
     check's when None): the near-aligned rung and the same spec at seed + 1, fetched at the judged
@@ -179,6 +235,11 @@ def acceptance_context(run: Run, knobs: Knobs, fetch: Callable[..., Run], check:
 
     needs = NEEDS.get(check, ()) if check is not None else {need for wanted in NEEDS.values() for need in wanted}
     context = JudgeContext(run=run, knobs=knobs)
+    log = run.path / "log.txt"
+    if log.is_file():
+        from harness.records.logparse import parse_log_file
+
+        context.log, context.log_failures = str(log), parse_log_file(log).failures
     seed, rung = run.spec.seed, run.spec.rung
     try:
         if "near_aligned" in needs:

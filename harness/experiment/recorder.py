@@ -137,13 +137,13 @@ class Recorder:
     def ab_rows(self, pair, name: str | None = None, notes: str = "") -> None:
         """The pair's baseline and candidate rows; with `name` (a further candidate of knobs/ab.yaml
         candidates) the candidate's row only, labelled with its name: the baseline's row is the pair's."""
-        from harness.judge.decisions import read_decisions
+        from harness.records.execution_decisions import read_decisions
 
         baseline, candidate = pair
         mode = candidate.spec.mode or "?"
         title = self.title or "same-workload contract"
         if name is None:
-            decisions = read_decisions(baseline)[0]
+            decisions = read_decisions(baseline.path)[0]
             row = summary_row_from_run(baseline, f"baseline ({mode})", notes="A/B baseline", knobs=self.knobs, execution_decisions=decisions)
             self._row(row, "ab-baseline", title)
         row = summary_row_from_run(
@@ -152,7 +152,7 @@ class Recorder:
             parent=baseline,
             notes="; ".join(filter(None, ["A/B candidate", notes])),
             knobs=self.knobs,
-            execution_decisions=read_decisions(candidate)[0],
+            execution_decisions=read_decisions(candidate.path)[0],
         )
         self._row(row, "ab-candidate", title)
         if name is not None:

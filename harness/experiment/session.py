@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.experiment.evidence import Probes, acceptance_context, family_levels, judge_ladder_rung, replicate_sets
+from harness.experiment.evidence import Probes, acceptance_context, contract_problems, family_levels, judge_ladder_rung, replicate_sets
 from harness.experiment.plan import ab_replicates
 from harness.experiment.recorder import Recorder
 from harness.judge import ab
 from harness.judge.acceptance import CHECKS, JudgeContext, abs_diff_present_every_step
 from harness.judge.candidate_execution import judge_pair_execution
-from harness.judge.ladder import bound_findings, expectation_findings, family_members
+from harness.judge.expectations import bound_findings, expectation_findings
+from harness.judge.ladder import family_members
 from harness.records.metric_names import ABS_DIFF
 from harness.records.operator_calls import read_operator_calls
 from harness.spec import Knobs, SpecError
@@ -178,7 +179,7 @@ class Session:
         """The same-workload contract of the pair (or of a further candidate against the same baseline)."""
         pair = self.ab_pair(name)
         record.ab_rows(pair, name=name, notes=ab.cost_note(*pair, self.knobs) if name else "")
-        contract = ab.contract_problems(*pair, self.knobs)
+        contract = contract_problems(*pair, self.knobs)
         changed = "; ".join(ab.what_changed(*pair, self.knobs))
         message = "; ".join(contract) or ("same workload" + (f"; the candidate changes {changed}" if changed else ""))
         record.ab("same-workload contract", pair, passed=not contract, message=message, key=f"{name}:contract" if name else "contract")
@@ -189,7 +190,7 @@ class Session:
         """One of the gate's questions over every replicate pair, held to knobs/ab.yaml: its expect
         (a decided no where one is expected, or reported only), else its gated_on backends."""
         pair = self.ab_pair(name)
-        contract = ab.contract_problems(*pair, self.knobs)
+        contract = contract_problems(*pair, self.knobs)
         if contract:
             raise Failed(f"not judged: the A/B is rejected ({contract[0]})")
         answer = ab.QUESTIONS[question](*self.ab_sides(name), self.knobs)
@@ -237,7 +238,7 @@ class Session:
         modes = ("colocate", "non-colocate")
         runs = self.runs.many([(chosen.stage, rung, mode, {}) for mode in modes for rung in (chosen.baseline, chosen.candidate)])
         pairs = {mode: (runs[2 * k], runs[2 * k + 1]) for k, mode in enumerate(modes)}
-        rejected = {mode: ab.contract_problems(*p, self.knobs) for mode, p in pairs.items()}
+        rejected = {mode: contract_problems(*p, self.knobs) for mode, p in pairs.items()}
         if any(rejected.values()):
             raise Failed(f"A/B rejected: {rejected}")
         answer = ab.mode_consistency(pairs, self.knobs)

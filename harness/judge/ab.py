@@ -8,24 +8,20 @@ each question gets a verdict with a block-bootstrap confidence interval.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from harness.judge import outcome as outcomes
 from harness.judge import stats
-from harness.judge.candidate_execution import judge_execution
+from harness.judge.candidate_execution import Execution
 from harness.judge.completeness import series_problems
-from harness.judge.decisions import fallbacks, read_decisions
+from harness.judge.decisions import fallbacks
 from harness.judge.ladder import effect_of_interest
 from harness.judge.margin import interval_critical, noninferiority_margin, outcome_margin
 from harness.judge.verdict import after_warmup
-from harness.recipes import DATA_RECIPES, URI_PREFIX, recipe_hash
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
-from harness.records.operator_calls import read_operator_calls
 from harness.records.runload import Run
 from harness.spec import Knobs
 
@@ -36,28 +32,6 @@ class Answer:
     passed: bool
     message: str
     evidence: dict = field(default_factory=dict)
-
-
-def prompts_fingerprint(prompt_data: str | None) -> str | None:
-    """sha256 of the prompt file (or folder) the flag points at. An embedded data set
-    (embedded://data/NAME) is generated from its recipe (harness.recipes: same recipe, same prompts,
-    byte for byte), so the recipe's hash stands for its content; an unknown name is None (unreadable)."""
-    if not prompt_data:
-        return None
-    if prompt_data.startswith(URI_PREFIX + "data/"):
-        recipe = DATA_RECIPES.get(prompt_data.removeprefix(URI_PREFIX + "data/"))
-        return None if recipe is None else hashlib.sha256(f"recipe {recipe_hash(recipe)}".encode()).hexdigest()
-    path = Path(prompt_data)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file())
-    elif path.is_file():
-        files = [path]
-    else:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
 
 
 def _environment_identity(run: Run) -> dict:
@@ -73,20 +47,27 @@ def _environment_identity(run: Run) -> dict:
     }
 
 
-def execution_problems(baseline: Run, candidate: Run) -> list[str]:
+@dataclass(frozen=True)
+class PairFiles:
+    """What the contract reads from the two runs' files, gathered by the caller
+    (harness.experiment.evidence.pair_files): the judge opens none of them."""
+
+    prompts: tuple[str | None, str | None]  # sha256 of each side's prompt data; None: unreadable
+    execution: Execution | None  # the embedded candidate's operator counts judged; None: a run that counts nothing (VIME)
+    decisions: list[dict]  # the candidate's rl_kernel.execution_decision records (each with its log line, `_line`)
+    decision_warnings: list[str]  # lines that looked like a decision record and did not parse
+
+
+def execution_problems(files: PairFiles) -> list[str]:
     """An embedded candidate's operator, counted inside the calls by both engines (operator_calls.json):
     "candidate not executed" when an expected count is zero, "candidate not checked" when no counts
     were recorded. A VIME run counts nothing; its rl_kernel.execution_decision records are its evidence."""
-    if candidate.spec.backend != "embedded":
+    if files.execution is None or files.execution.passed:
         return []
-    calls, problem = read_operator_calls(candidate.path)
-    base, _ = read_operator_calls(baseline.path)
-    logged = len({n for n, _ in candidate.series(ABS_DIFF)})
-    verdict = judge_execution(calls, problem, baseline=base, rollouts_logged=logged)
-    return [] if verdict.passed else [verdict.message]
+    return [files.execution.message]
 
 
-def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
+def contract_problems(baseline: Run, candidate: Run, knobs: Knobs, files: PairFiles) -> list[str]:
     """Why this pair is not a same-workload A/B (empty when it is)."""
     problems = []
     a, b = dict(baseline.spec.flags), dict(candidate.spec.flags)
@@ -108,7 +89,7 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
         )
     if not differing & allowed:
         problems.append("the candidate changes no operator-path or mitigation flag (knobs/ab.yaml): it is the baseline again")
-    fa, fb = prompts_fingerprint(a.get("prompt-data")), prompts_fingerprint(b.get("prompt-data"))
+    fa, fb = files.prompts
     if fa != fb or fa is None:
         problems.append(
             f"the prompt files differ in content or cannot be read (sha256 {str(fa)[:12]} vs {str(fb)[:12]}; "
@@ -119,9 +100,9 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
         if ia[key] != ib[key]:
             problems.append(f"{key} differs: baseline {ia[key]!r}, candidate {ib[key]!r}")
     if differing & operator_flags:
-        problems += execution_problems(baseline, candidate)
-    decisions, warnings = read_decisions(candidate)
-    problems += warnings
+        problems += execution_problems(files)
+    decisions = files.decisions
+    problems += files.decision_warnings
     if not decisions:
         problems.append("the candidate logged no rl_kernel.execution_decision records: nothing proves its path ran")
     for record in fallbacks(decisions)[:3]:

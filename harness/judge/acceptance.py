@@ -6,7 +6,7 @@ harness.experiment.evidence.acceptance_context), and returns a Verdict.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,8 +14,8 @@ from harness.judge import stats
 from harness.judge.completeness import series_problems
 from harness.judge.margin import bound_margin, interval_critical
 from harness.judge.verdict import Verdict, after_warmup, finite_values
-from harness.records.logparse import parse_log_file
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
+from harness.records.models import Failure
 from harness.records.runload import Run
 from harness.spec import Knobs
 
@@ -39,6 +39,8 @@ class JudgeContext:
     knobs: Knobs
     near_aligned: Run | None = None  # the near-aligned rung's run at the same stage and mode
     second_seed: Run | None = None  # the judged spec at seed + 1 (an A/A pair); None: not recorded
+    log: str | None = None  # the run's log file, where one was recorded (gathered: the judge opens no file)
+    log_failures: list[Failure] = field(default_factory=list)  # every failure line the log holds (harness.records.failures)
 
     def threshold(self, name: str) -> float:
         return self.knobs.threshold(name)
@@ -47,10 +49,7 @@ class JudgeContext:
 def completes_without_failures(ctx: JudgeContext) -> Verdict:
     run, needed = ctx.run, int(ctx.threshold("min_rollout_steps"))
     problems = []
-    failures = []
-    log = run.path / "log.txt"
-    if log.exists():
-        failures = [f for f in parse_log_file(log).failures if f.signature in BLOCKING_SIGNATURES]
+    failures = [f for f in ctx.log_failures if f.signature in BLOCKING_SIGNATURES]
     for failure in failures[:5]:
         problems.append(f"log.txt line {failure.line}: {failure.signature}: {failure.text[:160]}")
     steps = run.steps()
@@ -238,7 +237,7 @@ def record_is_complete(ctx: JudgeContext) -> Verdict:
         "hardware": (hardware.get("gpus") or {}).get("models") or hardware.get("cpu"),
         "mode": run.spec.mode,
         "exact config": run.argv,
-        "log": (run.path / "log.txt").exists() and str(run.path / "log.txt"),
+        "log": ctx.log,
     }
     missing = [name for name, value in fields.items() if not value]
     evidence = {name: (value if not isinstance(value, list) else f"{len(value)} argv items") for name, value in fields.items()}

@@ -38,7 +38,6 @@ from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.completeness import series_problems
 from harness.judge.evidence import Need
-from harness.judge.expectations import bound_findings, expectation_findings  # noqa: F401  (the ladder's expectations, imported from here by its callers)
 from harness.judge.margin import Margin, interval_critical, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF

@@ -60,8 +60,9 @@ def test_the_bench_measures_the_example_on_cpu(small_bundle_cpu):
 @needs_plugin
 def test_an_embedded_ab_with_the_example_as_the_candidate(get_run):
     from fixtures.knobs import session_knobs
+    from harness.experiment.evidence import contract_problems
     from harness.judge import ab
-    from harness.judge.decisions import read_decisions
+    from harness.records.execution_decisions import read_decisions
 
     if get_run.backend != "embedded":
         pytest.skip(f"the plug-in is the embedded backend's operator path; this session's backend is {get_run.backend!r}")
@@ -69,9 +70,9 @@ def test_an_embedded_ab_with_the_example_as_the_candidate(get_run):
     baseline = get_run("p1", "near-aligned", "colocate", **short)
     candidate = get_run("p1", "near-aligned", "colocate", **short, **{"embedded-logprob-operator": PLUGIN})
     knobs = session_knobs()
-    assert ab.contract_problems(baseline, candidate, knobs) == []  # one workload; the candidate logged its path, no fallback
+    assert contract_problems(baseline, candidate, knobs) == []  # one workload; the candidate logged its path, no fallback
     assert ab.what_changed(baseline, candidate, knobs) == [f"operator path: embedded-logprob-operator None -> '{PLUGIN}'"]
-    decisions, _ = read_decisions(candidate)
+    decisions, _ = read_decisions(candidate.path)
     assert decisions and all(d.get("actual_backend") == PLUGIN for d in decisions), decisions[:2]
     metric = "train/train_rollout_logprob_abs_diff"
     for run in (baseline, candidate):

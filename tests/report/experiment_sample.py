@@ -14,7 +14,7 @@ from runbuilder import make_run, noisy, perf_series, resolved_spec
 
 from fixtures.knobs import RungCase
 from harness import DEFAULT_KNOBS_DIR
-from harness.experiment.evidence import judge_rung
+from harness.experiment.evidence import contract_problems, judge_rung
 from harness.judge import ab
 from harness.report import experiment_record as entries
 from harness.report.record_model import ExperimentRecord
@@ -80,7 +80,7 @@ def build_sample_record(root: Path, stage: str = "p1", mode: str = "colocate") -
         row = summary_row_from_run(run, label, parent=pair[0] if kind == "ab-candidate" else None, knobs=knobs, notes=f"A/B {kind[3:]}")
         entries.add_entry(record, "rows", entries.row_entry(row, kind, entries.test_ref(contract_id, "same-workload contract")))
     entries.add_entry(record, "environment", entries.environment_entry(pair[0], f"A/B baseline ({mode})"))
-    problems = ab.contract_problems(*pair, knobs)
+    problems = contract_problems(*pair, knobs)
     entries.add_entry(
         record,
         "ab",

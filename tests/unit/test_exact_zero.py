@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from harness import DEFAULT_KNOBS_DIR
-from harness.judge.ladder import bound_findings
+from harness.judge.expectations import bound_findings
 from harness.spec import load_knobs
 from harness.spec.schema import Expectation
 from tests.unit.conftest import vime_line

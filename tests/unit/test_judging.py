@@ -211,7 +211,7 @@ def decision_line(**fields):
 
 
 def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
-    from harness.judge.ab import contract_problems
+    from harness.experiment.evidence import contract_problems
 
     baseline = build_run("baseline")
     candidate = build_run(
@@ -228,7 +228,7 @@ def test_ab_rejects_a_candidate_that_fell_back_silently(build_run):
 
 
 def test_ab_rejects_different_prompts_and_sampling(build_run, tmp_path):
-    from harness.judge.ab import contract_problems
+    from harness.experiment.evidence import contract_problems
 
     baseline, candidate = (
         build_run("baseline"),
@@ -282,7 +282,7 @@ def _clean_pair(build_run, tmp_path):
 
 
 def test_ab_accepts_a_clean_pair(build_run, tmp_path):
-    from harness.judge.ab import contract_problems
+    from harness.experiment.evidence import contract_problems
 
     baseline, candidate = _clean_pair(build_run, tmp_path)
     assert candidate.spec.backend == "embedded"
@@ -292,7 +292,7 @@ def test_ab_accepts_a_clean_pair(build_run, tmp_path):
 
 
 def test_ab_rejects_a_candidate_whose_operator_was_not_counted(build_run, tmp_path):
-    from harness.judge.ab import contract_problems
+    from harness.experiment.evidence import contract_problems
 
     baseline, candidate = _clean_pair(build_run, tmp_path)
     write_operator_calls(baseline, "native")
@@ -306,7 +306,7 @@ def test_ab_rejects_a_candidate_whose_operator_was_not_counted(build_run, tmp_pa
 
 
 def test_rung_bounds_come_from_the_rung_file_and_name_the_threshold(build_run):
-    from harness.judge.ladder import bound_findings
+    from harness.judge.expectations import bound_findings
 
     floor = KNOBS.rungs["fp32-floor"]
     assert floor.expect.bound_names() == {"max_abs_diff": "fp32_floor_max_abs_diff", "min_abs_diff": "fp32_floor_min_abs_diff"}
@@ -318,7 +318,7 @@ def test_rung_bounds_come_from_the_rung_file_and_name_the_threshold(build_run):
 
 
 def test_near_aligned_that_drifts_over_the_run_breaks_its_trend_bound(build_run):
-    from harness.judge.ladder import bound_findings
+    from harness.judge.expectations import bound_findings
 
     rung = KNOBS.rungs["near-aligned"]
     steady = build_run("steady", rung="near-aligned", abs_diff=noisy(0.0015, scale=0.02))
@@ -329,7 +329,8 @@ def test_near_aligned_that_drifts_over_the_run_breaks_its_trend_bound(build_run)
 
 
 def test_expectation_findings_check_direction_and_class_against_the_parent(build_run):
-    from harness.judge.ladder import RungJudgement, expectation_findings
+    from harness.judge.expectations import expectation_findings
+    from harness.judge.ladder import RungJudgement
 
     rung = KNOBS.rungs["top-p"]
     run = build_run("child", rung="top-p", abs_diff=noisy(0.035))

@@ -130,7 +130,8 @@ def _decision_line(**fields):
 
 
 def _pair(build_run, tmp_path, **candidate_flags):
-    from harness.judge.ab import contract_problems, what_changed
+    from harness.experiment.evidence import contract_problems
+    from harness.judge.ab import what_changed
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": [], "label": "1"}')

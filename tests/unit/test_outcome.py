@@ -10,7 +10,8 @@ from scipy import stats as scipy_stats
 from harness import DEFAULT_KNOBS_DIR
 from harness.experiment.evidence import family_levels, judge_rung
 from harness.judge import outcome
-from harness.judge.ladder import expectation_findings, family_members
+from harness.judge.expectations import expectation_findings
+from harness.judge.ladder import family_members
 from harness.judge.stats import DiffCI
 from harness.spec import load_knobs
 from harness.spec.schema import Expectation
