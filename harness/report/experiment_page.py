@@ -18,6 +18,7 @@ from pathlib import Path
 from harness.report.experiment_record import SEED_QUESTIONS
 from harness.report.ladder_figure import ladder_svg
 from harness.report.record_model import AbAnswer, Container, Cpu, ExperimentRecord, Gpus, Hardware, HarnessCommit, Package, Rung, TestRef, Vime
+from harness.report.summary import SEED_COLUMNS
 
 ALLURE_INDEX = "../allure-report/index.html"  # the page sits in reports/experiment/
 MAX_BYTES = 2_000_000
@@ -152,13 +153,8 @@ def headline(record: ExperimentRecord, baseline: ExperimentRecord | None) -> str
 
 
 ROW_HEADERS = (
-    "Run",
-    "Hardware",
-    "Mode",
-    "Precision",
-    "Operator Path",
-    "Final Reward",
-    "logprob_abs_diff Mean [95% CI]",
+    *SEED_COLUMNS[:-1],
+    f"{SEED_COLUMNS[-1]} [95% CI]",
     "Δ vs parent [95% CI]",
     "Step Time Mean",
     "Replicates",

@@ -21,29 +21,20 @@ from harness.report.flags import describe_hardware, describe_operator_path, desc
 from harness.report.tables import format_cell, to_csv, to_markdown
 from harness.spec.flag_read import is_on
 
+# The seed's own columns, in its order ("Suggested summary table"); every table of runs starts with them.
+SEED_COLUMNS = ("Run", "Hardware", "Mode", "Precision", "Operator Path", "Final Reward", "logprob_abs_diff Mean")
 COLUMNS = (
-    "Run",
-    "Hardware",
-    "Mode",
-    "Precision",
-    "Operator Path",
-    "Final Reward",
-    "logprob_abs_diff Mean",
+    *SEED_COLUMNS,
     "abs_diff 95% CI",
     "Δ vs parent",
     "Step Time Mean",
     "Notes",
 )
 CSV_COLUMNS = (
-    "Run",
+    SEED_COLUMNS[0],
     "Run ID",
     "Run Directory",
-    "Hardware",
-    "Mode",
-    "Precision",
-    "Operator Path",
-    "Final Reward",
-    "logprob_abs_diff Mean",
+    *SEED_COLUMNS[1:],
     "abs_diff CI Low",
     "abs_diff CI High",
     "Δ vs parent",
