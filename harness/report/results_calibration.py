@@ -1,7 +1,8 @@
 """docs/results.md's sections on the measurements the experiment's own numbers rest on: the design
-(what each question's sample was sized from: knobs/design.yaml, written by tools/design_sample.py)
-and the numerical controls (which planted fault the boundary table localises, by size:
-reports/controls/control_sizes.json, written by tools/control_sizes.py).
+(what each question's sample was sized from: knobs/design.yaml, written by tools/design_sample.py),
+the envelope calibration (the boundary table's multiples k and k_own: knobs/calibration.yaml,
+written by tools/calibrate_envelopes.py) and the numerical controls (which planted fault the
+boundary table localises, by size: reports/controls/control_sizes.json, tools/control_sizes.py).
 
 Both files carry more than the page reads; the models below type the keys it reads and leave the rest
 open, so a key the tools add later still loads, and a key the page needs that is missing or malformed
@@ -18,6 +19,7 @@ from harness.report.results_format import num, record_line, signed
 from harness.report.results_records import ResultsRecordError, problem_line, read_json
 
 DESIGN = Path("knobs") / "design.yaml"
+CALIBRATION = Path("knobs") / "calibration.yaml"
 CONTROLS = Path("reports") / "controls" / "control_sizes.json"
 
 
@@ -53,6 +55,24 @@ class DesignMeasured(_Open):
     measured_on: dict[str, MeasuredOn]
     seed_spread: SeedSpread
     questions: dict[str, Question]
+
+
+class Multiple(_Open):
+    value: float
+    aligned_upper: float
+    aligned_at: str
+    control_lower: float
+    control_at: str
+    factor_each_side: float
+
+
+class CalibrationMeasured(_Open):
+    date: str
+    machines: list[str]
+    runs_made_at: list[str]
+    seeds: list[int]
+    k: Multiple
+    k_own: Multiple
 
 
 class ControlRun(_Open):
@@ -111,6 +131,37 @@ def design_section(root: Path) -> list[str]:
         needed = " / ".join(str(m.seeds_needed) if m and m.seeds_needed is not None else "—" for m in per)
         delta = f" ({signed(q.delta)})" if q.delta is not None else ""
         lines.append(f"| {name} | {q.answer}{delta} | {margins} | {needed} | {'expects it' if q.expected else 'reports it'} |")
+    return lines
+
+
+def calibration_section(root: Path) -> list[str]:
+    from harness.spec import SpecError
+    from harness.spec.calibration_file import load_calibration
+
+    shown = str(CALIBRATION)
+    try:
+        measured = load_calibration(root / "knobs").measured
+    except SpecError as err:
+        raise ResultsRecordError(err.problems[0]) from None
+    record = _validated(CalibrationMeasured, measured, shown, "measured.")
+    commits = ", ".join(c[:7] + (" (dirty tree)" if "dirty" in c else "") for c in record.runs_made_at)
+    lines = [
+        "## The envelope calibration: the boundary table's k and k_own",
+        "",
+        record_line(shown, record.date, commits, "; ".join(record.machines))
+        + f"; calibration seeds {', '.join(str(s) for s in record.seeds)}, never judged (docs/calibration.md).",
+        "",
+        "Each multiple is the geometric midpoint of the largest upper bound an aligned rung reaches and the smallest lower",
+        "bound a planted control reaches at its boundary (95% intervals over captured samples).",
+        "",
+        "| multiple | value | aligned rungs reach (at most) | controls reach (at least) | factor each side |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in (("k (cross-engine)", record.k), ("k_own (each side on its own inputs)", record.k_own)):
+        lines.append(
+            f"| {name} | {num(m.value, 2)} | {num(m.aligned_upper, 4)} ({m.aligned_at}) | {num(m.control_lower, 4)} ({m.control_at}) "
+            f"| {num(m.factor_each_side)} |"
+        )
     return lines
 
 

@@ -5,8 +5,8 @@ naming the committed record it comes from, with that record's date, commit and m
     python -m harness results --check    exit 1 when the committed page is not what its records give
 
 The records: reports/records/*.json (the main job, make test, the seed sweep: harness.report.
-results_records), knobs/design.yaml (the design's measured section), reports/controls/ and
-reports/bench/ (harness.report.results_bench). A question with no committed record says so and names
+results_records), knobs/design.yaml and knobs/calibration.yaml (their measured sections),
+reports/controls/ (harness.report.results_calibration) and reports/bench/ (harness.report.results_bench). A question with no committed record says so and names
 the command that makes one; no figure is written by hand. The page stays under MAX_LINES lines.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.report.answers import is_expected
 from harness.report.results_bench import bench_section
-from harness.report.results_calibration import controls_section, design_section
+from harness.report.results_calibration import calibration_section, controls_section, design_section
 from harness.report.results_format import cell, clock, interval, num, record_line, signed
 from harness.report.results_records import (
     JOB_FILES,
@@ -216,6 +216,7 @@ def build_page(root: Path = REPO_ROOT) -> str:
         timings_section(root),
         sweep_section(root),
         design_section(root),
+        calibration_section(root),
         controls_section(root),
         bench_section(root),
     ]
