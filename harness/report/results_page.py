@@ -78,13 +78,16 @@ def _ladder(record: JobRecord) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in record.rungs:
-        seeds = len(_seed_means(record, r.rung)) or "—"
+        # The mean over the seeds the record lists (a root's entry judges its first seed only; a
+        # child's entry lists the root's seeds beside its own).
+        means = [m.mean for m in _seed_means(record, r.rung) if m.mean is not None]
+        mean, seeds = (sum(means) / len(means), len(means)) if means else (r.mean, "1")
         versus = "root" if r.parent is None else f"{signed(r.delta)} {interval(r.delta_ci)} ({num(100 * r.confidence if r.confidence else None)}%)"
         expected_class = ", ".join(str(c) for c in r.expected_class)
         # A root has no parent to differ from: its file bounds its level, and its test holds the bounds.
         answer = "— (a root)" if r.parent is None else f"{r.observed or '—'} ({r.expected or '—'})"
         lines.append(
-            f"| {r.stage}/{r.rung} | {r.parent or '—'} | {num(r.mean)} ({seeds}) | {versus} | {answer} "
+            f"| {r.stage}/{r.rung} | {r.parent or '—'} | {num(mean)} ({seeds}) | {versus} | {answer} "
             f"| {r.decided_class or '—'} ({expected_class}) | {signed(r.margin_se, 1)} | {r.outcome} |"
         )
     return lines
