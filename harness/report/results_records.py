@@ -73,13 +73,17 @@ class Provenance(_Record):
 
 
 class Tests(_Record):
-    counts: dict[str, int]  # Allure status -> tests
+    counts: dict[str, int]  # status -> tests (or checks, when counted from the record)
+    # Where the counts come from: a pytest session's Allure results (every test), or, for a front end
+    # that writes none (`python -m harness baseline`), the record's own outcomes (every check).
+    counted_from: Literal["allure results", "the record's checks"] = "allure results"
     test_seconds: float | None = None  # first test's start to the last one's stop (Allure results)
     wall_seconds: float | None = None  # the whole command as its caller timed it (--wall), setup included
 
     def counts_text(self) -> str:
-        order = ("passed", "failed", "broken", "skipped", "unknown")
-        return ", ".join(f"{self.counts[s]} {s}" for s in order if self.counts.get(s)) or "0 tests"
+        order = ("passed", "failed", "broken", "skipped", "unknown", "not reported")
+        text = ", ".join(f"{self.counts[s]} {s}" for s in order if self.counts.get(s)) or "0 tests"
+        return text if self.counted_from == "allure results" else f"{text} (checks)"
 
 
 class SeedMean(_Record):
@@ -339,7 +343,8 @@ def add_record(
 ) -> Path:
     """Condense a finished job's record into records_dir: an experiment record (experiment.json, or
     the folder holding it) becomes main-job.json or make-test.json (`job`), with the tests' counts
-    and durations from the Allure results beside it; a seed sweep's sweep.json becomes seed-sweep.json."""
+    and durations from the Allure results beside it (a record with none beside it, as `python -m
+    harness baseline` writes, counts its own checks); a seed sweep's sweep.json becomes seed-sweep.json."""
     source = Path(source)
     shown = str(source)
     if source.is_file() and source.name != "experiment.json":
@@ -354,12 +359,15 @@ def add_record(
         raise ResultsRecordError(str(err)) from None
     record_file = Path(record.path)
     results = allure if allure is not None else record_file.parent.parent / ALLURE_FOLDER
-    tests = None
+    wall_seconds = parse_duration(wall) if wall else None
     if results.is_dir():
         counts, seconds = tests_from_allure(results)
-        tests = Tests(counts=counts, test_seconds=seconds, wall_seconds=parse_duration(wall) if wall else None)
+        tests = Tests(counts=counts, test_seconds=seconds, wall_seconds=wall_seconds)
     elif allure is not None:
         raise ResultsRecordError(f"--allure-results {allure}: no such folder")
-    elif wall:
-        raise ResultsRecordError(f"--wall given but {results} holds no Allure results to count the tests from (pass --allure-results)")
+    else:
+        counts: dict[str, int] = {}
+        for outcome in record.outcomes.values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        tests = Tests(counts=dict(sorted(counts.items())), counted_from="the record's checks", wall_seconds=wall_seconds)
     return write_record(condense(record, job, shown, tests, results if results.is_dir() else None, note), records_dir / JOB_FILES[job])

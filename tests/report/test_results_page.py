@@ -171,6 +171,15 @@ def test_add_condenses_a_jobs_record_with_its_tests_and_the_page_reads_it(pytest
     assert "| 20 min 5 s | `reports/records/make-test.json` (nothing else ran) |" in page
 
 
+def test_a_record_with_no_allure_results_beside_it_counts_its_own_checks(tmp_path):
+    # `python -m harness baseline` writes the record without Allure results: its checks are counted.
+    source = _experiment_record(tmp_path / "baseline" / "experiment")
+    written = add_record(source, tmp_path / "records", wall="9m5s")
+    tests = JobRecord.model_validate(json.loads(written.read_text())).tests
+    assert tests.counts == {"passed": 1} and tests.counted_from == "the record's checks"
+    assert tests.test_seconds is None and tests.wall_seconds == 545 and tests.counts_text() == "1 passed (checks)"
+
+
 def test_add_takes_a_seed_sweep_and_refuses_a_bad_experiment_record(tmp_path):
     sweep = tmp_path / "sweep.json"
     rows = [{"key": "ab/drift-reduced", "expected": "no (flat)", "held": 5, "seeds": 5, "min_margin": 10.2, "missed": []}]
