@@ -23,8 +23,8 @@ baseline: setup
 # Every test of the suite. Its own record goes to reports/selftest/ (Allure results, summary,
 # experiment record), so it never overwrites the experiment's. Two pytest-xdist workers: the test
 # bodies are mostly one process each, and two keep a 2-core machine busy beside the planned runs
-# (both workers launch the plan; a per-run lock makes each run once). What it saves is measured in
-# docs/results.md; TEST_WORKERS=0 runs every test in one process.
+# (both workers launch the plan; a per-run lock makes each run once). TEST_WORKERS=0 runs every
+# test in one process.
 TEST_WORKERS ?= 2
 test: setup-browser
 	$(PYTEST) -n $(TEST_WORKERS) --alluredir=reports/selftest/allure-results --clean-alluredir

@@ -9,8 +9,8 @@ perf/step_time. The projection adds, to the job's measured wall time, the extra 
 (step-factor - 1) and the extra rest (rest-factor - 1), spread over the slots the runs shared: it
 holds when the runs kept every slot busy for the whole job (a session's planned batch does) and
 the tests' own judging is not slowed alike. Why a split and not one factor: a slower CPU's steps
-and a run's start need not slow alike (the measured ratios, and which host they are against, are in
-docs/results.md). `--rest-factor` equal to `--step-factor` gives the pessimistic end, every second
+and a run's start need not slow alike (measure both ratios on the two hosts and pass them).
+`--rest-factor` equal to `--step-factor` gives the pessimistic end, every second
 of the job scaled alike.
 
 Bad input is one `error:` line and exit code 2.
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "--step-factor",
         type=float,
         default=2.9,
-        help="the other CPU's step time over this one's (default 2.9: the AVX2-only EPYC over an AMX Xeon, docs/results.md)",
+        help="the other CPU's step time over this one's (default 2.9: an AVX2-only EPYC's fp32 step over an AMX Xeon's, as measured once)",
     )
     parser.add_argument("--rest-factor", type=float, default=1.0, help="the same for the rest of a run (default 1.0)")
     args = parser.parse_args(argv)

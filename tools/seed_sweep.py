@@ -9,7 +9,8 @@ the smallest margin (standard errors from its decision boundary) any of them sho
 Each offset is one pytest session of the main job's selection (the Makefile's baseline target) with its
 own record under reports/sweep/offset-<N>/ (Allure results, summary.md, experiment/experiment.json);
 runs are cached in reports/runs like any other. It prints the table and writes reports/sweep/sweep.md
-and sweep.json. Exit status 0 when every expected answer held under every offset, 1 otherwise.
+and sweep.json; `python -m harness results --add reports/sweep/sweep.json` commits it for docs/results.md.
+Exit status 0 when every expected answer held under every offset, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -87,19 +88,21 @@ def provenance(offsets: list[int]) -> dict:
     `--summarize-only` from another checkout must not claim its own commit for old runs)."""
     from harness.records.environment import isa_text
 
-    commits, machines = set(), set()
+    commits, machines, created = set(), set(), []
     for offset in offsets:
         try:
             record = load_record(SWEEP_DIR / f"offset-{offset}" / "experiment")
         except RecordError:
             continue
+        created.append(record.created)
         for env in record.environment:
             commit, dirty = (env.harness.commit, env.harness.dirty) if env.harness else (None, None)
             commits.add((commit or "unknown")[:12] + (" (uncommitted changes)" if dirty else ""))
             cpu = env.hardware.cpu if env.hardware else None
             if cpu is not None and cpu.model_dump():  # an empty cpu part names no machine
                 machines.add(f"{cpu.cores} cores, {cpu.model or 'unknown CPU'}, {isa_text(cpu.model_dump())}")
-    return {"commits": sorted(commits), "machines": sorted(machines)}
+    # created: when the last offset's record was written (`python -m harness results --add` dates the sweep by it).
+    return {"created": max(created, default=None), "commits": sorted(commits), "machines": sorted(machines)}
 
 
 def render(rows: list[dict], offsets: list[int], made: dict) -> str:

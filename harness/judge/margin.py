@@ -10,7 +10,7 @@ with the sample the estimate rests on (seeds, steps, tokens). `critical` is how 
 the decision itself asks for: an answer decided by an interval (estimate +/- t(df) x SE at its
 Holm-adjusted level) flips where its interval's edge reaches the boundary, t(df) SE from it, not
 where the estimate does (an answer 7.3 SE past its effect boundary can be inconclusive when its
-interval, on 2 degrees of freedom, needs 7.65: docs/results.md); an answer decided on a point
+interval, on 2 degrees of freedom, needs 7.65); an answer decided on a point
 estimate has critical 0. The experiment page and the summary flag an expected
 answer whose margin is under thresholds.min_margin_se (docs/statistics.md).
 

@@ -4,7 +4,7 @@ The pytest session's plan (fixtures/runs.py) is the user: every run the selected
 and A/B gate will ask for is launched here at the session's start, and the checks that need no
 run are judged meanwhile, on the cores the runs leave. A check that needs a planned run waits for
 that run, not for the whole batch. Without this the session's test bodies and its runs took turns,
-and one core sat idle while the bodies ran (docs/results.md, "The tests beside the runs").
+and one core sat idle while the bodies ran.
 
 Signals reach only the main thread: the caller stops the batch with `stop()` (the pytest plugin
 does at the session's end, Ctrl-C included), and every run it started stops and keeps what it

@@ -9,8 +9,8 @@ says what was found and where.
 Why not `ast.parse`: every run's log is read on the launcher's threads, while the main thread may
 parse source of its own (a test, pytest's assertion rewriting). CPython 3.11's AST constructor
 keeps its recursion depth per interpreter, not per thread, and two threads parsing at once fail
-with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; what it
-failed: docs/results.md, "The tests beside the runs"). `tokenize` is plain Python over regular
+with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; it failed
+tests of `make test` while the batch's threads read run logs). `tokenize` is plain Python over regular
 expressions and shares no state between threads.
 """
 

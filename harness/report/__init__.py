@@ -14,5 +14,9 @@ record_model   the experiment record's pydantic models (ExperimentRecord and its
 experiment_record  the session's experiment.json: entries from the judged tests, load_record
 experiment_page    reports/experiment/index.html from a record (table, ladder, A/B, environment)
 ladder_figure  the ladder as one inline SVG (abs-diff per rung, classes, parents, floors)
-command        `python -m harness report`
+results_records    reports/records/*.json: a finished job's record condensed for docs/results.md (--add)
+results_page       docs/results.md generated from the committed records (`python -m harness results`)
+results_calibration, results_bench   its sections from knobs/design.yaml, reports/controls/, reports/bench/
+results_format     how that page writes numbers and each figure's record line
+command        `python -m harness report` and `python -m harness results`
 """

@@ -3,6 +3,8 @@ is the experiment page's index.html (or the Allure report's, when the session wr
 
     python -m harness report                          Allure report + reports/experiment/index.html
     python -m harness report --compare DIR_A DIR_B    the page for record A (candidate) against B (baseline)
+    python -m harness results                         docs/results.md from the committed records
+    python -m harness results --add reports/experiment/experiment.json   a finished job's record, committed
 """
 
 from __future__ import annotations
@@ -99,3 +101,53 @@ def register(subparsers) -> None:
         help=f"where the experiment page goes (default: experiment/index.html beside the results; with --compare {DEFAULT_COMPARE_OUT})",
     )
     parser.set_defaults(func=cmd_report)
+    register_results(subparsers)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from harness.report.results_page import ResultsRecordError, check_page, write_page
+    from harness.report.results_records import add_record
+
+    try:
+        if args.add:
+            added = add_record(
+                Path(args.add), job=args.job, wall=args.wall, allure=Path(args.allure_results) if args.allure_results else None, note=args.note
+            )
+            print(f"record: {added}")
+        if args.check:
+            stale = check_page()
+            if stale:
+                print(f"error: {stale}", file=sys.stderr)
+                return 1
+            print("docs/results.md is what its records give")
+            return 0
+        print(write_page())
+    except ResultsRecordError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def register_results(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "results",
+        help="write docs/results.md from the committed records (reports/records, reports/bench, reports/controls, knobs/design.yaml)",
+        description=(
+            "Generate docs/results.md, one figure or small table per question, each naming the committed record it comes "
+            "from with that record's date, commit and machine. With --add, first condense a finished job's record into "
+            "reports/records/ (commit it with the page)."
+        ),
+    )
+    parser.add_argument(
+        "--add",
+        metavar="PATH",
+        help="a finished job's experiment record (experiment.json or its folder) or a seed sweep's sweep.json, condensed into reports/records/",
+    )
+    parser.add_argument(
+        "--job", default="main-job", choices=("main-job", "make-test"), help="which job made the experiment record (default main-job)"
+    )
+    parser.add_argument("--wall", help="the job's wall time as its caller measured it (17m37s, 1057): the tests' own span is read from Allure")
+    parser.add_argument("--allure-results", help="the job's Allure results (default: allure-results beside the record's experiment/ folder)")
+    parser.add_argument("--note", default="", help="the conditions of the measurement, in words (e.g. other jobs loaded the machine)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if docs/results.md differs from what the records give")
+    parser.set_defaults(func=cmd_results)

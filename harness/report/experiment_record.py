@@ -194,7 +194,7 @@ def write_record(record: ExperimentRecord, folder: str | Path) -> Path:
     return path
 
 
-def _problem(err: ValidationError) -> str:
+def validation_problem(err: ValidationError) -> str:
     """One of a ValidationError's problems as "key 'rungs[2].mean': expected ...; got ...", with the
     count of the rest. A wrong value is said before a missing key: it is the more specific of the two."""
     problems = sorted(err.errors(), key=lambda e: e["type"] == "missing")
@@ -228,7 +228,7 @@ def load_record(folder: str | Path) -> ExperimentRecord:
     try:
         record = ExperimentRecord.model_validate(data)
     except ValidationError as err:
-        raise RecordError(f"{path}: {_problem(err)}") from None
+        raise RecordError(f"{path}: {validation_problem(err)}") from None
     record._path = str(path)
     return record
 
