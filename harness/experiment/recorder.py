@@ -4,7 +4,7 @@ A `Recorder` turns what a check judged (a rung's judgement, an acceptance verdic
 into the summary rows and the experiment record's entries (harness.report.experiment_record,
 harness.report.answers), handed to two sinks: `record_row(SummaryRow)` and
 `record_experiment(kind, entry)`. The pytest fixture (fixtures/experiment.py) subclasses it and
-adds the Allure attachments; `python -m harness judge` (harness.experiment.session) uses it as is.
+adds the Allure attachments; the Session (harness.experiment.session) uses it as is from the command line.
 Both write the same record from the same judgements.
 """
 
