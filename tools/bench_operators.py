@@ -184,13 +184,14 @@ def from_logits(args, regime) -> int:
     _, h, v = args.shape
     tokens = [int(x) for x in (args.tokens or "4096,8192").split(",")]
     dtypes = [getattr(torch, d) for d in args.logits_dtypes.split(",")]
-    record = _header(args.device) | {"regime": regime, "method": from_logits_method(), "results": [], "input_stats": {}}
+    # "stages", not "results": its rows are stages of a from-logits operator, not linear-logprob operators against the GEMM
+    record = _header(args.device) | {"regime": regime, "method": from_logits_method(), "stages": [], "input_stats": {}}
     for n in tokens:
         b = regime_bundle(args.regime, BundleShape(n, h, v, seed=args.seed)).to("cuda")
         record["input_stats"][str(n)] = input_stats(b.hidden, b.weight, b.targets, args.temperature)
         for dtype in dtypes:
             for row in from_logits_rows(b, dtype, reps=args.reps or 50):
-                record["results"].append(row)
+                record["stages"].append(row)
                 bench.write_record(record, args.out)
                 f, fb = row["fwd"], row["fwd_bwd"]
                 print(

@@ -44,6 +44,10 @@ from harness.operators.fused_triton import (
 
 KEEP_EXP = 15  # the stored term is e * 2**KEEP_EXP: e <= 1 stays below fp16's max, e >= 1.9e-9 stays a normal number
 CONVERT_BLOCK_T = 32
+# Launch the products with the H tiles varying fastest: the programs that run together then read the same grad_logits
+# columns (grad_weight) or rows (grad_hidden) of the [T, V] buffer once, where vocab-tile-first launches read every
+# strip once per H tile. No bit depends on it.
+H_FIRST = True
 
 
 @triton.jit(do_not_specialize=["T", "V"])
@@ -214,7 +218,8 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
             BLOCK_V=fwd_block_v,
             num_warps=4,
         )
-        _grad_weight_kernel[(triton.cdiv(vocab, bt), width // cfg.block_v)](
+        wgrid = (triton.cdiv(vocab, bt), width // cfg.block_v)
+        _grad_weight_kernel[wgrid[::-1] if H_FIRST else wgrid](
             TensorDescriptor.from_tensor(y, [bk, bt]),
             hc_desc,
             grad_w,
@@ -226,6 +231,7 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
             BLOCK_V=bt,
             BLOCK_H=cfg.block_v,
             BLOCK_K=bk,
+            H_FIRST=H_FIRST,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
@@ -242,7 +248,8 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
             else:
                 partial = partial if partial is not None else torch.empty(rows, width, dtype=torch.float32, device=dev)
                 acc = partial
-            _grad_hidden_kernel[(triton.cdiv(rows, bt), width // cfg.hidden_block_h)](
+            hgrid = (triton.cdiv(rows, bt), width // cfg.hidden_block_h)
+            _grad_hidden_kernel[hgrid[::-1] if H_FIRST else hgrid](
                 g_desc,
                 wc_desc,
                 acc,
@@ -257,6 +264,7 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
                 BLOCK_T=bt,
                 BLOCK_H=cfg.hidden_block_h,
                 BLOCK_K=bk,
+                H_FIRST=H_FIRST,
                 num_warps=cfg.hidden_warps,
                 num_stages=cfg.hidden_stages,
             )

@@ -750,11 +750,13 @@ def _grad_weight_kernel(
     BLOCK_V: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    H_FIRST: tl.constexpr = False,
 ):
     """grad_weight[c, :] for c in one tile of the slice: sum over T in blocks of BLOCK_K from row 0, times the
-    power of two at factor_ptr (an exact fp32 multiply; _row_scales)."""
-    c0 = tl.program_id(0) * BLOCK_V
-    h0 = tl.program_id(1) * BLOCK_H
+    power of two at factor_ptr (an exact fp32 multiply; _row_scales). H_FIRST: the grid is (H tiles, vocab tiles),
+    so the programs running together share their grad_logits columns (no bit depends on it)."""
+    c0 = tl.program_id(1 if H_FIRST else 0) * BLOCK_V
+    h0 = tl.program_id(0 if H_FIRST else 1) * BLOCK_H
     acc = tl.zeros([BLOCK_V, BLOCK_H], tl.float32)
     for t0 in range(0, tl.cdiv(T, BLOCK_K) * BLOCK_K, BLOCK_K):
         acc = tl.dot(g_desc.load([t0, c0]).T, h_desc.load([t0, h0]), acc)
@@ -781,6 +783,7 @@ def _grad_hidden_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    H_FIRST: tl.constexpr = False,
 ):
     """partial[rows, h-tile] (+)= grad_logits[rows, slice] @ weight[slice, h-tile]; K from the slice start.
 
@@ -792,8 +795,8 @@ def _grad_hidden_kernel(
     g_col0: the slice's first column in g_desc (0 for a per-slice buffer; the keep plan's buffer spans the shard).
     Columns read past the slice meet zero weight rows.
     """
-    row0 = tl.program_id(0) * BLOCK_T
-    h0 = tl.program_id(1) * BLOCK_H
+    row0 = tl.program_id(1 if H_FIRST else 0) * BLOCK_T  # H_FIRST: grid (H tiles, row blocks), as in _grad_weight_kernel
+    h0 = tl.program_id(0 if H_FIRST else 1) * BLOCK_H
     rows = row0 + tl.arange(0, BLOCK_T)
     ptrs = p_ptr + rows[:, None].to(tl.int64) * H + (h0 + tl.arange(0, BLOCK_H))[None, :]
     ok = rows[:, None] < T
