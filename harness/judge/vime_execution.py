@@ -19,7 +19,7 @@ import re
 from harness.judge.candidate_execution import EXECUTED, NOT_CHECKED, NOT_EXECUTED, Execution
 from harness.judge.decisions import fallbacks
 from harness.records.log_evidence import LogEvidence
-from harness.spec.flag_read import is_on, text_flag
+from harness.spec.flag_read import flag_value, is_on, text_flag
 
 _FALLBACK_METRIC = re.compile(r"^train/rl_kernel_(?:(?P<op>\w+?)_)?fallback(?:_count(?:_total|_delta)?)?$")
 _CALLS_METRIC = "train/rl_kernel_{op}_call_count_total"
@@ -29,7 +29,7 @@ def requested_ops(flags: dict) -> tuple[str, ...]:
     """The RL-Kernel operators a run asks for (none unless --enable-rl-kernel is on)."""
     if not is_on(flags, "enable-rl-kernel"):
         return ()
-    value = flags.get("rl-kernel-ops")
+    value = flag_value(flags, "rl-kernel-ops")
     items = value if isinstance(value, list) else [] if value in (None, True, False) else [value]
     return tuple(sorted({op.strip() for item in items for op in re.split(r"[,\s]+", str(item).strip("()[]'\" ")) if op.strip(" '\"")}))
 

@@ -39,7 +39,8 @@ from harness.records.pyliteral import LiteralSyntaxError, parse_dict
 # logger, eats the indent, so the indent is optional.
 _ARGUMENTS_OPEN = re.compile(r"^-{3,} (?!end of )(?P<title>[\w ]*arguments) -{3,}$")
 _ARGUMENTS_CLOSE = re.compile(r"^-{3,} end of [\w ]*arguments -{3,}$")
-_ARGUMENT = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*) \.{2,} (?P<value>.*)$")
+# A name of 48 characters or more gets no dots: `  name  value`.
+_ARGUMENT = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*) (?:\.+ | )(?P<value>.*)$")
 _RECORD = re.compile(r"^(?P<kind>step|rollout|perf|eval) (?P<n>-?\d+): (?P<payload>\{.*)$")
 _DIGITS = re.compile(r"\d+")
 # W&B's own banner (stderr, merged into the log): where the run's data is, and its page when online.
