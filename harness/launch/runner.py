@@ -225,7 +225,8 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             run_dir.write_spec(spec.to_dict())
             run_dir.write_argv(command + argv)  # written redacted; the trainer gets the values
             vime_root = options.vime_root or getattr(options.site, "vime_root", None)  # its commit, where this machine sees it
-            environment = collect_environment(Path(vime_root) if vime_root and Path(vime_root).is_dir() else None, options.image)
+            image = options.image or getattr(options.site, "image", None)
+            environment = collect_environment(Path(vime_root) if vime_root and Path(vime_root).is_dir() else None, image)
             environment["harness"] = harness_commit().as_dict()
             if options.ray_address:  # where the job runs, and which variables it was given (names: values may be secrets)
                 environment["ray_job"] = {"address": options.ray_address, "working_dir": str(cwd), "env": sorted(_job_env(options))}
@@ -234,7 +235,8 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             try:
                 if options.ray_address:
-                    source = RayJob.submit(command + argv, cwd, _job_env(options), options.ray_address, spec.run_id)
+                    job_env = {**_job_env(options), **({"LAB_CONTAINER_IMAGE": image} if image else {})}
+                    source = RayJob.submit(command + argv, cwd, job_env, options.ray_address, spec.run_id)
                 else:
                     source = _local_source(command + argv, cwd, env, spec, options, run_dir)
             except Exception:
@@ -318,6 +320,7 @@ def _record_tracking(run_dir: RunDir, spec: RunSpec, parser: LogParser) -> None:
     from harness.records.environment import tracking_record
 
     run_dir.record_tracking(tracking_record(spec.flags, parser.result.tracking, run_dir.path))
+    run_dir.record_nodes(parser.result.provenance, "described by each node inside the Ray job (harness.launch.node_probe)")
 
 
 def _completion(parser: LogParser, spec: RunSpec):

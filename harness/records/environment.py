@@ -192,15 +192,57 @@ def _torch_build_cuda() -> str | None:
     return None
 
 
-def collect_environment(vime_root: Path | None, image: str | None) -> dict:
+def node_environment(image: str | None = None) -> dict:
+    """What one machine says of itself: its GPUs, CPU, libraries, OS, container and variables."""
     environ = dict(os.environ)
     return {
-        "vime": vime_commit(vime_root),
+        "host": socket.gethostname(),
         "container": container_image(image, environ),
-        "hardware": {"gpus": gpus(), "cpu": cpu_and_memory(), "nodes": nodes(environ)},
+        "gpus": gpus(),
+        "cpu": cpu_and_memory(),
         "versions": library_versions(),
         "os": {"platform": platform.platform(), "kernel": platform.release()},
         "env": redact_env(environ),
+    }
+
+
+def collect_environment(vime_root: Path | None, image: str | None) -> dict:
+    here = node_environment(image)
+    return {
+        "vime": vime_commit(vime_root),
+        "container": here["container"],
+        "hardware": {"gpus": here["gpus"], "cpu": here["cpu"], "nodes": nodes(dict(os.environ))},
+        "versions": here["versions"],
+        "os": here["os"],
+        "env": here["env"],
+    }
+
+
+def cluster_environment(environment: dict, probed: list[dict], where: str) -> dict:
+    """The environment record once the nodes that ran the job described themselves (probed inside
+    the Ray job: harness.launch.node_probe): hardware, versions, variables and container are theirs
+    (the first node's where one value stands for all), per node under `nodes`; what this machine
+    (the one that launched the job) said moves to `launched_from`."""
+    if not probed:
+        return environment
+    head = probed[0]
+    count = sum((node.get("gpus") or {}).get("count", 0) for node in probed)
+    models = sorted({m for node in probed for m in (node.get("gpus") or {}).get("models", [])})
+    drivers = sorted({(node.get("gpus") or {}).get("driver") for node in probed} - {None})
+    launched_from = {key: environment.get(key) for key in ("container", "hardware", "versions", "os", "env") if key in environment}
+    return {
+        **environment,
+        "container": head.get("container"),
+        "hardware": {
+            "gpus": {**(head.get("gpus") or {}), "count": count, "models": models, "drivers": drivers},
+            "cpu": head.get("cpu"),
+            "nodes": {"count": len(probed), "source": where, "hosts": [node.get("host") for node in probed]},
+        },
+        "versions": head.get("versions"),
+        "os": head.get("os"),
+        "env": head.get("env"),
+        "nodes": probed,
+        "launched_from": launched_from,
     }
 
 

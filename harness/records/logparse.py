@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -50,6 +51,8 @@ _WANDB_LINES = (
     ("wandb_project_url", re.compile(r"^wandb: \W*View project at: (?P<value>https?://\S+)")),
 )
 _BINARY_PROBE_BYTES = 8192
+# A node's description, printed inside a Ray job before the trainer (harness.launch.node_probe).
+_PROVENANCE = "LAB_PROVENANCE "
 
 
 def _same_value(a, b) -> bool:
@@ -100,6 +103,14 @@ class LogParser:
         if _ARGUMENTS_OPEN.match(line.message):
             self._arguments_of = (line.source,)
             return []
+        if line.message.startswith(_PROVENANCE):
+            try:
+                described = json.loads(line.message[len(_PROVENANCE) :])
+            except json.JSONDecodeError:
+                described = None
+            if isinstance(described, dict):
+                self.result.provenance.append(described)
+                return []
         if line.message.startswith("wandb: "):
             for key, pattern in _WANDB_LINES:
                 found = pattern.match(line.message)
