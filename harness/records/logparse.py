@@ -74,6 +74,8 @@ class LogParser:
         self._last_n: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._mixed_reported = False
         self._first_records: dict[tuple, Record] = {}
+        self._first_by_class: dict[tuple, Record] = {}
+        self._ranks_reported: set[tuple] = set()
         self._arguments_of: tuple[str | None] | None = None  # inside an argument print: the actor printing it
 
     def feed(self, raw: str) -> list[Record | Failure]:
@@ -149,6 +151,7 @@ class LogParser:
         first = self._first_records.get(key)
         if self._mixed_reported:
             return  # a log already found to mix two runs: its repeats are that same story
+        self._check_other_ranks(record)
         if first is None:
             self._first_records[key] = record
             return
@@ -158,6 +161,24 @@ class LogParser:
                     f"line {record.line}: {record.kind} {record.n} logged again (first at line {first.line}) "
                     f"with {name} = {value!r}, not {first.metrics[name]!r}: duplicate {record.kind} with different "
                     f"values; the first is kept"
+                )
+                return
+
+    def _check_other_ranks(self, record: Record) -> None:
+        """Two processes of one actor class (two trainer ranks) logging the same record number with
+        different values: the merged view keeps the first, so the disagreement is said once."""
+        cls = actor_class(record.source)
+        if cls is None:
+            return
+        other = self._first_by_class.setdefault((record.kind, record.n, cls), record)
+        if other is record or other.source == record.source or (record.kind, cls) in self._ranks_reported:
+            return
+        for name, value in record.metrics.items():
+            if name in other.metrics and not _same_value(other.metrics[name], value):
+                self._ranks_reported.add((record.kind, cls))
+                self.result.warnings.append(
+                    f"line {record.line}: {record.kind} {record.n} logged by {record.source} with {name} = {value!r}, but by "
+                    f"{other.source} (line {other.line}) = {other.metrics[name]!r}: two ranks disagree; the first is kept"
                 )
                 return
 
