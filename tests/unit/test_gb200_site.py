@@ -58,7 +58,9 @@ def test_a_model_too_large_for_the_stage_is_one_line_naming_stage_and_key(tmp_pa
     knobs = with_settings(KNOBS, load_site(_site(tmp_path, model="qwen3-235b-a22b")))
     problems = [p for p in _problems(knobs, "p1", "fp8-plus-filters") if "model-fits-the-stage" in p]
     training = next(p for p in problems if "training holds" in p)
-    assert training.startswith(f"{tmp_path / 'site.yaml'}: stages.p1.actor-nodes: stage p1 on GB200 cannot hold the model: the model has 235.1B parameters"), training
+    assert training.startswith(
+        f"{tmp_path / 'site.yaml'}: stages.p1.actor-nodes: stage p1 on GB200 cannot hold the model: the model has 235.1B parameters"
+    ), training
     assert "trainer's 8 GPUs x 173 GiB" in training
     rollout = next(p for p in problems if "each vLLM engine" in p)
     assert "rollout-num-gpus-per-engine" in rollout
@@ -82,7 +84,22 @@ def test_a_site_chooses_the_model_and_the_checkpoint_placeholders_become_that_mo
 def test_a_stage_that_cannot_render_never_stops_collecting_the_others(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text("stages:\n  p0: {gpus-per-node: 4, actor-nodes: 1, rollout-gpus: 4}\n  p1: {gpus-per-node: 4, actor-nodes: 2}\n")
-    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "tests/ladder", "--backend", "vime", "--site", str(site)]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        "tests/ladder",
+        "--backend",
+        "vime",
+        "--site",
+        str(site),
+    ]
     p1 = subprocess.run([*command, "-m", "p1"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert p1.returncode == 0 and "test_rung_against_parent[p1-" in p1.stdout, p1.stdout[-2000:] + p1.stderr[-2000:]
     p0 = subprocess.run([*command, "-m", "p0"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
@@ -109,7 +126,9 @@ def test_a_vllm_field_vime_sets_itself_is_refused_with_another_value():
 
 
 def test_list_flags_render_as_nargs_and_a_list_for_a_one_value_flag_is_refused(tmp_path):
-    knobs = with_settings(KNOBS, load_site(_site(tmp_path, flags={"vllm-cudagraph-capture-sizes": [1, 2, 4], "eval-prompt-data": ["aime", "/data/aime.jsonl"]})))
+    knobs = with_settings(
+        KNOBS, load_site(_site(tmp_path, flags={"vllm-cudagraph-capture-sizes": [1, 2, 4], "eval-prompt-data": ["aime", "/data/aime.jsonl"]}))
+    )
     spec = validate(resolve(knobs, "p1", "fp8-plus-filters", "colocate", "vime"), knobs)
     argv = render_argv(spec.flags)
     at = argv.index("--vllm-cudagraph-capture-sizes")

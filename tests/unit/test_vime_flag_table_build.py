@@ -14,7 +14,7 @@ from harness import REPO_ROOT
 
 TOOL = REPO_ROOT / "tools" / "build_vime_flag_table.py"
 
-VIME_ARGUMENTS = '''
+VIME_ARGUMENTS = """
 import argparse
 
 CHOICES = ("off", "auto", "strict")
@@ -41,7 +41,7 @@ def get_vime_extra_args_provider(add_custom_arguments=None):
 def _pre_parse_mode():
     temp_parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     temp_parser.add_argument("--train-backend", type=str, choices=["megatron"], default="megatron")
-'''
+"""
 
 MEGATRON_PATCH = """diff --git a/megatron/training/arguments.py b/megatron/training/arguments.py
 --- a/megatron/training/arguments.py
