@@ -229,7 +229,12 @@ def vime_execution(baseline: Run, candidate: Run):
 
     series = {name: candidate.series(name) for name in candidate.metric_names() if name.startswith("train/rl_kernel_")}
     return judge_vime_execution(
-        dict(candidate.spec.flags), dict(baseline.spec.flags), read_log_evidence(candidate.path), read_log_evidence(baseline.path), series, candidate.steps()
+        dict(candidate.spec.flags),
+        dict(baseline.spec.flags),
+        read_log_evidence(candidate.path),
+        read_log_evidence(baseline.path),
+        series,
+        candidate.steps(),
     )
 
 

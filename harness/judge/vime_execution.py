@@ -150,4 +150,3 @@ def judge_vime_execution(
     if provider:
         ran.append(f"selected-logprob provider {provider} ({evidence['provider_active'][0].split(': ', 1)[1]})")
     return Execution(EXECUTED, "candidate executed: " + "; ".join(ran), evidence)
-

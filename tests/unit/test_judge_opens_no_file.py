@@ -7,7 +7,6 @@ is shown to catch each kind on a small module built to break it.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
