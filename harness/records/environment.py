@@ -9,6 +9,7 @@ when it exists, and a probe that fails records why instead of failing the run.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
 import os
 import platform
 import re
@@ -190,6 +191,27 @@ def _torch_build_cuda() -> str | None:
             match = re.search(r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]?([\w.]+)", Path(file.locate()).read_text(), re.M)
             return None if not match or match.group(1) == "None" else match.group(1)
     return None
+
+
+def checkpoint_record(path: str | None) -> dict | None:
+    """What the rollout's checkpoint is, from its own config.json (where this machine sees it): its
+    quantization method and dtype, so a precision is read from the checkpoint, not its name."""
+    if not path or not isinstance(path, str):
+        return None
+    config = Path(path) / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"path": path, "note": f"{config} is not readable from this machine"}
+    if not isinstance(data, dict):
+        return {"path": path, "note": f"{config} is not a JSON object"}
+    quantization = data.get("quantization_config") or {}
+    return {
+        "path": path,
+        "quantization": quantization.get("quant_method") if isinstance(quantization, dict) else None,
+        "dtype": data.get("torch_dtype") or data.get("dtype"),
+        "source": str(config),
+    }
 
 
 def node_environment(image: str | None = None) -> dict:

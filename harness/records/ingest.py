@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from harness.records.atomic import DIR_MODE
 from harness.records.completion import Completion, Length, completion, length_from_arguments
 from harness.records.debug_dumps import DumpError, dump_records, is_dump_file, load_dump
+from harness.records.environment import checkpoint_record
 from harness.records.failures import primary_failure
 from harness.records.logparse import LogFileError, parse_log_file
 from harness.records.merge import merge_records
@@ -32,6 +33,7 @@ from harness.records.rundir import RunDir, utc_now, written_by_harness
 from harness.records.tbevents import is_event_file, read_event_file
 from harness.records.wandb_run import WandbRun, is_wandb_file, online_path, read_offline, read_online
 from harness.spec.errors import SpecError
+from harness.spec.flag_read import text_flag
 
 
 class IngestResult(BaseModel):
@@ -330,6 +332,7 @@ def write_run_directory(result: IngestResult, out: Path, labels: dict | None = N
                 "source": str(result.source),
                 "content_sha256": content_hash(Path(result.source)) if Path(result.source).exists() else None,
                 "flags_from": "the log's argument print" if result.arguments else None,
+                "checkpoint": checkpoint_record(text_flag(flags, "hf-checkpoint")),
                 "inputs": result.inputs,
                 "tracking": result.tracking,
                 "ingested_at": utc_now(),

@@ -37,7 +37,12 @@ def cluster(tmp_path_factory):
     (root / "data").mkdir()
     prompts = root / "data" / "dapo-math-17k.jsonl"
     prompts.write_text('{"prompt": [{"role": "user", "content": "1+1? Answer: \\\\boxed{$Answer}"}], "label": "2"}\n')
+    # The FP8 rollout checkpoint, under a name that does not say FP8: its config.json does.
+    weights = root / "rollout-weights"
+    weights.mkdir()
+    (weights / "config.json").write_text('{"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8"}}')
     text = SITE.read_text().replace("/lustre/data/dapo-math-17k/dapo-math-17k.jsonl", str(prompts))
+    text = text.replace("/lustre/models/Qwen3-30B-A3B-FP8", str(weights))
     (root / "site.yaml").write_text(text)
     (root / "candidates").mkdir()
     (root / "candidates" / "rl-kernel-linear-logp.yaml").write_text((SITE.parent / "candidates" / "rl-kernel-linear-logp.yaml").read_text())
@@ -123,7 +128,7 @@ def test_two_vime_logs_are_ingested_and_judged_as_one_ab_with_its_performance_ha
     assert "candidate executed: RL-Kernel linear_logp (FusedLinearLogpSM90Op, no fallback at any of 30 train steps)" in done.stdout
     summary = (out / "summary.md").read_text()
     table = [line for line in summary.splitlines() if line.startswith("| baseline |") or line.startswith("| candidate |")]
-    assert len(table) == 2 and "BF16 train" in table[0] and "enable-rl-kernel" in table[1], table
+    assert len(table) == 2 and "BF16 train + FP8 rollout" in table[0] and "enable-rl-kernel" in table[1], table
     assert "**Contract held**" in summary
     data = json.loads((out / "ab.json").read_text())
     assert [a["question"] for a in data["answers"]] == [

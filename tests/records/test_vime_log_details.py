@@ -75,3 +75,20 @@ def test_the_evidence_lines_are_read_with_the_rollout_they_belong_to():
     assert evidence.problems and "line 10" in evidence.problems[0]
     assert per_rollout_max(evidence.memory, "used_GB") == [(0, 60.5), (1, 61.5)]
     assert per_rollout_max(evidence.kv_cache, "percent") == [(0, 41.5)]
+
+
+def test_a_rollout_precision_is_read_from_the_checkpoint_not_its_name(tmp_path):
+    from harness.records.environment import checkpoint_record
+    from harness.report.flags import describe_precision
+
+    named_fp8 = tmp_path / "Qwen3-30B-A3B-FP8"
+    named_fp8.mkdir()
+    (named_fp8 / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    flags = {"hf-checkpoint": str(named_fp8)}
+    # VIME trains in bf16 unless --fp16; the checkpoint says bf16 whatever its name says.
+    assert describe_precision(flags, checkpoint_record(str(named_fp8)), vime=True) == "BF16 train + BF16 rollout"
+    unreadable = checkpoint_record("/nowhere/Qwen3-30B-A3B-FP8")
+    assert "not readable" in unreadable["note"]
+    assert (
+        describe_precision({"hf-checkpoint": unreadable["path"]}, unreadable, vime=True) == "BF16 train + FP8 rollout"
+    )  # the name, as the last resort
