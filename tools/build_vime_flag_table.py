@@ -6,22 +6,32 @@ vllm-router's flags with the `--router-` prefix) and Megatron-LM's parser extend
 groups. A flag none of them knows is dropped without a word, so the harness needs the union as
 data to reject a typo before a cluster job starts. This script writes that union.
 
+Refreshing from your VIME checkout is one command (run it where VIME runs, in its image: the
+Megatron-LM and vllm-router that VIME imports are found there):
+
+    .venv/bin/python tools/build_vime_flag_table.py --line rl-align --vime-root /path/to/vime
+
+It reads the checkout's `vime/utils/arguments.py`, `vime/backends/vllm_utils/arguments.py` and
+`docker/patch/latest/megatron.patch` (the flags VIME's image adds to Megatron-LM), and records
+the checkout's commit (`git rev-parse HEAD`) in the table's `sources`.
+
 Where each part comes from (the commits are written into the table):
-- VIME's groups and pre-parser: `add_argument`/`reset_arg` calls read with `ast` from a copy of
-  `vime/utils/arguments.py` (no git snapshot of VIME could be fetched; the copies given with
-  --vime-args/--vllm-side-args are transcriptions of the files read through the code index,
-  help texts left out).
+- VIME's groups and pre-parser: `add_argument`/`reset_arg` calls read with `ast` (module-level
+  constants such as a tuple of choices are resolved), from the checkout or a copy (--vime-args).
 - VIME's vLLM side: `ast` over `vime/backends/vllm_utils/arguments.py` for VIME's own flags and
   its list of engine arguments it sets itself (not re-exposed); the engine/frontend flags by
   building vLLM's own parser (the installed vllm) and applying VIME's renaming rule.
 - vllm-router: `RouterArgs.add_cli_args(parser, use_router_prefix=True, exclude_host_port=True)`
-  from an unpacked vllm-router wheel (--router-root).
-- Megatron-LM: `add_megatron_arguments` from a tree of Megatron-LM at the commit VIME's
-  Dockerfile pins (--megatron-root, e.g. `git archive <commit> megatron | tar -x`).
+  from --router-root, else the importable `vllm_router`.
+- Megatron-LM: `add_megatron_arguments` from --megatron-root (e.g. `git archive <commit> megatron
+  | tar -x` at the commit VIME's Dockerfile pins), else the importable `megatron.training`, plus
+  the flags VIME's Megatron patch adds (--megatron-patch, or the checkout's patch).
+A part that cannot be rebuilt here (no Megatron-LM tree, no vllm-router, no vLLM side file) is
+kept from the current table with the source it was read from, and the table says so (`kept`).
 
-Usage (a VIME checkout's own files work as they are; help texts are simply not read):
+Usage with copies of the files instead of a checkout (help texts are simply not read):
     .venv/bin/python tools/build_vime_flag_table.py --line rl-align --vime-args A.py \
-        --vllm-side-args B.py --megatron-root DIR --router-root DIR \
+        [--vllm-side-args B.py] [--megatron-patch P.patch] [--megatron-root DIR] [--router-root DIR] \
         [--vime-commit C --vllm-side-commit C --megatron-commit C] [--out FILE]
 Build the other line's table, then this one's again, to get the differences noted both ways.
 """
@@ -33,9 +43,11 @@ import ast
 import enum
 import importlib
 import importlib.metadata
+import importlib.util
 import sys
 from pathlib import Path
 
+import vime_table_parts
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -75,16 +87,31 @@ PARSER_ORDER = ("pre", "vime", "vllm", "router", "megatron")
 # ----------------------------------------------------------------------------- VIME's files (ast)
 
 
-def _literal(node: ast.AST):
-    """A keyword's value as data: literals as is, `int`/`json.loads` by name, arithmetic evaluated."""
+def _literal(node: ast.AST, constants: dict | None = None):
+    """A keyword's value as data: literals as is, module-level constants by name (a tuple of
+    choices), `int`/`json.loads` by name, arithmetic evaluated."""
     try:
         return ast.literal_eval(node)
     except ValueError:
         pass
+    if isinstance(node, ast.Name) and constants and node.id in constants:
+        return constants[node.id]
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Pow, ast.Add)):
-        left, right = _literal(node.left), _literal(node.right)
+        left, right = _literal(node.left, constants), _literal(node.right, constants)
         return {ast.Mult: lambda: left * right, ast.Pow: lambda: left**right, ast.Add: lambda: left + right}[type(node.op)]()
     return ast.unparse(node)
+
+
+def _module_constants(tree: ast.Module) -> dict:
+    """NAME = <literal> assignments at module level (e.g. RLK_FAST_CHOICES = ("off", "auto", "strict"))."""
+    constants = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                constants[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return constants
 
 
 def _own_nodes(func: ast.FunctionDef):
@@ -114,10 +141,11 @@ def _calls(tree: ast.AST):
 def vime_arguments(path: Path, parser_of) -> dict[str, dict]:
     """Flags defined in one of VIME's files; `parser_of(function name)` says which parser owns them."""
     tree = ast.parse(path.read_text())
+    constants = _module_constants(tree)
     found: dict[str, dict] = {}
     for function, args, call in _calls(tree):
         names = [a.value for a in args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
-        kwargs = {k.arg: _literal(k.value) for k in call.keywords if k.arg}
+        kwargs = {k.arg: _literal(k.value, constants) for k in call.keywords if k.arg}
         is_reset = getattr(call.func, "id", "") == "reset_arg"
         entry = _entry_from_kwargs(kwargs)
         entry["group"] = function
@@ -199,8 +227,9 @@ def _actions(parser: argparse.ArgumentParser):
         yield action
 
 
-def megatron_arguments(root: Path) -> dict[str, dict]:
-    sys.path.insert(0, str(root))
+def megatron_arguments(root: Path | None) -> dict[str, dict]:
+    if root is not None:
+        sys.path.insert(0, str(root))
     arguments = importlib.import_module("megatron.training.arguments")
     parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     found = {}
@@ -238,8 +267,9 @@ def vllm_engine_arguments(skipped: list[str], frontend: bool) -> tuple[dict[str,
     return found, vllm.__version__
 
 
-def router_arguments(root: Path) -> tuple[dict[str, dict], str]:
-    sys.path.insert(0, str(root))
+def router_arguments(root: Path | None) -> tuple[dict[str, dict], str]:
+    if root is not None:
+        sys.path.insert(0, str(root))
     router_args = importlib.import_module("vllm_router.router_args")
     parser = argparse.ArgumentParser(add_help=False)
     router_args.RouterArgs.add_cli_args(parser, use_router_prefix=True, exclude_host_port=True)
@@ -308,58 +338,134 @@ def note_other_line(table: dict[str, dict], line: str, other_path: Path) -> list
     return sorted(set(other) - set(table))
 
 
-def main(argv: list[str] | None = None) -> int:
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cli.add_argument("--vime-args", type=Path, required=True, help="copy of vime/utils/arguments.py")
-    cli.add_argument("--vllm-side-args", type=Path, required=True, help="copy of vime/backends/vllm_utils/arguments.py")
-    cli.add_argument("--megatron-root", type=Path, required=True, help="Megatron-LM tree at the pinned commit")
-    cli.add_argument("--router-root", type=Path, required=True, help="unpacked vllm-router wheel")
+    files = cli.add_mutually_exclusive_group(required=True)
+    files.add_argument("--vime-root", type=Path, help="a VIME checkout: its argument files, Megatron patch and commit are read")
+    files.add_argument("--vime-args", type=Path, help="copy of vime/utils/arguments.py")
+    cli.add_argument("--vllm-side-args", type=Path, help="copy of vime/backends/vllm_utils/arguments.py (default: the checkout's)")
+    cli.add_argument("--megatron-patch", type=Path, help="VIME's docker/patch/latest/megatron.patch (default: the checkout's)")
+    cli.add_argument("--megatron-root", type=Path, help="Megatron-LM tree at the pinned commit (default: the importable megatron.training)")
+    cli.add_argument("--router-root", type=Path, help="unpacked vllm-router wheel (default: the importable vllm_router)")
     cli.add_argument("--line", choices=sorted(SOURCES_BY_LINE), default="rl-align")
-    # With your own checkouts, say which commits they are: they are written into the table.
-    cli.add_argument("--vime-commit", help="commit of the file given with --vime-args")
+    # With copies of files, say which commits they are: they are written into the table.
+    cli.add_argument("--vime-commit", help="commit of the VIME files (default: the checkout's HEAD)")
     cli.add_argument("--vllm-side-commit", help="commit of the file given with --vllm-side-args")
     cli.add_argument("--megatron-commit", help="commit of the Megatron-LM tree given with --megatron-root")
+    cli.add_argument("--megatron-patch-source", help="where the --megatron-patch copy was read: REPO@COMMIT (default: the checkout)")
     cli.add_argument("--out", type=Path, default=None, help="default: knobs/vime/flags-<line>.yaml")
-    args = cli.parse_args(argv)
+    return cli.parse_args(argv)
+
+
+def _inputs(args: argparse.Namespace) -> dict:
+    """The files to read and the commits to record: from a checkout, or from the copies given."""
+    if args.vime_root is not None:
+        files = vime_table_parts.checkout_files(args.vime_root)
+        commit = args.vime_commit or vime_table_parts.checkout_commit(args.vime_root) or "unknown (not a git checkout)"
+        repo = f"checkout {args.vime_root}"
+        return {
+            "vime": files["vime"],
+            "vllm-side": args.vllm_side_args or files["vllm-side"],
+            "megatron-patch": args.megatron_patch or files["megatron-patch"],
+            "commit": commit,
+            "repo": repo,
+        }
+    return {"vime": args.vime_args, "vllm-side": args.vllm_side_args, "megatron-patch": args.megatron_patch, "commit": args.vime_commit, "repo": None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     line = args.line
     out = args.out or REPO_ROOT / "knobs" / "vime" / f"flags-{line}.yaml"
+    current = yaml.load(out.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if out.is_file() else {}
+    inputs = _inputs(args)
+    sources = {name: dict(source) for name, source in (current.get("sources") or SOURCES_BY_LINE[line]).items()}
+    kept: list[str] = []
 
-    parts = {}
-    vime = vime_arguments(args.vime_args, lambda fn: "pre" if fn == "_pre_parse_mode" else "vime")
+    def record(name: str, **fields) -> None:
+        sources[name] = {k: v for k, v in fields.items() if v is not None}
+
+    def keep(part: str, why: str) -> dict[str, dict]:
+        if not current:
+            raise SystemExit(f"{out}: no current table to keep the {part} part from ({why}); give its input")
+        kept.append(part)
+        return vime_table_parts.kept_part(current, part)
+
+    parts: dict[str, dict[str, dict]] = {}
+    vime = vime_arguments(inputs["vime"], lambda fn: "pre" if fn == "_pre_parse_mode" else "vime")
     parts["pre"] = {k: v for k, v in vime.items() if v["parser"] == "pre"}
     parts["vime"] = {k: v for k, v in vime.items() if v["parser"] == "vime"}
-    vllm_side = vime_arguments(args.vllm_side_args, lambda fn: "vllm")
-    vllm_side.pop("rollout-num-gpus-per-engine", None)  # VIME's own flag, read again to size engine TP
-    # RL-Align re-exposes vLLM's frontend flags too (FrontendArgs); upstream only the engine's.
-    engine, vllm_version = vllm_engine_arguments(vllm_skipped_arguments(args.vllm_side_args), frontend=line == "rl-align")
-    parts["vllm"] = {**vllm_side, **engine}
-    parts["router"], router_version = router_arguments(args.router_root)
-    parts["megatron"] = megatron_arguments(args.megatron_root)
+    vime_source = sources.get("vime", {})
+    record(
+        "vime",
+        repo=inputs["repo"] or vime_source.get("repo"),
+        path=vime_table_parts.VIME_ARGS,
+        commit=inputs["commit"] or vime_source.get("commit"),
+        note=None if inputs["repo"] or inputs["commit"] else "the commit of the --vime-args copy was not given",
+    )
 
-    sources = {name: dict(source) for name, source in SOURCES_BY_LINE[line].items()}
-    for name, commit in (("vime", args.vime_commit), ("vllm-side", args.vllm_side_commit), ("megatron", args.megatron_commit)):
-        if commit:
-            sources[name].update(
-                commit=commit, note="given with --" + {"vime": "vime", "vllm-side": "vllm-side", "megatron": "megatron"}[name] + "-commit"
-            )
-    sources["vllm-engine"] = {
-        "package": "vllm",
-        "version": vllm_version,
-        "note": "the installed vLLM's AsyncEngineArgs + FrontendArgs; VIME's image pins "
-        "vllm-openai v0.21.0, so a flag added or removed between the two versions "
-        "is wrong here",
-    }
-    sources["router"] = {
-        "package": "vllm-router",
-        "version": router_version,
-        "note": "RouterArgs from the PyPI wheel; VIME's pin of vllm-router was not read",
-    }
+    if inputs["vllm-side"] is not None:
+        vllm_side = vime_arguments(inputs["vllm-side"], lambda fn: "vllm")
+        vllm_side.pop("rollout-num-gpus-per-engine", None)  # VIME's own flag, read again to size engine TP
+        # RL-Align re-exposes vLLM's frontend flags too (FrontendArgs); upstream only the engine's.
+        engine, vllm_version = vllm_engine_arguments(vllm_skipped_arguments(inputs["vllm-side"]), frontend=line == "rl-align")
+        parts["vllm"] = {**vllm_side, **engine}
+        side_commit = args.vllm_side_commit or inputs["commit"]
+        record("vllm-side", repo=inputs["repo"] or sources.get("vllm-side", {}).get("repo"), path=vime_table_parts.VLLM_SIDE_ARGS, commit=side_commit)
+        record(
+            "vllm-engine",
+            package="vllm",
+            version=vllm_version,
+            note="the installed vLLM's AsyncEngineArgs + FrontendArgs; VIME's image pins its own vLLM, "
+            "so a flag added or removed between the two versions is wrong here",
+        )
+    else:
+        parts["vllm"] = keep("vllm", "no vLLM side file given")
+
+    if args.router_root is not None or _importable("vllm_router"):
+        parts["router"], router_version = router_arguments(args.router_root)
+        record("router", package="vllm-router", version=router_version, note=f"RouterArgs from {args.router_root or 'the importable vllm_router'}")
+    else:
+        parts["router"] = keep("router", "no vllm-router here")
+
+    if args.megatron_root is not None or _importable("megatron.training"):
+        parts["megatron"] = megatron_arguments(args.megatron_root)
+        if args.megatron_commit:
+            sources["megatron"] = {**sources.get("megatron", {}), "commit": args.megatron_commit, "note": "given with --megatron-commit"}
+    else:
+        parts["megatron"] = {k: v for k, v in keep("megatron", "no Megatron-LM tree here").items() if "Megatron patch" not in v.get("note", "")}
+    if inputs["megatron-patch"] is not None:
+        patched, warnings = vime_table_parts.megatron_patch_arguments(inputs["megatron-patch"], _entry_from_kwargs, _literal)
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        for name, entry in patched.items():
+            parts["megatron"].setdefault(name, entry)
+        repo, _, commit = (args.megatron_patch_source or f"{inputs['repo'] or 'unknown'}@{inputs['commit'] or 'unknown'}").rpartition("@")
+        record(
+            "megatron-patch",
+            repo=repo,
+            path=vime_table_parts.MEGATRON_PATCH,
+            commit=commit,
+            note=f"flags VIME's image adds to Megatron-LM: {', '.join(sorted(patched)) or 'none'}",
+        )
+
+    for part in kept:
+        sources.setdefault(part if part != "vllm" else "vllm-side", {})
     table = merge(parts)
     only_other = note_other_line(table, line, out.parent / f"flags-{OTHER_LINE[line]}.yaml")
     document = {
         "line": line,
         "generated-by": "tools/build_vime_flag_table.py",
+        "vime-commit": sources["vime"].get("commit", "unknown"),
         "sources": sources,
+        "kept": sorted(kept),
         "counts": {part: sum(1 for e in table.values() if e["parsers"][0] == part) for part in PARSER_ORDER},
         f"only-{OTHER_LINE[line]}": only_other,
         "flags": table,
@@ -370,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         "# Every flag VIME's parse_args() consumes on this line; `parsers` lists the parsers that\n"
         "# read it (pre: VIME's pre-parser; vime: VIME's groups on Megatron's parser; vllm: the vLLM\n"
         "# side with --vllm- names; router: vllm-router with --router- names; megatron: Megatron-LM).\n"
+        "# `kept`: parts not rebuilt by the last run (no input for them there), as read at their source.\n"
     )
     flags = document.pop("flags")
     # One line per flag: the table is long, and a diff after re-running the tool should show
@@ -377,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"  {name}: {yaml.safe_dump(entry, default_flow_style=True, sort_keys=False, width=10**6).strip()}" for name, entry in flags.items()]
     text = header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=160) + "flags:\n" + "\n".join(lines) + "\n"
     out.write_text(text)
-    print(f"{out}: {len(table)} flags ({', '.join(f'{k} {v}' for k, v in document['counts'].items())})")
+    print(
+        f"{out}: {len(table)} flags from VIME {document['vime-commit']} ({', '.join(f'{k} {v}' for k, v in document['counts'].items())}); kept: {', '.join(kept) or 'none'}"
+    )
     return 0
 
 

@@ -3,6 +3,7 @@
     python -m harness baseline                                   # make baseline's runs and answers
     python -m harness baseline --seed-offset 600 --out reports/sweep-600
     python -m harness judge --runs-dir reports/runs              # the same answers on recorded runs only
+    python -m harness judge --baseline B.log --candidate C.log   # one A/B of two VIME runs (harness.experiment.pair_judge)
 
 `baseline` launches (or reuses, by run id) every run the main job needs, side by side, then decides
 every check; `judge` finds the runs in a directory (by run id, else by the hash of their resolved
@@ -57,7 +58,29 @@ def _decide(args: argparse.Namespace, find_only: bool, front_end: str) -> int:
     return 1 if counts["failed"] else 0
 
 
+def cmd_judge_pair(args: argparse.Namespace) -> int:
+    from harness.experiment.pair_judge import judge_pair, load_side, write_pair
+    from harness.spec_arguments import knobs_from_args, site_default, site_from_args
+
+    if not (args.baseline and args.candidate):
+        raise SpecError("--baseline and --candidate go together: the two runs of one A/B (logs or run directories)")
+    runs_dir = Path(site_default(args.runs_dir, site_from_args(args), "runs_dir", str(DEFAULT_RUNS_DIR)))
+    knobs = knobs_from_args(args)
+    baseline, candidate = load_side(args.baseline, runs_dir, "baseline"), load_side(args.candidate, runs_dir, "candidate")
+    judgement = judge_pair(baseline, candidate, knobs)
+    for problem in judgement.contract:
+        print(f"CONTRACT {problem}")
+    if judgement.execution:
+        print(judgement.execution)
+    for answer in judgement.answers:
+        print(f"{'PASSED' if answer.passed else 'FAILED':7} {answer.question}\n        {answer.message}")
+    print(write_pair(judgement, knobs, Path(args.out)))
+    return 0 if judgement.passed else 1
+
+
 def cmd_judge(args: argparse.Namespace) -> int:
+    if args.baseline or args.candidate:
+        return cmd_judge_pair(args)
     return _decide(args, find_only=True, front_end="python -m harness judge")
 
 
@@ -89,6 +112,8 @@ def register(subparsers) -> None:
         description=paragraphs[2],
     )
     _common(judge, DEFAULT_JUDGED)
+    judge.add_argument("--baseline", default=None, help="one A/B instead of the main job: the baseline run (a VIME log or a run directory)")
+    judge.add_argument("--candidate", default=None, help="the candidate run of that A/B (a VIME log or a run directory)")
     judge.set_defaults(func=cmd_judge)
     baseline = subparsers.add_parser(
         "baseline",

@@ -215,8 +215,27 @@ def pair_files(baseline: Run, candidate: Run, knobs: Knobs):
         base, _ = read_operator_calls(baseline.path)
         logged = len({n for n, _ in candidate.series(ABS_DIFF)})
         execution = judge_execution(calls, problem, baseline=base, rollouts_logged=logged)
+    else:
+        execution = vime_execution(baseline, candidate)
     decisions, warnings = read_decisions(candidate.path)
     return PairFiles(prompts=prompts, execution=execution, decisions=decisions, decision_warnings=warnings)
+
+
+def vime_execution(baseline: Run, candidate: Run):
+    """A VIME candidate's execution judged on its own log (harness.judge.vime_execution): the two
+    runs' evidence lines and the candidate's train/rl_kernel_* series."""
+    from harness.judge.vime_execution import judge_vime_execution
+    from harness.records.log_evidence import read_log_evidence
+
+    series = {name: candidate.series(name) for name in candidate.metric_names() if name.startswith("train/rl_kernel_")}
+    return judge_vime_execution(
+        dict(candidate.spec.flags),
+        dict(baseline.spec.flags),
+        read_log_evidence(candidate.path),
+        read_log_evidence(baseline.path),
+        series,
+        candidate.steps(),
+    )
 
 
 def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:

@@ -77,6 +77,7 @@ class LaunchSettings:
     rerun: bool = False
     vime_root: str | None = None
     ray_address: str | None = None
+    image: str | None = None  # the nodes' container image (--image), else the site's
     timeout_s: float | None = None  # None: the stage's budget (knobs/launch.yaml)
     warm_start: bool = True
     session_started: float = 0.0  # runs finished before this were not started by this session
@@ -184,6 +185,7 @@ class RunSource:
             rerun=settings.rerun,
             vime_root=settings.vime_root,
             ray_address=settings.ray_address,
+            image=settings.image,
             timeout_s=timeout,
             timeout_why=why,
             progress=False,

@@ -24,6 +24,7 @@ from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
 from harness.spec import Knobs
+from harness.spec.run_identity import NOT_WHAT_RUNS
 
 
 @dataclass
@@ -53,7 +54,9 @@ class PairFiles:
     (harness.experiment.evidence.pair_files): the judge opens none of them."""
 
     prompts: tuple[str | None, str | None]  # sha256 of each side's prompt data; None: unreadable
-    execution: Execution | None  # the embedded candidate's operator counts judged; None: a run that counts nothing (VIME)
+    # The candidate's execution judged: an embedded run's operator counts (harness.judge.candidate_execution),
+    # a VIME run's own log (harness.judge.vime_execution); None when nothing could be judged.
+    execution: Execution | None
     decisions: list[dict]  # the candidate's rl_kernel.execution_decision records (each with its log line, `_line`)
     decision_warnings: list[str]  # lines that looked like a decision record and did not parse
 
@@ -61,7 +64,7 @@ class PairFiles:
 def execution_problems(files: PairFiles) -> list[str]:
     """An embedded candidate's operator, counted inside the calls by both engines (operator_calls.json):
     "candidate not executed" when an expected count is zero, "candidate not checked" when no counts
-    were recorded. A VIME run counts nothing; its rl_kernel.execution_decision records are its evidence."""
+    were recorded. A VIME run's evidence is its own log (harness.judge.vime_execution)."""
     if files.execution is None or files.execution.passed:
         return []
     return [files.execution.message]
@@ -75,7 +78,8 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs, files: PairFi
     # A mitigation may change the loss and the trajectory, never the sampled tokens (checked below).
     allowed = operator_flags | set(knobs.ab.mitigation_flags.flags)
     # Prompts are compared by content below: the same file at another path is the same workload.
-    differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"}
+    # Where a run's metrics and dumps go is not its workload (harness.spec.run_identity).
+    differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"} - NOT_WHAT_RUNS
     sampling = differing & set(knobs.ab.sampling_contract_flags.flags)
     if sampling:
         problems.append(
@@ -101,6 +105,8 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs, files: PairFi
             problems.append(f"{key} differs: baseline {ia[key]!r}, candidate {ib[key]!r}")
     if differing & operator_flags:
         problems += execution_problems(files)
+    if candidate.spec.backend != "embedded" and files.execution is not None:
+        return problems  # its own log's op lines, fallback counters and decisions were judged (harness.judge.vime_execution)
     decisions = files.decisions
     problems += files.decision_warnings
     if not decisions:

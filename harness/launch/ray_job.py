@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.spec import SpecError
 
+HARNESS_PACKAGE = Path(__file__).resolve().parent.parent  # harness/, shipped to the nodes with each job
 TERMINAL = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 143}
 # Forwarded to a job when no site file says what to forward: the variables the trainers read.
 DEFAULT_FORWARD_PREFIXES = ("VLLM_", "LAB_", "PYTHON", "OMP_", "NCCL_", "CUDA_", "TORCH_", "HF_")
@@ -71,8 +72,16 @@ def job_started_at(client, job_id: str) -> float | None:
 
 
 def entrypoint(command: list[str], cwd: str | Path) -> str:
-    """The shell line Ray runs: change into the cluster's working directory, then the trainer."""
-    return f"cd {shlex.quote(str(cwd))} && {shlex.join(command)}"
+    """The shell line Ray runs: the nodes describe themselves (harness.launch.node_probe, with the
+    trainer's interpreter; its failure never stops the run), then, in the cluster's working
+    directory, the trainer."""
+    probe = shlex.join([command[0], "-m", "harness.launch.node_probe"])
+    return f"{probe} ; cd {shlex.quote(str(cwd))} && {shlex.join(command)}"
+
+
+def runtime_env(env: dict[str, str]) -> dict:
+    """The job's environment: the variables it receives, and this harness package (for the probe)."""
+    return {"env_vars": env, "py_modules": [str(HARNESS_PACKAGE)]}
 
 
 def default_job_env(environ: dict[str, str]) -> dict[str, str]:
@@ -102,7 +111,7 @@ class RayJob:
         client = client_for(address)
         taken = jobs_of_run(client, run_id)
         job_id = run_id if not taken else f"{run_id}-{len(taken) + 1}"
-        client.submit_job(entrypoint=entrypoint(command, cwd), submission_id=job_id, runtime_env={"env_vars": env})
+        client.submit_job(entrypoint=entrypoint(command, cwd), submission_id=job_id, runtime_env=runtime_env(env))
         return cls(client, address, job_id, attached=False)
 
     @classmethod

@@ -27,13 +27,13 @@ from harness.launch.sources import LocalProcess, trainer_still_running
 from harness.launch.trainer import output_flags, trainer_command
 from harness.records.atomic import atomic_write_json
 from harness.records.commit import harness_commit
-from harness.records.environment import collect_environment
+from harness.records.environment import checkpoint_record, collect_environment
 from harness.records.failures import primary_failure
 from harness.records.logparse import LogParser
 from harness.records.models import Failure, Record
 from harness.records.rundir import RunDir, written_by_harness
 from harness.spec import RunSpec, SpecError, render_argv
-from harness.spec.flag_read import int_flag
+from harness.spec.flag_read import int_flag, text_flag
 
 POLL_SECONDS = 0.5
 # In the run directory: the trainer's pid and start time (or Ray job id), so that a later launch
@@ -225,8 +225,11 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             run_dir.write_spec(spec.to_dict())
             run_dir.write_argv(command + argv)  # written redacted; the trainer gets the values
             vime_root = options.vime_root or getattr(options.site, "vime_root", None)  # its commit, where this machine sees it
-            environment = collect_environment(Path(vime_root) if vime_root and Path(vime_root).is_dir() else None, options.image)
+            image = options.image or getattr(options.site, "image", None)
+            environment = collect_environment(Path(vime_root) if vime_root and Path(vime_root).is_dir() else None, image)
             environment["harness"] = harness_commit().as_dict()
+            if spec.backend == "vime":  # the rollout checkpoint's own config.json: its precision, not its name's
+                environment["checkpoint"] = checkpoint_record(text_flag(spec.flags, "hf-checkpoint"))
             if options.ray_address:  # where the job runs, and which variables it was given (names: values may be secrets)
                 environment["ray_job"] = {"address": options.ray_address, "working_dir": str(cwd), "env": sorted(_job_env(options))}
             run_dir.write_environment(environment)
@@ -234,7 +237,8 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             try:
                 if options.ray_address:
-                    source = RayJob.submit(command + argv, cwd, _job_env(options), options.ray_address, spec.run_id)
+                    job_env = {**_job_env(options), **({"LAB_CONTAINER_IMAGE": image} if image else {})}
+                    source = RayJob.submit(command + argv, cwd, job_env, options.ray_address, spec.run_id)
                 else:
                     source = _local_source(command + argv, cwd, env, spec, options, run_dir)
             except Exception:
@@ -318,6 +322,7 @@ def _record_tracking(run_dir: RunDir, spec: RunSpec, parser: LogParser) -> None:
     from harness.records.environment import tracking_record
 
     run_dir.record_tracking(tracking_record(spec.flags, parser.result.tracking, run_dir.path))
+    run_dir.record_nodes(parser.result.provenance, "described by each node inside the Ray job (harness.launch.node_probe)")
 
 
 def _completion(parser: LogParser, spec: RunSpec):

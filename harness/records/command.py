@@ -15,7 +15,8 @@ from pathlib import Path
 
 from harness.arguments import writable_dir
 from harness.records.atomic import to_json
-from harness.records.ingest import content_hash, ingest, is_run_directory
+from harness.records.ingest import ingest, is_run_directory, write_run_directory
+from harness.records.ingest_identity import check_same_run, ingested_run_id
 from harness.records.rundir import written_by_harness
 from harness.records.wandb_run import online_path
 from harness.spec.errors import SpecError
@@ -125,15 +126,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     out = None
     online = online_path(args.path)  # a W&B run by path: not a file name (a URL's // must survive)
     path = args.path if online else Path(args.path)
+    labels = {k: getattr(args, k) for k in ("rung", "stage", "mode") if getattr(args, k)}
+    named_by_content = not args.json and args.out is None and not online and path.exists() and not is_run_directory(path)
     if not args.json:
         if args.out is not None:
             out = args.out
         elif online:
             out = args.runs_dir / f"ingested-wandb-{online.replace('/', '-')}"
-        elif path.exists() and not is_run_directory(path):
-            out = args.runs_dir / f"ingested-{content_hash(path)}"
-    labels = {k: getattr(args, k) for k in ("rung", "stage", "mode") if getattr(args, k)}
-    result = ingest(path, out, trust_dumps=args.trust_dumps, labels=labels or None, num_rollout=args.num_rollout)
+    is_log = not online and path.exists() and not is_run_directory(path)
+    if out is not None and is_log:
+        check_same_run(out, path)
+    # A log is read first when its run id comes from what it printed (harness.records.ingest_identity).
+    result = ingest(path, None if named_by_content else out, trust_dumps=args.trust_dumps, labels=labels or None, num_rollout=args.num_rollout)
+    if named_by_content:
+        out = args.runs_dir / ingested_run_id(result, path)
+        check_same_run(out, path)
+    if named_by_content and (result.records or result.failures):
+        replaceable_run_dir(out, "--runs-dir")
+        result.run_dir = write_run_directory(result, out, labels or None)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for problem in result.problems:

@@ -9,6 +9,7 @@ when it exists, and a probe that fails records why instead of failing the run.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
 import os
 import platform
 import re
@@ -192,15 +193,78 @@ def _torch_build_cuda() -> str | None:
     return None
 
 
-def collect_environment(vime_root: Path | None, image: str | None) -> dict:
+def checkpoint_record(path: str | None) -> dict | None:
+    """What the rollout's checkpoint is, from its own config.json (where this machine sees it): its
+    quantization method and dtype, so a precision is read from the checkpoint, not its name."""
+    if not path or not isinstance(path, str):
+        return None
+    config = Path(path) / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"path": path, "note": f"{config} is not readable from this machine"}
+    if not isinstance(data, dict):
+        return {"path": path, "note": f"{config} is not a JSON object"}
+    quantization = data.get("quantization_config") or {}
+    return {
+        "path": path,
+        "quantization": quantization.get("quant_method") if isinstance(quantization, dict) else None,
+        "dtype": data.get("torch_dtype") or data.get("dtype"),
+        "source": str(config),
+    }
+
+
+def node_environment(image: str | None = None) -> dict:
+    """What one machine says of itself: its GPUs, CPU, libraries, OS, container and variables."""
     environ = dict(os.environ)
     return {
-        "vime": vime_commit(vime_root),
+        "host": socket.gethostname(),
         "container": container_image(image, environ),
-        "hardware": {"gpus": gpus(), "cpu": cpu_and_memory(), "nodes": nodes(environ)},
+        "gpus": gpus(),
+        "cpu": cpu_and_memory(),
         "versions": library_versions(),
         "os": {"platform": platform.platform(), "kernel": platform.release()},
         "env": redact_env(environ),
+    }
+
+
+def collect_environment(vime_root: Path | None, image: str | None) -> dict:
+    here = node_environment(image)
+    return {
+        "vime": vime_commit(vime_root),
+        "container": here["container"],
+        "hardware": {"gpus": here["gpus"], "cpu": here["cpu"], "nodes": nodes(dict(os.environ))},
+        "versions": here["versions"],
+        "os": here["os"],
+        "env": here["env"],
+    }
+
+
+def cluster_environment(environment: dict, probed: list[dict], where: str) -> dict:
+    """The environment record once the nodes that ran the job described themselves (probed inside
+    the Ray job: harness.launch.node_probe): hardware, versions, variables and container are theirs
+    (the first node's where one value stands for all), per node under `nodes`; what this machine
+    (the one that launched the job) said moves to `launched_from`."""
+    if not probed:
+        return environment
+    head = probed[0]
+    count = sum((node.get("gpus") or {}).get("count", 0) for node in probed)
+    models = sorted({m for node in probed for m in (node.get("gpus") or {}).get("models", [])})
+    drivers = sorted({(node.get("gpus") or {}).get("driver") for node in probed} - {None})
+    launched_from = {key: environment.get(key) for key in ("container", "hardware", "versions", "os", "env") if key in environment}
+    return {
+        **environment,
+        "container": head.get("container"),
+        "hardware": {
+            "gpus": {**(head.get("gpus") or {}), "count": count, "models": models, "drivers": drivers},
+            "cpu": head.get("cpu"),
+            "nodes": {"count": len(probed), "source": where, "hosts": [node.get("host") for node in probed]},
+        },
+        "versions": head.get("versions"),
+        "os": head.get("os"),
+        "env": head.get("env"),
+        "nodes": probed,
+        "launched_from": launched_from,
     }
 
 

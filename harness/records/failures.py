@@ -40,9 +40,18 @@ SIGNATURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 
 
+# A quoted string on a line: a command the log echoes (`rg -n "...|CUDA out of memory|..." "$LOG"`,
+# a launch script under `set -x`) names the errors it searches for; it did not hit them.
+# A quote opens and closes at word edges, so the apostrophes of "can't ... don't" quote nothing.
+_QUOTED = re.compile(r"(?<!\w)(?:\"[^\"]*\"|'[^']*')(?!\w)")
+
+
 def match_signature(message: str) -> str | None:
+    """The first signature found on the line outside quoted strings (a quoted one is a search
+    pattern or an argument, not an error the run raised)."""
+    unquoted = _QUOTED.sub(lambda m: " " * len(m.group(0)), message)
     for name, pattern in SIGNATURE_PATTERNS:
-        if pattern.search(message):
+        if pattern.search(unquoted):
             return name
     return None
 

@@ -22,15 +22,18 @@ from pydantic import BaseModel, Field
 from harness.records.atomic import DIR_MODE
 from harness.records.completion import Completion, Length, completion, length_from_arguments
 from harness.records.debug_dumps import DumpError, dump_records, is_dump_file, load_dump
+from harness.records.environment import checkpoint_record
 from harness.records.failures import primary_failure
 from harness.records.logparse import LogFileError, parse_log_file
 from harness.records.merge import merge_records
 from harness.records.models import Failure, Record
+from harness.records.printed_arguments import flags_from_arguments
 from harness.records.redact import redact_text
 from harness.records.rundir import RunDir, utc_now, written_by_harness
 from harness.records.tbevents import is_event_file, read_event_file
 from harness.records.wandb_run import WandbRun, is_wandb_file, online_path, read_offline, read_online
 from harness.spec.errors import SpecError
+from harness.spec.flag_read import text_flag
 
 
 class IngestResult(BaseModel):
@@ -47,6 +50,8 @@ class IngestResult(BaseModel):
     length: Length | None = None
     completion: Completion | None = None
     recorded_state: str | None = None  # the state a re-read run directory recorded
+    # The driver's argument print (name -> value text), the run's resolved flags as they ran.
+    arguments: dict[str, str] = Field(default_factory=dict)
     note: str | None = None  # why the run is unfinished, in words (status.json "note")
     run_dir: Path | None = None
     logged_span: tuple[str | None, str | None] = (None, None)  # first and last log timestamps
@@ -202,6 +207,8 @@ def _read_inputs(path: Path, result: IngestResult, trust_dumps: bool) -> None:
             result.problems.extend(f"{file}: {w}" for w in parsed.bad_input)
             if parsed.stopped_at is not None:
                 result.stopped_at = parsed.stopped_at
+            if parsed.arguments and not result.arguments:
+                result.arguments = dict(parsed.arguments)
             printed = length_from_arguments(parsed.arguments, parsed.argument_lines)
             if printed is not None and result.length is None:
                 result.length = (
@@ -312,14 +319,20 @@ def write_run_directory(result: IngestResult, out: Path, labels: dict | None = N
         _write_log(result, run_dir)
         for dump in result.inputs["dumps"]:
             _link_or_copy(Path(dump), run_dir.dumps_dir / Path(dump).name)
-        flags = {"num-rollout": result.num_rollout} if result.num_rollout is not None else {}
+        # What ran: the driver's argument print (harness.records.printed_arguments), and the length,
+        # so a re-read (and the judge's completeness check) knows which steps to expect.
+        flags = flags_from_arguments(result.arguments)
+        if result.num_rollout is not None:
+            flags["num-rollout"] = result.num_rollout
         if labels or flags:
-            # What the run was (rung, stage, mode), so --backend=records can find it for a test, and
-            # its length, so a re-read (and the judge's completeness check) knows which steps to expect.
+            # What the run was (rung, stage, mode), so --backend=records can find it for a test.
             run_dir.write_spec({"run_id": out.name, "backend": "records", **(labels or {}), "flags": flags})
         run_dir.write_ingest_info(
             {
                 "source": str(result.source),
+                "content_sha256": content_hash(Path(result.source)) if Path(result.source).exists() else None,
+                "flags_from": "the log's argument print" if result.arguments else None,
+                "checkpoint": checkpoint_record(text_flag(flags, "hf-checkpoint")),
                 "inputs": result.inputs,
                 "tracking": result.tracking,
                 "ingested_at": utc_now(),

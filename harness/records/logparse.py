@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,7 +40,8 @@ from harness.records.pyliteral import LiteralSyntaxError, parse_dict
 # logger, eats the indent, so the indent is optional.
 _ARGUMENTS_OPEN = re.compile(r"^-{3,} (?!end of )(?P<title>[\w ]*arguments) -{3,}$")
 _ARGUMENTS_CLOSE = re.compile(r"^-{3,} end of [\w ]*arguments -{3,}$")
-_ARGUMENT = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*) \.{2,} (?P<value>.*)$")
+# A name of 48 characters or more gets no dots: `  name  value`.
+_ARGUMENT = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*) (?:\.+ | )(?P<value>.*)$")
 _RECORD = re.compile(r"^(?P<kind>step|rollout|perf|eval) (?P<n>-?\d+): (?P<payload>\{.*)$")
 _DIGITS = re.compile(r"\d+")
 # W&B's own banner (stderr, merged into the log): where the run's data is, and its page when online.
@@ -49,6 +51,8 @@ _WANDB_LINES = (
     ("wandb_project_url", re.compile(r"^wandb: \W*View project at: (?P<value>https?://\S+)")),
 )
 _BINARY_PROBE_BYTES = 8192
+# A node's description, printed inside a Ray job before the trainer (harness.launch.node_probe).
+_PROVENANCE = "LAB_PROVENANCE "
 
 
 def _same_value(a, b) -> bool:
@@ -70,6 +74,8 @@ class LogParser:
         self._last_n: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._mixed_reported = False
         self._first_records: dict[tuple, Record] = {}
+        self._first_by_class: dict[tuple, Record] = {}
+        self._ranks_reported: set[tuple] = set()
         self._arguments_of: tuple[str | None] | None = None  # inside an argument print: the actor printing it
 
     def feed(self, raw: str) -> list[Record | Failure]:
@@ -99,6 +105,14 @@ class LogParser:
         if _ARGUMENTS_OPEN.match(line.message):
             self._arguments_of = (line.source,)
             return []
+        if line.message.startswith(_PROVENANCE):
+            try:
+                described = json.loads(line.message[len(_PROVENANCE) :])
+            except json.JSONDecodeError:
+                described = None
+            if isinstance(described, dict):
+                self.result.provenance.append(described)
+                return []
         if line.message.startswith("wandb: "):
             for key, pattern in _WANDB_LINES:
                 found = pattern.match(line.message)
@@ -137,6 +151,7 @@ class LogParser:
         first = self._first_records.get(key)
         if self._mixed_reported:
             return  # a log already found to mix two runs: its repeats are that same story
+        self._check_other_ranks(record)
         if first is None:
             self._first_records[key] = record
             return
@@ -146,6 +161,24 @@ class LogParser:
                     f"line {record.line}: {record.kind} {record.n} logged again (first at line {first.line}) "
                     f"with {name} = {value!r}, not {first.metrics[name]!r}: duplicate {record.kind} with different "
                     f"values; the first is kept"
+                )
+                return
+
+    def _check_other_ranks(self, record: Record) -> None:
+        """Two processes of one actor class (two trainer ranks) logging the same record number with
+        different values: the merged view keeps the first, so the disagreement is said once."""
+        cls = actor_class(record.source)
+        if cls is None:
+            return
+        other = self._first_by_class.setdefault((record.kind, record.n, cls), record)
+        if other is record or other.source == record.source or (record.kind, cls) in self._ranks_reported:
+            return
+        for name, value in record.metrics.items():
+            if name in other.metrics and not _same_value(other.metrics[name], value):
+                self._ranks_reported.add((record.kind, cls))
+                self.result.warnings.append(
+                    f"line {record.line}: {record.kind} {record.n} logged by {record.source} with {name} = {value!r}, but by "
+                    f"{other.source} (line {other.line}) = {other.metrics[name]!r}: two ranks disagree; the first is kept"
                 )
                 return
 

@@ -81,6 +81,9 @@ class ParseResult(BaseModel):
     # Where the run's metrics also went, as W&B's banner lines name it: wandb_dir, wandb_url,
     # wandb_project_url (environment.tracking_record makes the environment record's entry of it).
     tracking: dict[str, str] = Field(default_factory=dict)
+    # The nodes that ran the job, as they described themselves (`LAB_PROVENANCE {json}` lines,
+    # harness.launch.node_probe), in log order.
+    provenance: list[dict] = Field(default_factory=list)
 
     def argument_int(self, name: str) -> int | None:
         """A printed argument read as an integer; None when absent or printed as None / non-integer."""

@@ -110,6 +110,19 @@ class RunDir:
             environment = {}
         self.write_environment({**(environment if isinstance(environment, dict) else {}), **tracking})
 
+    def record_nodes(self, probed: list[dict], where: str) -> None:
+        """Replace this machine's hardware, versions and variables in environment.json by those of
+        the nodes that ran the job (environment.cluster_environment)."""
+        from harness.records.environment import cluster_environment
+
+        if not probed:
+            return
+        try:
+            environment = json.loads(self.file(self.ENVIRONMENT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            environment = {}
+        self.write_environment(cluster_environment(environment if isinstance(environment, dict) else {}, probed, where))
+
     def write_ingest_info(self, info: dict) -> None:
         atomic_write_json(self.file(self.INGEST), info)
 

@@ -29,21 +29,28 @@ _OPERATOR_FLAG_WORDS = ("operator", "linear-logp", "rl-kernel", "logprob-backend
 PROCESSED_REPLAY_FLAG = "embedded-replay-processed-logprobs"
 
 
-def describe_precision(flags: dict) -> str:
-    """'BF16 train + FP8 rollout' from --bf16/--fp16, --vllm-quantization, an FP8 --hf-checkpoint
-    and --vllm-dtype; without any rollout dtype flag vLLM uses the checkpoint's dtype."""
-    if is_on(flags, "bf16"):
-        train = "BF16"
-    elif is_on(flags, "fp16"):
+def describe_precision(flags: dict, checkpoint: dict | None = None, vime: bool = False) -> str:
+    """'BF16 train + FP8 rollout' from --bf16/--fp16 (VIME trains in bf16 unless --fp16: `vime`),
+    --vllm-quantization, the checkpoint's own config.json where it was read (`checkpoint`:
+    harness.records.environment.checkpoint_record), else an FP8 --hf-checkpoint name, and
+    --vllm-dtype; without any rollout dtype flag vLLM uses the checkpoint's dtype."""
+    if is_on(flags, "fp16"):
         train = "FP16"
+    elif is_on(flags, "bf16") or vime:
+        train = "BF16"
     else:
         train = "FP32"
     quantization = text_flag(flags, "vllm-quantization")
-    checkpoint = text_flag(flags, "hf-checkpoint") or ""
+    path = text_flag(flags, "hf-checkpoint") or ""
     dtype = (text_flag(flags, "vllm-dtype") or "auto").lower()
+    read = checkpoint if checkpoint and "source" in checkpoint else None
     if quantization:
         rollout = str(quantization).upper()
-    elif "fp8" in checkpoint.lower():
+    elif read and read.get("quantization"):
+        rollout = str(read["quantization"]).upper()
+    elif read and dtype == "auto" and str(read.get("dtype", "")).lower() in _DTYPE_WORDS:
+        rollout = _DTYPE_WORDS[str(read["dtype"]).lower()]
+    elif not read and "fp8" in path.lower():
         rollout = "FP8"
     elif dtype in _DTYPE_WORDS:
         rollout = _DTYPE_WORDS[dtype]

@@ -195,7 +195,9 @@ def summary_row_from_run(
         run=label or run.id,
         hardware=describe_hardware(run.environment, run.ingest),
         mode=mode,
-        precision=describe_precision(flags),
+        precision=describe_precision(
+            flags, (run.environment or {}).get("checkpoint") or (run.ingest or {}).get("checkpoint"), vime=run.spec.backend in ("vime", "records")
+        ),
         operator_path=describe_operator_path(flags, execution_decisions),
         final_reward=float(rewards[-reward_window:].mean()) if len(rewards) else None,
         abs_diff_mean=float(abs_diff.mean()) if len(abs_diff) else None,

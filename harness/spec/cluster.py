@@ -35,6 +35,17 @@ def stage_hardware(knobs, stage_name: str) -> tuple[str, int]:
     return fitting[0], known[fitting[0]].gpus_per_node
 
 
+def site_stage_hardware(knobs, stage_name: str):
+    """(name, Hardware) of a stage on this cluster: the site's node type for the stage when it
+    names one, else the stage's own (stage_hardware)."""
+    site = knobs.site
+    shape = site.stages.get(stage_name) if site is not None else None
+    if shape is not None and shape.hardware is not None:
+        return shape.hardware, knobs.hardware[shape.hardware]
+    name, _ = stage_hardware(knobs, stage_name)
+    return name, knobs.hardware[name]
+
+
 def vime_line(knobs) -> str:
     return knobs.base.vime_line
 

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from harness.spec.errors import SpecError
 from harness.spec.schema import Backend, FlagValue, Strict, check_flag_names
-from harness.spec.values import flag_value_problems
+from harness.spec.values import PLACEHOLDER_PREFIX, flag_value_problems
 
 
 class Source(Strict):
@@ -41,7 +41,14 @@ class ModelFile(Strict):
     source: Source
     rendered_on: list[Backend] = Field(alias="rendered-on")
     why: str = Field(min_length=10)
+    # The name its checkpoints carry in knobs/' placeholders (`/path/to/<checkpoint>-FP8`); the id
+    # when absent. A site gives the real paths under these names (docs/models.md).
+    checkpoint: str | None = None
     flags: dict[str, FlagValue] = Field(min_length=1)
+
+    @property
+    def checkpoint_name(self) -> str:
+        return self.checkpoint or self.id
 
     def model_post_init(self, _context) -> None:
         check_flag_names(self.flags)
@@ -82,11 +89,34 @@ def load_model(knobs_root: Path, model_id: str) -> ModelFile:
 
 
 def model_for(knobs, backend: str) -> ModelFile | None:
-    """The model the spec names for `backend` (records runs are VIME runs), or None if unnamed."""
+    """The model the spec names for `backend` (records runs are VIME runs): the site's `model:` on
+    a cluster backend, else base.yaml's; None if unnamed."""
     choice = knobs.base.model
+    site_model = getattr(knobs.site, "model", None) if backend != "embedded" else None
+    if site_model is not None:
+        return load_model(knobs.root, site_model)
     if choice is None:
         return None
     return load_model(knobs.root, choice.embedded if backend == "embedded" else choice.vime)
+
+
+def rename_placeholders(knobs, flags: dict, provenance: dict[str, str], backend: str) -> None:
+    """knobs/' placeholders name the checkpoints of one model (base.yaml `model.placeholders`). On a
+    cluster running another model they are renamed to that model's (`/path/to/Qwen3-30B-A3B-FP8` ->
+    `/path/to/qwen3-8b-FP8`), so a site must give that model's paths: one model's checkpoint
+    never reaches another model's run unsaid."""
+    choice = knobs.base.model
+    if backend == "embedded" or choice is None or choice.placeholders is None:
+        return
+    model = model_for(knobs, backend)
+    written_for = load_model(knobs.root, choice.placeholders)
+    if model is None or model.id == written_for.id:
+        return
+    old, new = PLACEHOLDER_PREFIX + written_for.checkpoint_name, PLACEHOLDER_PREFIX + model.checkpoint_name
+    for name, value in list(flags.items()):
+        if isinstance(value, str) and value.startswith(old):
+            flags[name] = new + value[len(old) :]
+            provenance[name] = f"{provenance.get(name, '?')} (placeholder renamed for model {model.id})"
 
 
 def model_flags(knobs, backend: str) -> tuple[str, dict[str, FlagValue]]:

@@ -18,13 +18,16 @@ def format_value(value: FlagValue) -> str:
 
 
 def render_argv(flags: dict[str, FlagValue]) -> list[str]:
-    """`true` -> bare switch; `false`/`null` -> absent; anything else -> `--name value`."""
+    """`true` -> bare switch; `false`/`null` -> absent; a list -> `--name v1 v2 ...` (argparse's
+    nargs); anything else -> `--name value`."""
     argv: list[str] = []
     for name, value in flags.items():
         if value is None or value is False:
             continue
         argv.append(f"--{name}")
-        if value is not True:
+        if isinstance(value, list):
+            argv.extend(format_value(item) for item in value)
+        elif value is not True:
             argv.append(format_value(value))
     return argv
 
@@ -45,35 +48,40 @@ def parse_value(text: str) -> FlagValue:
     return text
 
 
-def argv_items(argv: Sequence[str]) -> list[tuple[int, str, str | None]]:
-    """The one argv walker: (index, token, value) per `--name value` pair or bare `--switch`
-    (value None). A token that is not a flag and follows no flag (a stray) is its own item."""
-    items: list[tuple[int, str, str | None]] = []
+def argv_items(argv: Sequence[str]) -> list[tuple[int, str, list[str]]]:
+    """The one argv walker: (index, token, values) per `--name value ...` (every token up to the
+    next flag is a value, as argparse's nargs reads them) or bare `--switch` (no values). A token
+    that is not a flag and follows no flag (a stray) is its own item."""
+    items: list[tuple[int, str, list[str]]] = []
     i = 0
     while i < len(argv):
         token = str(argv[i])
-        if token.startswith("--") and i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
-            items.append((i, token, str(argv[i + 1])))
-            i += 2
-        else:
-            items.append((i, token, None))
-            i += 1
+        values: list[str] = []
+        if token.startswith("--"):
+            while i + 1 + len(values) < len(argv) and not str(argv[i + 1 + len(values)]).startswith("--"):
+                values.append(str(argv[i + 1 + len(values)]))
+        items.append((i, token, values))
+        i += 1 + len(values)
     return items
 
 
 def argv_lines(argv: Sequence[str]) -> list[str]:
     """One flag per line, as a launch script reads: easy to diff between rungs."""
-    return [token if value is None else f"{token} {value}" for _, token, value in argv_items(argv)]
+    return [" ".join([token, *values]) for _, token, values in argv_items(argv)]
 
 
 def parse_argv(argv: Sequence[str], *, skip_strays: bool = False) -> dict[str, FlagValue]:
-    """Inverse of render_argv: a `--flag` not followed by a value is a switch. A token that is not
-    a flag is an error, or skipped with `skip_strays` (a logged command line may hold a script name)."""
+    """Inverse of render_argv: a `--flag` not followed by a value is a switch, one followed by
+    several is a list. A token that is not a flag is an error, or skipped with `skip_strays` (a
+    logged command line may hold a script name)."""
     flags: dict[str, FlagValue] = {}
-    for i, token, value in argv_items(argv):
+    for i, token, values in argv_items(argv):
         if not token.startswith("--"):
             if skip_strays:
                 continue
             raise ValueError(f"argv[{i}]={token!r}: expected a flag starting with '--'")
-        flags[token[2:]] = True if value is None else parse_value(value)
+        if not values:
+            flags[token[2:]] = True
+        else:
+            flags[token[2:]] = parse_value(values[0]) if len(values) == 1 else [parse_value(v) for v in values]
     return flags

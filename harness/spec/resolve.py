@@ -12,14 +12,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from harness.spec.cluster import CLUSTER_BACKENDS, equivalence_note, skip_reason, stage_hardware
+from harness.spec.cluster import CLUSTER_BACKENDS, equivalence_note, site_stage_hardware, skip_reason
 from harness.spec.code_version import embedded_code_version
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
 from harness.spec.machine import cpu_isa
-from harness.spec.models import model_flags
+from harness.spec.models import model_flags, rename_placeholders
+from harness.spec.run_identity import computed_flags
 from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
-from harness.spec.site import fill_paths, rung_owned_problems, settings_layers
+from harness.spec.site import candidate_layer, fill_paths, rung_owned_problems, settings_layers
 from harness.spec.values import value_problem
 
 
@@ -39,9 +40,10 @@ class RunSpec:
 
     @property
     def spec_hash(self) -> str:
-        # Only what changes the run itself: the backend that executes it and its flags. Stage and
-        # rung are names; two stages with the same embedded profile share one run.
-        payload = {"backend": self.backend, "flags": self.flags}
+        # Only what changes the run itself: the backend that executes it and the flags that decide
+        # what it computes (not where its metrics go: harness.spec.run_identity). Stage and rung
+        # are names; two stages with the same embedded profile share one run.
+        payload = {"backend": self.backend, "flags": computed_flags(self.flags)}
         if self.backend == "embedded":
             payload["code"] = embedded_code_version()
             # The CPU's numerics: a run made on the other x86 kind, or under the ISA switches or the
@@ -116,8 +118,8 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
     for section in stage_cfg.for_backend(backend):
         _apply(flags, provenance, section, f"stage:{stage}")
     if backend in CLUSTER_BACKENDS and knobs.hardware:
-        hardware, per_node = stage_hardware(knobs, stage)
-        _apply(flags, provenance, {"num-gpus-per-node": per_node}, f"hardware:{hardware}")
+        hardware, node = site_stage_hardware(knobs, stage)
+        _apply(flags, provenance, {"num-gpus-per-node": node.gpus_per_node}, f"hardware:{hardware}")
     layers = [(f"mode:{mode}", knobs.base.modes[mode])]
     layers += [(f"rung:{r.id}", r.changes) for r in knobs.chain(rung)]
     for origin, layer in layers:
@@ -126,7 +128,7 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
     # The site's and the session's --set layers: a flag a rung sets is refused unless the site
     # lists it under overrides-rungs (harness/spec/site.py rule 2).
     owned = []
-    for origin, layer in settings_layers(knobs, stage, backend):
+    for origin, layer in settings_layers(knobs, stage, backend, rung):
         owned += rung_owned_problems(knobs, rung, origin, layer, provenance)
         _apply(flags, provenance, layer, origin)
     if owned:
@@ -140,8 +142,10 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
     if bad_values:
         raise SpecError(bad_values)
     _apply(flags, provenance, overrides, "--set")
+    rename_placeholders(knobs, flags, provenance, backend)
     fill_paths(knobs, flags, provenance)
     if knobs.sets:  # recorded with the run as --set was before it became a session setting
         overrides = {**knobs.sets, **overrides}
-    note = equivalence_note(knobs, rung_cfg, backend)
+    candidate = candidate_layer(knobs, rung, backend)
+    note = f"candidate operator path: {candidate[0].removeprefix('site:')}" if candidate else equivalence_note(knobs, rung_cfg, backend)
     return RunSpec(stage, rung, mode, backend, flags, provenance, overrides, notes=(note,) if note else ())

@@ -29,8 +29,10 @@ BACKENDS: tuple[str, ...] = ("embedded", "vime", "records")
 DRIFT_CLASSES: tuple[str, ...] = ("none", "expected-numerical", "semantic", "framework", "candidate-operator")
 
 # A VIME flag as written in knobs: the flag name without dashes. `true` is a bare switch,
-# `null` removes the flag an earlier layer set, anything else is the flag's value.
-FlagValue = bool | int | float | str | None
+# `null` removes the flag an earlier layer set, a list is an nargs flag's values
+# (`--vllm-cudagraph-capture-sizes 1 2 4`), anything else is the flag's value.
+FlagScalar = bool | int | float | str
+FlagValue = bool | int | float | str | list[int | float | str] | None
 FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -72,6 +74,10 @@ class ModelChoice(Strict):
 
     vime: str
     embedded: str
+    # The model whose checkpoints knobs/' `/path/to/...` placeholders name. Another cluster model
+    # (a site's `model:`, or `vime` above) renders them under its own name, so a site never runs
+    # it on this model's checkpoints without a word (harness/spec/models.py).
+    placeholders: str | None = None
 
 
 class BaseConfig(FlagLayer):
@@ -111,6 +117,9 @@ class Hardware(Strict):
     """A node type: how many GPUs one node holds (VIME's --num-gpus-per-node)."""
 
     gpus_per_node: int = Field(alias="gpus-per-node", ge=1)
+    # Memory of one GPU, GiB: the capacity check compares a model's training state with it
+    # (harness/spec/capacity.py). None: not checked.
+    gpu_memory_gib: float | None = Field(None, alias="gpu-memory-gib", gt=0)
     why: str = Field(min_length=10)
 
 

@@ -24,10 +24,8 @@ from pydantic import Field, ValidationError, field_validator
 
 from harness.spec.errors import SpecError
 from harness.spec.schema import FlagValue, Strict, check_flag_names
-from harness.spec.values import flag_value_problems, value_problem
+from harness.spec.values import PLACEHOLDER_PREFIX, flag_value_problems, value_problem
 
-# How the seed's knobs mark a path each site must give (base.yaml, ladder/*.yaml).
-PLACEHOLDER_PREFIX = "/path/to/"
 EXAMPLE_SITE = "knobs/sites/example.yaml"
 
 
@@ -35,14 +33,43 @@ def is_placeholder(value: object) -> bool:
     return isinstance(value, str) and value.startswith(PLACEHOLDER_PREFIX)
 
 
-class SiteStage(Strict):
-    """One stage's shape on this cluster, rendered as VIME's placement flags."""
+# A stage's parallelism keys -> the VIME (Megatron / VIME) flag each renders as.
+PARALLELISM_FLAGS = {
+    "tensor_parallel": "tensor-model-parallel-size",
+    "pipeline_parallel": "pipeline-model-parallel-size",
+    "context_parallel": "context-parallel-size",
+    "expert_parallel": "expert-model-parallel-size",
+    "expert_tensor_parallel": "expert-tensor-parallel-size",
+    "rollout_gpus_per_engine": "rollout-num-gpus-per-engine",
+}
 
+
+class SiteStage(Strict):
+    """One stage's shape on this cluster, rendered as VIME's placement and parallelism flags."""
+
+    # The node type (a name under `hardware:` in knobs/stages.yaml) when this cluster's differs from
+    # the stage's: its GPUs per node and GPU memory are what the capacity check uses.
+    hardware: str | None = None
     gpus_per_node: int | None = Field(None, alias="gpus-per-node", ge=1)  # --num-gpus-per-node and --actor-num-gpus-per-node
     actor_nodes: int | None = Field(None, alias="actor-nodes", ge=1)  # --actor-num-nodes
     rollout_gpus: int | None = Field(None, alias="rollout-gpus", ge=1)  # --rollout-num-gpus (non-colocate: the vLLM side)
+    # Megatron's parallelism for this stage on this cluster (each renders as its flag, PARALLELISM_FLAGS).
+    tensor_parallel: int | None = Field(None, alias="tensor-parallel", ge=1)
+    pipeline_parallel: int | None = Field(None, alias="pipeline-parallel", ge=1)
+    context_parallel: int | None = Field(None, alias="context-parallel", ge=1)
+    expert_parallel: int | None = Field(None, alias="expert-parallel", ge=1)
+    expert_tensor_parallel: int | None = Field(None, alias="expert-tensor-parallel", ge=1)
+    # GPUs of one vLLM engine (its tensor parallelism).
+    rollout_gpus_per_engine: int | None = Field(None, alias="rollout-gpus-per-engine", ge=1)
+    # Any other VIME flag for this stage only (e.g. max-tokens-per-gpu for a smaller node).
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
 
-    def flags(self) -> dict[str, FlagValue]:
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        return check_flag_names(flags)
+
+    def flags_for_vime(self) -> dict[str, FlagValue]:
         out: dict[str, FlagValue] = {}
         if self.gpus_per_node is not None:
             out["num-gpus-per-node"] = self.gpus_per_node
@@ -51,7 +78,29 @@ class SiteStage(Strict):
             out["actor-num-nodes"] = self.actor_nodes
         if self.rollout_gpus is not None:
             out["rollout-num-gpus"] = self.rollout_gpus
-        return out
+        for field, flag in PARALLELISM_FLAGS.items():
+            if getattr(self, field) is not None:
+                out[flag] = getattr(self, field)
+        if self.tensor_parallel == 1:
+            out["sequence-parallel"] = None  # Megatron turns it off without tensor parallelism; say so in the argv
+        return {**out, **self.flags}
+
+
+class SiteCandidate(Strict):
+    """The candidate operator path of the P3 A/B on this cluster: VIME flags put on the candidate
+    side only (knobs/ab.yaml pair.candidate), never on the baseline."""
+
+    # What the candidate is, in words (the record shows it beside the flags).
+    name: str = Field(min_length=1)
+    # The flags that switch the candidate path on, e.g. enable-rl-kernel + rl-kernel-ops linear_logp.
+    flags: dict[str, FlagValue] = Field(min_length=1)
+    # Where this came from: the site file, or the candidate file it names.
+    source: str = Field("", exclude=True)
+
+    @field_validator("flags")
+    @classmethod
+    def _flag_names(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        return check_flag_names(flags)
 
 
 class SiteEnv(Strict):
@@ -102,8 +151,14 @@ class Site(Strict):
     # The shared runs directory: the same path on this machine and on every node (a shared file
     # system). Run directories, with the jobs' dumps, are written there; the default --runs-dir.
     runs_dir: str | None = Field(None, alias="runs-dir")
-    # Per stage (p0..p3): GPUs per node and node counts on this cluster.
+    # Per stage (p0..p3): node type, GPUs per node, node counts and parallelism on this cluster.
     stages: dict[str, SiteStage] = Field(default_factory=dict)
+    # The model this cluster runs (knobs/models/<id>.yaml), over base.yaml's `model.vime`.
+    model: str | None = None
+    # The container image the nodes run VIME in (recorded with every run; --image replaces it).
+    image: str | None = None
+    # The P3 candidate's flags: inline, or the path of a candidate file (relative to this file).
+    candidate: SiteCandidate | str | None = None
     env: SiteEnv = Field(default_factory=SiteEnv)
     wandb: SiteWandb | None = None
     # VIME flags for every run on this site's cluster (layered over knobs/, under --set; not on the
@@ -182,9 +237,45 @@ def load_site(path: str | Path) -> Site:
                 problems.append(_describe(name, error, data))
         raise SpecError(problems) from None
     problems = flag_value_problems(name, "flags.", site.flags)
+    for stage_name, stage in site.stages.items():
+        problems += flag_value_problems(name, f"stages.{stage_name}.flags.", stage.flags)
+    candidate = site.candidate
+    if isinstance(candidate, str):
+        candidate = load_candidate(path.parent / candidate, f"{name}: candidate")
+    elif candidate is not None:
+        problems += flag_value_problems(name, "candidate.flags.", candidate.flags)
+        candidate = candidate.model_copy(update={"source": f"{name} candidate"})
     if problems:
         raise SpecError(problems)
-    return site.model_copy(update={"source": name})
+    return site.model_copy(update={"source": name, "candidate": candidate})
+
+
+def load_candidate(path: Path, named_by: str = "") -> SiteCandidate:
+    """A candidate file (`name:`, `flags:`): the P3 candidate's VIME flags, read and checked."""
+    from harness.spec.load import _describe, _relative, read_yaml
+
+    path = Path(path)
+    name = _relative(path)
+    if not path.is_file():
+        raise SpecError(f"{named_by}: expected a candidate file (name:, flags:), got {str(path)!r}, which does not exist")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{name}: expected a mapping with name: and flags:, got {type(data).__name__}")
+    try:
+        candidate = SiteCandidate.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(
+            [
+                f"{name}: {'.'.join(map(str, e['loc']))}: unknown key; allowed here: name, flags"
+                if e["type"] == "extra_forbidden"
+                else _describe(name, e, data)
+                for e in err.errors()
+            ]
+        ) from None
+    problems = flag_value_problems(name, "flags.", candidate.flags)
+    if problems:
+        raise SpecError(problems)
+    return candidate.model_copy(update={"source": name})
 
 
 def with_settings(knobs, site: Site | None, sets: dict[str, FlagValue] | None = None):
@@ -192,9 +283,21 @@ def with_settings(knobs, site: Site | None, sets: dict[str, FlagValue] | None = 
     applies them (knobs < site < --set < a caller's own overrides)."""
     problems = []
     if site is not None:
-        for stage in site.stages:
+        for stage, shape in site.stages.items():
             if stage not in knobs.stages:
                 problems.append(f"{site.source}: stages.{stage}: expected a stage of knobs/stages.yaml ({', '.join(knobs.stages)}), got {stage!r}")
+            if shape.hardware is not None and shape.hardware not in knobs.hardware:
+                problems.append(
+                    f"{site.source}: stages.{stage}.hardware: expected a node type of knobs/stages.yaml hardware: "
+                    f"({', '.join(knobs.hardware) or 'none'}), got {shape.hardware!r}"
+                )
+        if site.model is not None:
+            from harness.spec.models import load_model
+
+            try:
+                load_model(knobs.root, site.model)
+            except SpecError as err:
+                problems += [f"{site.source}: model: {problem.split(': model: ', 1)[-1]}" for problem in err.problems]
     sets = dict(sets or {})
     try:
         check_flag_names(sets)
@@ -206,20 +309,34 @@ def with_settings(knobs, site: Site | None, sets: dict[str, FlagValue] | None = 
     return replace(knobs, site=site, sets=sets)
 
 
-def settings_layers(knobs, stage: str, backend: str) -> list[tuple[str, dict[str, FlagValue]]]:
-    """(origin, flags) of the site's and --set's layers for one stage and backend, lowest first."""
+def settings_layers(knobs, stage: str, backend: str, rung: str | None = None) -> list[tuple[str, dict[str, FlagValue]]]:
+    """(origin, flags) of the site's and --set's layers for one stage, backend and rung, lowest first.
+    The site's candidate flags apply to the A/B's candidate rung only (candidate_layer)."""
     layers: list[tuple[str, dict[str, FlagValue]]] = []
     site: Site | None = knobs.site
     if site is not None:
         if backend != "embedded" and stage in site.stages:
-            layers.append((f"site:{site.source} stages.{stage}", site.stages[stage].flags()))
+            layers.append((f"site:{site.source} stages.{stage}", site.stages[stage].flags_for_vime()))
         if site.wandb is not None:  # the embedded trainer logs through the same flags (harness/embedded/tracking.py)
             layers.append((f"site:{site.source} wandb", site.wandb.flags()))
         if backend != "embedded" and site.flags:  # VIME flags: the miniature's own table lacks most of them
             layers.append((f"site:{site.source} flags", dict(site.flags)))
+        candidate = candidate_layer(knobs, rung, backend)
+        if candidate:
+            layers.append(candidate)
     if knobs.sets:
         layers.append(("--set", dict(knobs.sets)))
     return layers
+
+
+def candidate_layer(knobs, rung: str | None, backend: str) -> tuple[str, dict[str, FlagValue]] | None:
+    """The site's candidate flags when `rung` is the A/B pair's candidate on a cluster backend."""
+    site: Site | None = knobs.site
+    if site is None or not isinstance(site.candidate, SiteCandidate) or backend == "embedded":
+        return None
+    if rung != knobs.ab.pair.candidate:
+        return None
+    return (f"site:{site.candidate.source} (candidate {site.candidate.name})", dict(site.candidate.flags))
 
 
 def rung_owned_problems(knobs, rung: str, origin: str, layer: dict, provenance: dict[str, str]) -> list[str]:

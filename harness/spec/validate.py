@@ -41,7 +41,27 @@ def where(knobs: Knobs, spec: RunSpec, flag: str | None) -> str:
         return f"{_relative(root / 'models' / f'{name}.yaml')}: flags.{flag}"
     if kind == "hardware":
         return f"{_relative(root / 'stages.yaml')}: hardware.{name}.gpus-per-node (rendered as --{flag})"
+    if kind == "site":
+        return _site_key(origin.removeprefix("site:"), flag)
     return f"{origin} {flag}"
+
+
+def _site_key(origin: str, flag: str) -> str:
+    """`site.yaml: stages.p0.tensor-parallel` for a flag a site file's layer set."""
+    from harness.spec.site import PARALLELISM_FLAGS
+
+    file, _, section = origin.partition(" ")
+    section = section.split(" (")[0]
+    if section.startswith("stages."):
+        site_keys = {f: k.replace("_", "-") for k, f in PARALLELISM_FLAGS.items()}
+        site_keys.update({"num-gpus-per-node": "gpus-per-node", "actor-num-gpus-per-node": "gpus-per-node", "actor-num-nodes": "actor-nodes"})
+        site_keys["rollout-num-gpus"] = "rollout-gpus"
+        return f"{file}: {section}.{site_keys.get(flag, 'flags.' + flag)}"
+    if section.startswith("("):  # a candidate file of its own
+        return f"{file}: flags.{flag}"
+    if section:
+        return f"{file}: {section}.{flag}" if section in ("flags", "wandb") else f"{file}: candidate.flags.{flag}"
+    return f"{file}: {flag}"
 
 
 def problems_of(spec: RunSpec, knobs: Knobs) -> list[str]:

@@ -16,6 +16,8 @@ import math
 from harness.spec.errors import shown
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# How the seed's knobs mark a path each site must give (base.yaml, ladder/*.yaml; harness/spec/site.py).
+PLACEHOLDER_PREFIX = "/path/to/"
 
 # Whole numbers >= 1: VIME and Megatron divide by these or loop over them.
 POSITIVE_COUNTS = frozenset(
@@ -54,6 +56,12 @@ def value_problem(name: str, value: object) -> str | None:
     numeric = name in POSITIVE_COUNTS or name in NON_NEGATIVE_COUNTS or name in FRACTIONS
     if value is None:
         return None  # null removes the flag an earlier layer set
+    if isinstance(value, list):
+        if numeric:
+            return f"expected one number, got a list {shown(value)}"
+        if not value:
+            return "expected one or more values, got an empty list (null removes the flag)"
+        return next((f"item {i}: {problem}" for i, item in enumerate(value) if (problem := value_problem(name, item))), None)
     if isinstance(value, bool):
         return f"expected a number, got the switch value {value!r}" if numeric else None
     if isinstance(value, float) and not math.isfinite(value):

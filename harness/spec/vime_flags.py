@@ -48,7 +48,11 @@ class TableSource(Strict):
 class FlagTable(Strict):
     line: str
     generated_by: str = Field(alias="generated-by")
+    # The VIME commit whose vime/utils/arguments.py the table was built from (tools/build_vime_flag_table.py).
+    vime_commit: str = Field("unknown", alias="vime-commit")
     sources: dict[str, TableSource]
+    # Parts the last build kept from the table before it (no input for them there), as read at their source.
+    kept: list[str] = Field(default_factory=list)
     counts: dict[str, int]
     # Flags only the other line's parsers accept (a knob using one fails on this line).
     only_upstream: list[str] = Field(default_factory=list, alias="only-upstream")
@@ -101,6 +105,16 @@ def flag_problem(name: str, value: FlagValue, table: FlagTable) -> str | None:
         return None
     if value is True:
         return f"--{name} needs a value ({flag.type or 'str'}, {owners} parser), got a bare switch (`true`)"
+    if isinstance(value, list):
+        if flag.kind != "list":
+            return f"--{name} takes one value ({owners} parser), got a list of {len(value)}: write one value"
+        if not value:
+            return f"--{name} takes one or more values ({owners} parser), got an empty list: write null to drop it"
+        return next((f"{problem} (item {i} of the list)" for i, item in enumerate(value) if (problem := _one_value(name, item, flag, owners))), None)
+    return _one_value(name, value, flag, owners)
+
+
+def _one_value(name: str, value: FlagValue, flag: TableFlag, owners: str) -> str | None:
     if flag.type == "int" and not (isinstance(value, int) and not isinstance(value, bool)):
         return f"--{name} takes a whole number (argparse type=int, {owners} parser), got {shown(value)}"
     if flag.type == "float" and not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):

@@ -15,8 +15,11 @@ from harness.spec.cluster import vime_line
 from harness.spec.rules import ALL_BACKENDS, CLUSTER, Finding, rule, whole
 from harness.spec.vime_flags import flag_problem, load_flag_table
 
-VIME_ARGS = "RL-Align/vime vime/utils/arguments.py@0ea526a"
-VLLM_ARGS = "RL-Align/vime vime/backends/vllm_utils/arguments.py@abf0226"
+VIME_ARGS = "RL-Align/vime vime/utils/arguments.py@e972c37"
+VLLM_ARGS = "RL-Align/vime vime/backends/vllm_utils/arguments.py@d50772b"
+VLLM_ENGINE = "RL-Align/vime vime/backends/vllm_utils/vllm_engine.py@6c03169"
+RLK_SWITCH = "RL-Align/vime vime/utils/rl_kernel.py@72bd520"
+RLK_RUNTIME = "RL-Align/vime vime/backends/megatron_utils/rl_kernel.py@0cd0135"
 MEGATRON_ARGS_VIME = "RL-Align/vime vime/backends/megatron_utils/arguments.py@82904ec"
 MEGATRON_ARGS = "NVIDIA/Megatron-LM megatron/training/arguments.py@1dcf0da"
 MEGATRON_CONFIG = "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py@1dcf0da"
@@ -162,6 +165,102 @@ def balance_by_flops_needs_dynamic_batch(flags, spec, knobs):
 def mismatch_metrics_need_tis_function(flags, spec, knobs):
     if flags.get("get-mismatch-metrics") and "custom-tis-function-path" not in flags:
         return Finding("get-mismatch-metrics", f"VIME asserts custom_tis_function_path must be set when get_mismatch_metrics is set ({VIME_ARGS})")
+
+
+# The vLLM engine arguments VIME writes itself when it launches a server, after which a --vllm-<name>
+# for the same field is skipped (`if field_name in kwargs: continue`, VLLM_ENGINE _compute_server_args):
+# a different value would be dropped without a word. Field -> the value VIME sets.
+VLLM_FIELDS_VIME_SETS = {
+    "vllm-logprobs-mode": "processed_logprobs",
+    "vllm-enable-prompt-tokens-details": True,
+    "vllm-enable-server-load-tracking": True,
+}
+# RL-Kernel operators VIME calls when listed in --rl-kernel-ops (RLK_RUNTIME: maybe_compute_logp,
+# maybe_compute_linear_logp, each behind is_rl_kernel_op_enabled(args, op)).
+RL_KERNEL_OPS = ("linear_logp", "logp")
+
+
+@rule(backends=CLUSTER)
+def vllm_fields_vime_sets(flags, spec, knobs):
+    """VIME overrides these engine fields; another value through --vllm-* never reaches vLLM."""
+    return [
+        Finding(
+            name,
+            f"--{name} {flags[name]!r} never reaches vLLM: VIME launches every engine with {name.removeprefix('vllm-').replace('-', '_')}="
+            f"{vime!r} and skips a --vllm-* value for a field it set ({VLLM_ENGINE} _compute_server_args)",
+        )
+        for name, vime in VLLM_FIELDS_VIME_SETS.items()
+        if name in flags and flags[name] is not None and flags[name] != vime
+    ]
+
+
+def rl_kernel_ops(flags) -> tuple[str, ...]:
+    """The RL-Kernel operators --rl-kernel-ops lists (VIME splits the value on commas)."""
+    value = flags.get("rl-kernel-ops")
+    items = value if isinstance(value, list) else [value] if value not in (None, False, True) else []
+    return tuple(op.strip() for item in items for op in str(item).split(",") if op.strip())
+
+
+@rule(backends=CLUSTER)
+def rl_kernel_ops_run(flags, spec, knobs):
+    """An RL-Kernel operator runs only when --enable-rl-kernel is on and the operator is listed."""
+    ops = rl_kernel_ops(flags)
+    unknown = [op for op in ops if op not in RL_KERNEL_OPS]
+    if unknown:
+        return Finding(
+            "rl-kernel-ops",
+            f"--rl-kernel-ops lists {', '.join(unknown)}, which VIME never calls (it asks is_rl_kernel_op_enabled for "
+            f"{' and '.join(RL_KERNEL_OPS)} only, {RLK_RUNTIME}): the run would measure the native path",
+        )
+    if ops and not flags.get("enable-rl-kernel"):
+        return Finding(
+            "enable-rl-kernel",
+            f"--rl-kernel-ops {','.join(ops)} without --enable-rl-kernel: VIME runs an RL-Kernel operator only when "
+            f"args.enable_rl_kernel is set and the operator is listed ({RLK_SWITCH} is_rl_kernel_op_enabled)",
+        )
+    if flags.get("enable-rl-kernel") and not ops:
+        return Finding(
+            "rl-kernel-ops",
+            f"--enable-rl-kernel without --rl-kernel-ops: VIME's allowlist defaults to empty ({VIME_ARGS} "
+            f"add_rl_kernel_arguments: default=()), so no operator would run; list one, e.g. --rl-kernel-ops linear_logp",
+        )
+    return None
+
+
+@rule(backends=CLUSTER)
+def linear_logp_runs_without_fallback(flags, spec, knobs):
+    """RL-Kernel's linear_logp falls back to VIME's native path (or stops, strict) where its runtime
+    cannot run: context parallelism, or an entropy the loss needs."""
+    if not flags.get("enable-rl-kernel") or "linear_logp" not in rl_kernel_ops(flags):
+        return None
+    what = "stops with 'RL-Kernel linear_logp is enabled but unavailable'" if flags.get("rl-kernel-strict") else "falls back to the native path"
+    if whole(flags, "context-parallel-size", 1) > 1 or flags.get("allgather-cp"):
+        return Finding(
+            "context-parallel-size",
+            f"RL-Kernel linear_logp {what} under context parallelism ('context parallel logprob redistribution is not "
+            f"supported', {RLK_RUNTIME} _linear_logp_runtime_blocker): --context-parallel-size "
+            f"{flags.get('context-parallel-size', 1)}; give the stage context-parallel 1 in the site file",
+        )
+    if flags.get("use-rollout-entropy") or flags.get("entropy-coef", 0.0) not in (0, 0.0, None):
+        flag = "use-rollout-entropy" if flags.get("use-rollout-entropy") else "entropy-coef"
+        return Finding(flag, f"RL-Kernel linear_logp {what} when the entropy is requested ('entropy is requested', {RLK_RUNTIME}): --{flag} is set")
+    return None
+
+
+@rule(backends=CLUSTER)
+def model_fits_the_stage(flags, spec, knobs):
+    """The model's training state and rollout weights against the stage's GPUs (harness/spec/capacity.py)."""
+    from harness.spec.capacity import shortfalls
+    from harness.spec.cluster import site_stage_hardware
+    from harness.spec.rules import actor_gpus
+
+    hardware, node = site_stage_hardware(knobs, spec.stage)
+    if node.gpu_memory_gib is None:
+        return None
+    return [
+        Finding(flag, f"stage {spec.stage} on {hardware} cannot hold the model: {why}")
+        for flag, why in shortfalls(flags, node.gpu_memory_gib, actor_gpus(flags))
+    ]
 
 
 # --------------------------------------------------------------- mitigation flags, on every backend

@@ -134,6 +134,13 @@ def test_a_ray_job_outlives_the_harness_and_is_attached_to_again(ray_cluster, si
     wandb = environment["wandb"]
     assert wandb["mode"] == "offline" and wandb["project"] == "lab-ci" and wandb["run_id"], wandb
     assert Path(wandb["dir"]).resolve().is_relative_to(run_path.resolve()) and Path(wandb["dir"]).is_dir(), wandb
+    # Provenance from the nodes that ran the job: each of the cluster's two nodes described itself
+    # inside the job (harness.launch.node_probe); what the login node said is kept apart.
+    probed = environment["nodes"]
+    assert len(probed) == 2 and len({node["ray_node_id"] for node in probed}) == 2, probed
+    assert all(node["versions"]["python"] and "env" in node and "gpus" in node for node in probed)
+    assert environment["hardware"]["nodes"]["count"] == 2 and "inside the Ray job" in environment["hardware"]["nodes"]["source"]
+    assert environment["launched_from"]["hardware"]["nodes"]["count"] == 1
     launched = environment["ray_job"]
     assert launched["working_dir"] == str(site / "work") and "LAB_SITE_NAME" in launched["env"] and "LAB_PRIVATE" not in launched["env"]
 

@@ -408,7 +408,7 @@ CORPUS: list[BadInput] = [
         "site-unknown-stage-key",
         "site file",
         with_site("stages:\n  p1:\n    gpus-per-nod: 4\n"),
-        "stages.p1.gpus-per-nod: unknown site key; allowed here: gpus-per-node, actor-nodes, rollout-gpus",
+        "stages.p1.gpus-per-nod: unknown site key; allowed here: hardware, gpus-per-node, actor-nodes, rollout-gpus, tensor-parallel",
     ),
     BadInput(
         "site-unknown-stage", "site file", with_site("stages:\n  p9:\n    gpus-per-node: 4\n"), "stages.p9: expected a stage of knobs/stages.yaml"
