@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from harness import DEFAULT_KNOBS_DIR, DEFAULT_RUNS_DIR, REPO_ROOT
-from harness.spec import SpecError
+from harness.spec import SpecError, backends
 from harness.spec_arguments import add_set_argument, add_site_argument
 
 DEFAULT_JUDGED = REPO_ROOT / "reports" / "judged"
@@ -41,7 +41,7 @@ def _source(args: argparse.Namespace, find_only: bool):
     launch = None
     if not find_only:
         # A cluster's runs take hours: a line per run every 30 s (rollout i/N, ETA); an embedded batch says a line per run.
-        progress = print if args.backend == "vime" else None
+        progress = print if backends.backend(args.backend).long_runs else None
         launch = LaunchSettings(
             rerun=args.rerun, session_started=time.time(), parallel_runs=args.parallel_runs, batch_sink=print, progress_sink=progress
         )

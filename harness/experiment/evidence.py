@@ -21,7 +21,7 @@ from harness.judge import drift_class, ladder
 from harness.judge.evidence import BoundaryResult, ContractResult, FrameworkResult, RungEvidence
 from harness.recipes import DATA_RECIPES, URI_PREFIX, recipe_hash
 from harness.records.runload import Run
-from harness.spec import Knobs
+from harness.spec import Knobs, backends
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Probes:
 
 def paired_for(backend: str, knobs: Knobs) -> Callable | None:
     """The paired per-token delta (child, parent) -> PairedDelta | NotChecked, on the embedded backend only."""
-    if backend != "embedded":
+    if not backends.backend(backend).trainer_in_repo:  # the scorer rebuilds this repository's trainer
         return None
     from harness.experiment.paired_scores import paired_delta
 
@@ -210,7 +210,7 @@ def pair_files(baseline: Run, candidate: Run, knobs: Knobs):
 
     prompts = tuple(prompts_fingerprint(run.spec.flag("prompt-data")) for run in (baseline, candidate))
     execution = None
-    if candidate.spec.backend == "embedded":
+    if getattr(backends.of_run(candidate.spec.backend), "trainer_in_repo", False):  # it counts its operator calls
         calls, problem = read_operator_calls(candidate.path)
         base, _ = read_operator_calls(baseline.path)
         logged = len({n for n, _ in candidate.series(ABS_DIFF)})

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.judge.ladder import family_members
-from harness.spec import Knobs
+from harness.spec import Knobs, backends
 from harness.spec.flag_read import int_flag
 
 Request = tuple[str, str, str, dict]
@@ -26,7 +26,7 @@ SpecOf = Callable[..., object]  # (stage, rung, mode, **overrides) -> RunSpec, w
 def ab_replicates(knobs: Knobs, backend: str) -> int:
     """Seeds a side for the judged A/B questions (knobs/ab.yaml replicates; one without it)."""
     chosen = knobs.ab.replicates
-    return 1 if chosen is None else (chosen.embedded if backend == "embedded" else chosen.cluster)
+    return 1 if chosen is None else getattr(chosen, backends.backend(backend).replicate_section)
 
 
 def replicate_requests(spec_of: SpecOf, stage: str, mode: str, side: tuple[str, dict], count: int) -> list[Request]:

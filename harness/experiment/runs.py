@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.records.runload import Run
-from harness.spec import Knobs, SpecError, resolve, validate
+from harness.spec import Knobs, SpecError, backends, resolve, validate
 from harness.spec.flag_read import int_flag
 from harness.spec.resolve import RunSpec
 
@@ -100,7 +100,7 @@ class RunSource:
         launch: LaunchSettings | None = None,
     ):
         self.knobs, self.backend, self.runs_dir = knobs, backend, Path(runs_dir).resolve()
-        self.seed_offset, self.find_only = int(seed_offset or 0), find_only or backend == "records"
+        self.seed_offset, self.find_only = int(seed_offset or 0), find_only or not backends.backend(backend).launches
         self.launch = launch or LaunchSettings(session_started=time.time())
         self._loaded: dict[str, Run] = {}
 

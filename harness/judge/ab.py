@@ -23,7 +23,7 @@ from harness.judge.margin import interval_critical, noninferiority_margin, outco
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
-from harness.spec import Knobs
+from harness.spec import Knobs, backends
 from harness.spec.run_identity import NOT_WHAT_RUNS
 
 
@@ -40,7 +40,7 @@ def _environment_identity(run: Run) -> dict:
     hardware = env.get("hardware") or {}
     # The embedded trainer is this repository's code: its source version is the "commit" that
     # matters (judging code may change between the two runs without changing either run).
-    code = run.spec.code_version if run.spec.backend == "embedded" else None
+    code = run.spec.code_version if getattr(backends.of_run(run.spec.backend), "trainer_in_repo", False) else None
     return {
         "commit": code or (env.get("vime") or {}).get("commit") or (env.get("harness") or {}).get("commit"),
         "image": (env.get("container") or {}).get("image"),
@@ -105,7 +105,7 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs, files: PairFi
             problems.append(f"{key} differs: baseline {ia[key]!r}, candidate {ib[key]!r}")
     if differing & operator_flags:
         problems += execution_problems(files)
-    if candidate.spec.backend != "embedded" and files.execution is not None:
+    if not getattr(backends.of_run(candidate.spec.backend), "trainer_in_repo", False) and files.execution is not None:
         return problems  # its own log's op lines, fallback counters and decisions were judged (harness.judge.vime_execution)
     decisions = files.decisions
     problems += files.decision_warnings

@@ -17,7 +17,7 @@ from harness.judge.verdict import Verdict, after_warmup, finite_values
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.models import Failure
 from harness.records.runload import Run
-from harness.spec import Knobs
+from harness.spec import Knobs, backends
 
 # The failures the seed names ("NCCL, HTTP, CUDA illegal access, or OOM"), plus the ones that
 # are the same failure seen from another side (a dead engine, a refused connection, a timeout).
@@ -233,7 +233,8 @@ def record_is_complete(ctx: JudgeContext) -> Verdict:
     fields = {
         "commit": commit,
         # The miniature runs in no container by design; a cluster run must name its image.
-        "image": container.get("image") or ("none (embedded backend, no container)" if run.spec.backend == "embedded" else None),
+        "image": container.get("image")
+        or (f"none ({run.spec.backend} backend, no container)" if getattr(backends.of_run(run.spec.backend), "trainer_in_repo", False) else None),
         "hardware": (hardware.get("gpus") or {}).get("models") or hardware.get("cpu"),
         "mode": run.spec.mode,
         "exact config": run.argv,

@@ -19,7 +19,7 @@ from harness.judge.evidence import BoundaryResult, Need, RungEvidence
 from harness.judge.ladder import RungJudgement, abs_diff_after_warmup, holm_level_or_alone
 from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
-from harness.spec import Knobs
+from harness.spec import Knobs, backends
 from harness.spec.flag_read import is_on, number_flag
 from harness.spec.schema import Rung
 
@@ -185,7 +185,7 @@ def _semantic_step(judgement, rung: Rung, knobs: Knobs, drifting: Run, drifting_
         # No replay can remove anything here; whether each side applied the declared temperature is
         # measured by probe 6 (each side's fitted T_hat against the declared T), or semantics stays open.
         return _DECIDED if _contract_probe_rules(judgement, drifting, evidence) else None
-    if drifting.spec.backend == "embedded":
+    if getattr(backends.of_run(drifting.spec.backend), "trainer_in_repo", False):  # a replay run can be made here
         if drifting_rung not in evidence.replay:
             judgement.needs.append(Need("replay", drifting_rung))
             return _DECIDED

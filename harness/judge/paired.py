@@ -32,7 +32,7 @@ import numpy as np
 from harness.judge import outcome as outcomes
 from harness.judge.stats import DiffCI
 from harness.records.runload import Run
-from harness.spec import Knobs
+from harness.spec import Knobs, backends
 
 __all__ = [
     "PairedDelta",
@@ -158,8 +158,8 @@ def trainer_flags(run: Run) -> list[str] | None:
 def not_checked_reason(child: Run, parent: Run, knobs: Knobs) -> str | None:
     """Why this pair cannot be scored on shared tokens, or None when it can."""
     for role, run in (("child", child), ("parent", parent)):
-        if run.spec.backend != "embedded":
-            return f"the {role} run {run.id} ran on backend {run.spec.backend!r}; only the embedded backend's configuration can be rebuilt and scored here"
+        if not getattr(backends.of_run(run.spec.backend), "trainer_in_repo", False):
+            return f"the {role} run {run.id} ran on backend {run.spec.backend!r}; only this repository's trainer can be rebuilt and scored here"
         if trainer_flags(run) is None:
             return f"the {role} run {run.id} records no embedded trainer command (argv.json)"
         if not _identity_contract(run):

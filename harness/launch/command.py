@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness import DEFAULT_RUNS_DIR
 from harness.arguments import existing_dir, positive_seconds, writable_dir
-from harness.spec import SpecError
+from harness.spec import SpecError, backends
 from harness.spec_arguments import add_spec_arguments, site_default, spec_from_args
 
 
@@ -37,7 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     writable_dir(runs_dir, "--runs-dir")
     if args.vime_root is not None:
         existing_dir(args.vime_root, "--vime-root", "a VIME checkout with train.py")
-    if spec.backend == "embedded":
+    if backends.backend(spec.backend).trainer_in_repo:  # this repository's trainer: its flags are checked before it starts
         check_embedded_flags(spec)
     timeout, why = (args.timeout, "--timeout") if args.timeout is not None else run_timeout(knobs, spec)
     options = LaunchOptions(

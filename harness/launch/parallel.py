@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
+from harness.spec import backends
+
 T = TypeVar("T")
 WAIT_SECONDS = 0.5  # how often the main thread wakes while it waits, so Ctrl-C reaches it at once
 
@@ -43,18 +45,9 @@ def slots(knobs, backend: str, requested: int | None = None) -> tuple[int, str]:
     if requested is not None:
         return max(1, int(requested)), f"--parallel-runs {requested}"
     parallel = getattr(knobs.budgets, "parallel", None) if knobs.budgets is not None else None
-    if parallel is None or backend == "records":
-        return 1, "no parallel section in launch.yaml" if parallel is None else "records are read, not launched"
-    if backend != "embedded":
-        return parallel.vime, f"launch.yaml parallel.vime = {parallel.vime}"
-    if parallel.embedded != "auto":
-        return parallel.embedded, f"launch.yaml parallel.embedded = {parallel.embedded}"
-    cores = usable_cores()
-    memory = available_memory_gib()
-    by_memory = cores if memory is None else max(1, int(memory // parallel.memory_per_run_gib))
-    count = max(1, min(cores, by_memory))
-    memory_note = "" if memory is None else f", {memory:.0f} GiB available / {parallel.memory_per_run_gib:g} GiB a run"
-    return count, f"launch.yaml parallel.embedded = auto: {cores} usable cores{memory_note}"
+    if parallel is None:
+        return 1, "no parallel section in launch.yaml"
+    return backends.backend(backend).slots(parallel, cores=usable_cores(), memory_gib=available_memory_gib())
 
 
 def run_all(

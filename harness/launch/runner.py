@@ -24,7 +24,6 @@ from filelock import FileLock
 from harness.launch.progress import RunProgress
 from harness.launch.ray_job import TERMINAL, RayJob, client_for, default_job_env, jobs_of_run
 from harness.launch.sources import LocalProcess, trainer_still_running
-from harness.launch.trainer import output_flags, trainer_command
 from harness.records.atomic import atomic_write_json
 from harness.records.commit import harness_commit
 from harness.records.environment import checkpoint_record, collect_environment
@@ -32,7 +31,7 @@ from harness.records.failures import primary_failure
 from harness.records.logparse import LogParser
 from harness.records.models import Failure, Record
 from harness.records.rundir import RunDir, written_by_harness
-from harness.spec import RunSpec, SpecError, render_argv
+from harness.spec import RunSpec, SpecError, backends, render_argv
 from harness.spec.flag_read import int_flag, text_flag
 
 POLL_SECONDS = 0.5
@@ -193,12 +192,13 @@ def _command(spec: RunSpec, options: LaunchOptions) -> tuple[list[str], Path]:
     site = options.site
     on_cluster = bool(options.ray_address)
     vime_root = options.vime_root or getattr(site, "vime_root", None)
-    command, cwd = trainer_command(spec.backend, vime_root, on_cluster=on_cluster)
+    backend = backends.backend(spec.backend)
+    command, cwd = backend.trainer_command(vime_root, on_cluster=on_cluster)
     if options.trainer:
         command = list(options.trainer)
     if on_cluster and getattr(site, "working_dir", None):
-        if spec.backend == "vime" and not options.trainer:
-            command = [*command[:-1], str(cwd / "train.py")]  # train.py stays VIME's, wherever the job starts
+        if not backend.trainer_in_repo and not options.trainer:
+            command = [*command[:-1], str(cwd / command[-1])]  # the trainer's script stays its checkout's, wherever the job starts
         cwd = Path(site.working_dir)
     return command, cwd
 
@@ -218,7 +218,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
     interrupted with every step it logged (a Ray job is left running: `_record_interrupt`); the
     exception then goes on to the caller."""
     command, cwd = _command(spec, options)
-    argv = render_argv(spec.flags) + output_flags(run_dir.path, spec.backend, spec.flags)
+    argv = render_argv(spec.flags) + backends.backend(spec.backend).output_flags(run_dir.path, spec.flags)
     source = None
     with signals_raise():
         try:
@@ -228,7 +228,7 @@ def launch(spec: RunSpec, run_dir: RunDir, options: LaunchOptions) -> str:
             image = options.image or getattr(options.site, "image", None)
             environment = collect_environment(Path(vime_root) if vime_root and Path(vime_root).is_dir() else None, image)
             environment["harness"] = harness_commit().as_dict()
-            if spec.backend == "vime":  # the rollout checkpoint's own config.json: its precision, not its name's
+            if backends.backend(spec.backend).on_cluster:  # the rollout checkpoint's own config.json: its precision, not its name's
                 environment["checkpoint"] = checkpoint_record(text_flag(spec.flags, "hf-checkpoint"))
             if options.ray_address:  # where the job runs, and which variables it was given (names: values may be secrets)
                 environment["ray_job"] = {"address": options.ray_address, "working_dir": str(cwd), "env": sorted(_job_env(options))}
@@ -265,7 +265,7 @@ def attach(spec: RunSpec, run_dir: RunDir, job_id: str, options: LaunchOptions) 
             if not run_dir.file(RunDir.SPEC).exists():  # attached from a runs directory the launch did not write
                 run_dir.write_spec(spec.to_dict())
                 command, _ = _command(spec, options)
-                run_dir.write_argv(command + render_argv(spec.flags) + output_flags(run_dir.path, spec.backend, spec.flags))
+                run_dir.write_argv(command + render_argv(spec.flags) + backends.backend(spec.backend).output_flags(run_dir.path, spec.flags))
             run_dir.set_status("running")
             source = RayJob.attach(options.ray_address, job_id)
             atomic_write_json(run_dir.file(TRAINER_FILE), source.identity())
@@ -281,7 +281,7 @@ def attach(spec: RunSpec, run_dir: RunDir, job_id: str, options: LaunchOptions) 
 def _local_source(command: list[str], cwd: Path, env: dict[str, str], spec: RunSpec, options: LaunchOptions, run_dir: RunDir):
     """The trainer as a local process: forked warm when the options ask for it and it is available,
     otherwise started cold (the log says why)."""
-    if options.warm_start and spec.backend == "embedded" and not options.trainer:
+    if options.warm_start and backends.backend(spec.backend).trainer_in_repo and not options.trainer:
         from harness.launch.warm import WarmProcess, WarmStartUnavailable
 
         try:

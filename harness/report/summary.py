@@ -19,6 +19,7 @@ from harness.judge.verdict import after_warmup, finite_values
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD, STEP_TIME
 from harness.report.flags import describe_hardware, describe_operator_path, describe_precision
 from harness.report.tables import format_cell, to_csv, to_markdown
+from harness.spec import backends
 from harness.spec.flag_read import is_on
 
 # The seed's own columns, in its order ("Suggested summary table"); every table of runs starts with them.
@@ -196,7 +197,9 @@ def summary_row_from_run(
         hardware=describe_hardware(run.environment, run.ingest),
         mode=mode,
         precision=describe_precision(
-            flags, (run.environment or {}).get("checkpoint") or (run.ingest or {}).get("checkpoint"), vime=run.spec.backend in ("vime", "records")
+            flags,
+            (run.environment or {}).get("checkpoint") or (run.ingest or {}).get("checkpoint"),
+            vime=not getattr(backends.of_run(run.spec.backend), "trainer_in_repo", True),
         ),
         operator_path=describe_operator_path(flags, execution_decisions),
         final_reward=float(rewards[-reward_window:].mean()) if len(rewards) else None,

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from harness.spec import backends
 from harness.spec.schema import Strict
 
 
@@ -53,6 +54,6 @@ def run_timeout(knobs, spec) -> tuple[float, str]:
     rollouts = spec.flags.get("num-rollout")
     if budgets is None or spec.stage not in budgets.stages or not isinstance(rollouts, int):
         return FALLBACK_TIMEOUT_S, f"no budget for stage {spec.stage} in launch.yaml: the fixed {FALLBACK_TIMEOUT_S:.0f} s"
-    budget = getattr(budgets.stages[spec.stage], "embedded" if spec.backend == "embedded" else "vime")
+    budget = getattr(budgets.stages[spec.stage], backends.backend(spec.backend).knob_section)
     seconds = budget.start_up_s + rollouts * budget.step_s
     return seconds, f"launch.yaml stages.{spec.stage}: {budget.start_up_s:.0f} s start-up + {rollouts} rollouts x {budget.step_s:.0f} s"

@@ -8,10 +8,9 @@ honest equivalent. Never silently something else.
 
 from __future__ import annotations
 
+from harness.spec import backends
 from harness.spec.errors import SpecError
 from harness.spec.schema import Rung
-
-CLUSTER_BACKENDS = ("vime", "records")
 
 
 def stage_hardware(knobs, stage_name: str) -> tuple[str, int]:
@@ -53,7 +52,7 @@ def vime_line(knobs) -> str:
 def caveat_for(knobs, rung: Rung, backend: str):
     """The rung's on-vime caveat if it applies to this backend and VIME line, else None."""
     caveat = rung.on_vime
-    if backend not in CLUSTER_BACKENDS or caveat is None or vime_line(knobs) not in caveat.lines:
+    if not backends.backend(backend).on_cluster or caveat is None or vime_line(knobs) not in caveat.lines:
         return None
     return caveat
 
@@ -63,7 +62,7 @@ def skip_reason(knobs, rung: Rung, backend: str) -> str | None:
     from harness.spec.load import _relative
 
     where = _relative(knobs.root / "ladder" / f"{rung.id}.yaml")
-    if backend not in rung.backends and not (backend == "records" and "vime" in rung.backends):
+    if not backends.backend(backend).named_in(rung.backends):
         return f"{where}: backends: runs on {' or '.join(rung.backends)} only, not {backend}"
     caveat = caveat_for(knobs, rung, backend)
     if caveat is not None and caveat.action == "skip":

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from harness.spec import backends
 from harness.spec.errors import SpecError
 from harness.spec.schema import Backend, FlagValue, Strict, check_flag_names
 from harness.spec.values import PLACEHOLDER_PREFIX, flag_value_problems
@@ -92,12 +93,12 @@ def model_for(knobs, backend: str) -> ModelFile | None:
     """The model the spec names for `backend` (records runs are VIME runs): the site's `model:` on
     a cluster backend, else base.yaml's; None if unnamed."""
     choice = knobs.base.model
-    site_model = getattr(knobs.site, "model", None) if backend != "embedded" else None
+    site_model = getattr(knobs.site, "model", None) if backends.backend(backend).on_cluster else None
     if site_model is not None:
         return load_model(knobs.root, site_model)
     if choice is None:
         return None
-    return load_model(knobs.root, choice.embedded if backend == "embedded" else choice.vime)
+    return load_model(knobs.root, getattr(choice, backends.backend(backend).knob_section))
 
 
 def rename_placeholders(knobs, flags: dict, provenance: dict[str, str], backend: str) -> None:
@@ -106,7 +107,7 @@ def rename_placeholders(knobs, flags: dict, provenance: dict[str, str], backend:
     `/path/to/qwen3-8b-FP8`), so a site must give that model's paths: one model's checkpoint
     never reaches another model's run unsaid."""
     choice = knobs.base.model
-    if backend == "embedded" or choice is None or choice.placeholders is None:
+    if not backends.backend(backend).on_cluster or choice is None or choice.placeholders is None:
         return
     model = model_for(knobs, backend)
     written_for = load_model(knobs.root, choice.placeholders)
@@ -123,7 +124,7 @@ def model_flags(knobs, backend: str) -> tuple[str, dict[str, FlagValue]]:
     """(layer name, flags) to merge for `backend`: empty where the model is not rendered there. A
     dense model's layer also removes the expert-only flags (None deletes a flag in a layer)."""
     model = model_for(knobs, backend)
-    if model is None or backend not in model.rendered_on:
+    if model is None or not backends.backend(backend).named_in(model.rendered_on):
         return "", {}
     dense = {} if model.is_moe else dict.fromkeys(EXPERT_ONLY_FLAGS)
     return f"model:{model.id}", {**dense, **model.flags}
@@ -133,7 +134,7 @@ def dense_model_skip(knobs, rung, backend: str) -> str | None:
     """Why `rung` is not run on `backend`'s model when that model is dense and the rung needs an MoE
     (it, or a rung above it, sets an MoE-only flag; or it is the baseline of rungs that all do)."""
     model = model_for(knobs, backend)
-    if model is None or backend not in model.rendered_on or model.is_moe:
+    if model is None or not backends.backend(backend).named_in(model.rendered_on) or model.is_moe:
         return None
     need = _needs_moe(knobs, rung.id, backend)
     if need is None:

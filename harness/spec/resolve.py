@@ -12,14 +12,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from harness.spec.cluster import CLUSTER_BACKENDS, equivalence_note, site_stage_hardware, skip_reason
+from harness.spec import backends
+from harness.spec.cluster import equivalence_note, site_stage_hardware, skip_reason
 from harness.spec.code_version import embedded_code_version
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
 from harness.spec.machine import cpu_isa
 from harness.spec.models import model_flags, rename_placeholders
 from harness.spec.run_identity import computed_flags
-from harness.spec.schema import BACKENDS, MODES, FlagValue, check_flag_names
+from harness.spec.schema import MODES, FlagValue, check_flag_names
 from harness.spec.site import candidate_layer, fill_paths, rung_owned_problems, settings_layers
 from harness.spec.values import value_problem
 
@@ -44,7 +45,7 @@ class RunSpec:
         # what it computes (not where its metrics go: harness.spec.run_identity). Stage and rung
         # are names; two stages with the same embedded profile share one run.
         payload = {"backend": self.backend, "flags": computed_flags(self.flags)}
-        if self.backend == "embedded":
+        if backends.backend(self.backend).trainer_in_repo:
             payload["code"] = embedded_code_version()
             # The CPU's numerics: a run made on the other x86 kind, or under the ISA switches or the
             # AVX2-only emulation, computed other numbers and is not this machine's run to reuse.
@@ -68,7 +69,7 @@ class RunSpec:
             "backend": self.backend,
             "spec_hash": self.spec_hash,
             "flags": dict(self.flags),
-            "code_version": embedded_code_version() if self.backend == "embedded" else None,
+            "code_version": embedded_code_version() if backends.backend(self.backend).trainer_in_repo else None,
             "overrides": dict(self.overrides),
             "provenance": dict(self.provenance),
             "notes": list(self.notes),
@@ -93,8 +94,8 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
         problems.append(f"--rung: expected one of {', '.join(sorted(knobs.rungs))}, got {rung!r}")
     if mode not in MODES:
         problems.append(f"--mode: expected one of {', '.join(MODES)}, got {mode!r}")
-    if backend not in BACKENDS:
-        problems.append(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend not in backends.names():
+        problems.append(f"--backend: expected one of {', '.join(backends.names())}, got {backend!r}")
     if problems:
         raise SpecError(problems)
     stage_cfg = knobs.stages[stage]
@@ -117,7 +118,7 @@ def resolve(knobs: Knobs, stage: str, rung: str, mode: str, backend: str = "embe
     _apply(flags, provenance, model_layer, model_origin)
     for section in stage_cfg.for_backend(backend):
         _apply(flags, provenance, section, f"stage:{stage}")
-    if backend in CLUSTER_BACKENDS and knobs.hardware:
+    if backends.backend(backend).on_cluster and knobs.hardware:
         hardware, node = site_stage_hardware(knobs, stage)
         _apply(flags, provenance, {"num-gpus-per-node": node.gpus_per_node}, f"hardware:{hardware}")
     layers = [(f"mode:{mode}", knobs.base.modes[mode])]

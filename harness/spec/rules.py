@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.spec import backends
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs
 from harness.spec.resolve import RunSpec
 
-ALL_BACKENDS = frozenset({"embedded", "vime", "records"})
-CLUSTER = frozenset({"vime", "records"})  # a records run is a VIME run that already happened
+ALL_BACKENDS = frozenset(backends.names())
+CLUSTER = frozenset(name for name in backends.names() if backends.backend(name).on_cluster)  # a records run is a VIME run that already happened
 
 
 @dataclass(frozen=True)

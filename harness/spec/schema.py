@@ -7,12 +7,21 @@ than a setting silently ignored.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from harness.spec import backends
+
+
+def _known_backend(name: str) -> str:
+    if name not in backends.names():
+        raise ValueError(f"expected one of {', '.join(backends.names())} (the modules of harness/spec/backends/), got {name!r}")
+    return name
+
 
 Mode = Literal["colocate", "non-colocate"]
-Backend = Literal["embedded", "vime", "records"]
+Backend = Annotated[str, AfterValidator(_known_backend)]
 # undetermined: the delta was inconclusive (harness.judge.outcome), so no class is decided on it.
 # undecided: a probe the class needs could not run (harness.attribution.probes names it: "undecided: needs X").
 DriftClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator", "undetermined", "undecided"]
@@ -25,7 +34,6 @@ ExpectedDirection = Literal["up", "down", "flat", "not-expected"]
 ExpectedClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator", "not-expected"]
 
 MODES: tuple[str, ...] = ("colocate", "non-colocate")
-BACKENDS: tuple[str, ...] = ("embedded", "vime", "records")
 DRIFT_CLASSES: tuple[str, ...] = ("none", "expected-numerical", "semantic", "framework", "candidate-operator")
 
 # A VIME flag as written in knobs: the flag name without dashes. `true` is a bare switch,
@@ -60,9 +68,8 @@ class FlagLayer(Strict):
         return check_flag_names(flags)
 
     def for_backend(self, backend: str) -> list[dict[str, FlagValue]]:
-        """The dicts to apply, in order, for one backend."""
-        section = self.embedded if backend == "embedded" else self.vime
-        return [self.flags, section]
+        """The dicts to apply, in order, for one backend: the shared flags, then its section's."""
+        return [self.flags, getattr(self, backends.backend(backend).knob_section)]
 
 
 VimeLine = Literal["rl-align", "upstream"]
@@ -110,7 +117,7 @@ class Stage(FlagLayer):
     def replicate_count(self, backend: str) -> int:
         if self.replicates is None:
             return 1
-        return self.replicates.embedded if backend == "embedded" else self.replicates.cluster
+        return getattr(self.replicates, backends.backend(backend).replicate_section)
 
 
 class Hardware(Strict):
@@ -193,7 +200,7 @@ class Rung(Strict):
     title: str
     parent: str | None
     stages: list[str] = Field(min_length=1)
-    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS))
+    backends: list[Backend] = Field(default_factory=lambda: list(backends.names()))
     why: str
     expect: Expectation
     changes: FlagLayer = Field(default_factory=FlagLayer)

@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
+from harness.spec import backends
 from harness.spec.errors import SpecError
 from harness.spec.schema import FlagValue, Strict, check_flag_names
 from harness.spec.values import PLACEHOLDER_PREFIX, flag_value_problems, value_problem
@@ -315,11 +316,11 @@ def settings_layers(knobs, stage: str, backend: str, rung: str | None = None) ->
     layers: list[tuple[str, dict[str, FlagValue]]] = []
     site: Site | None = knobs.site
     if site is not None:
-        if backend != "embedded" and stage in site.stages:
+        if backends.backend(backend).on_cluster and stage in site.stages:
             layers.append((f"site:{site.source} stages.{stage}", site.stages[stage].flags_for_vime()))
         if site.wandb is not None:  # the embedded trainer logs through the same flags (harness/embedded/tracking.py)
             layers.append((f"site:{site.source} wandb", site.wandb.flags()))
-        if backend != "embedded" and site.flags:  # VIME flags: the miniature's own table lacks most of them
+        if backends.backend(backend).on_cluster and site.flags:  # VIME flags: the miniature's own table lacks most of them
             layers.append((f"site:{site.source} flags", dict(site.flags)))
         candidate = candidate_layer(knobs, rung, backend)
         if candidate:
@@ -332,7 +333,7 @@ def settings_layers(knobs, stage: str, backend: str, rung: str | None = None) ->
 def candidate_layer(knobs, rung: str | None, backend: str) -> tuple[str, dict[str, FlagValue]] | None:
     """The site's candidate flags when `rung` is the A/B pair's candidate on a cluster backend."""
     site: Site | None = knobs.site
-    if site is None or not isinstance(site.candidate, SiteCandidate) or backend == "embedded":
+    if site is None or not isinstance(site.candidate, SiteCandidate) or not backends.backend(backend).on_cluster:
         return None
     if rung != knobs.ab.pair.candidate:
         return None
@@ -397,7 +398,7 @@ def _origin_file(origin: str) -> str:
 
 def launch_problems(spec, site_source: str | None) -> list[str]:
     """Rule 3: one line per flag still holding a placeholder when a vime-backend run is launched."""
-    if spec.backend != "vime":
+    if not (backends.backend(spec.backend).on_cluster and backends.backend(spec.backend).launches):
         return []
     where = f"the site file {site_source}" if site_source else f"a site file passed with --site (see {EXAMPLE_SITE})"
     return [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # Imported for their registrations: the every-backend rules, then the cluster rules (problems are
 # listed in that order).
-from harness.spec import rules, vime_rules  # noqa: F401
+from harness.spec import backends, rules, vime_rules  # noqa: F401
 from harness.spec.errors import SpecError
 from harness.spec.load import Knobs, _relative
 from harness.spec.resolve import RunSpec
@@ -23,7 +23,7 @@ def where(knobs: Knobs, spec: RunSpec, flag: str | None) -> str:
         return f"{_relative(knobs.root)} ({spec.stage}/{spec.rung}/{spec.mode})" + (f": --{flag} (not set)" if flag else "")
     origin = spec.provenance[flag]
     kind, _, name = origin.partition(":")
-    section = "embedded" if spec.backend == "embedded" else "vime"
+    section = backends.backend(spec.backend).knob_section
 
     def key_in(layer, prefix: str) -> str:
         return f"{prefix}{section if flag in getattr(layer, section) else 'flags'}.{flag}"

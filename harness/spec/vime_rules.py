@@ -11,6 +11,7 @@ routing replay) hold on every backend: the embedded trainer takes the same flags
 
 from __future__ import annotations
 
+from harness.spec import backends
 from harness.spec.cluster import vime_line
 from harness.spec.rules import ALL_BACKENDS, CLUSTER, Finding, rule, whole
 from harness.spec.vime_flags import flag_problem, load_flag_table
@@ -309,7 +310,7 @@ def routing_replay_needs_experts(flags, spec, knobs):
     """R3 replays routed experts: a dense model has none (VIME reads them from vLLM's routed_experts)."""
     if not flags.get("use-rollout-routing-replay"):
         return None
-    if spec.backend == "embedded":
+    if backends.backend(spec.backend).trainer_in_repo:
         experts = _embedded_experts(flags.get("hf-checkpoint"))
         if experts == 0:
             return Finding(

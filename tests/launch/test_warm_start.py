@@ -12,9 +12,9 @@ import pytest
 
 from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
 from harness.launch.runner import LaunchOptions, ensure_run
-from harness.launch.trainer import output_flags, trainer_command
 from harness.launch.warm import WarmProcess, WarmStartUnavailable
 from harness.spec import load_knobs, render_argv, resolve, validate
+from harness.spec.backends import backend
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
 STEP_LINE = re.compile(r"\] \S+:\d+ - (step \d+: .*)$")  # without the time stamp and source line
@@ -42,10 +42,10 @@ def test_a_warm_run_logs_exactly_what_a_cold_run_logs(tmp_path):
 
 
 def test_stopping_a_warm_run_ends_its_trainer(tmp_path):
-    command, cwd = trainer_command("embedded", None)
+    command, cwd = backend("embedded").trainer_command(None)
     run_path = tmp_path / "run"
     (run_path / "dumps").mkdir(parents=True)
-    argv = render_argv(spec(**{"num-rollout": 10_000}).flags) + output_flags(run_path, "embedded")
+    argv = render_argv(spec(**{"num-rollout": 10_000}).flags) + backend("embedded").output_flags(run_path, {})
     source = WarmProcess(command + argv, cwd or REPO_ROOT, dict(os.environ, PYTHONUNBUFFERED="1"))
     lines, deadline = [], time.monotonic() + 300
     while time.monotonic() < deadline and sum("step " in line for line in lines) < 2:

@@ -137,7 +137,7 @@ import os
 from pathlib import Path
 
 from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
-from harness.launch.trainer import output_flags, trainer_command
+from harness.spec.backends import backend
 from harness.launch.warm import run_to_end
 from harness.spec import load_knobs, render_argv, resolve
 
@@ -147,8 +147,8 @@ def test_a_trainer_that_never_ends():
     (run_path / "dumps").mkdir(parents=True)
     knobs = load_knobs(DEFAULT_KNOBS_DIR)
     flags = resolve(knobs, "p1", "near-aligned", "colocate", "embedded", {"num-rollout": 10_000}).flags
-    command, cwd = trainer_command("embedded", None)
-    run_to_end(command + render_argv(flags) + output_flags(run_path, "embedded"), cwd or REPO_ROOT, dict(os.environ), timeout=3600)
+    command, cwd = backend("embedded").trainer_command(None)
+    run_to_end(command + render_argv(flags) + backend("embedded").output_flags(run_path, {}), cwd or REPO_ROOT, dict(os.environ), timeout=3600)
 """
 
 

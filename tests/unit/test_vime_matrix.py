@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness import DEFAULT_KNOBS_DIR
-from harness.launch.trainer import output_flags
 from harness.spec import SpecError, load_knobs, parse_argv, render_argv, resolve, validate
+from harness.spec.backends import backend
 from harness.spec.cluster import skip_reason, stage_hardware
 from harness.spec.models import load_model
 from harness.spec.render import argv_lines
@@ -32,7 +32,7 @@ def test_every_vime_argv_passes_the_table_and_the_rules_or_says_why_not(stage, r
         return
     spec = validate(resolve(KNOBS, stage, rung_id, mode, "vime"), KNOBS)
     # What the launcher submits: the rendered spec plus the dump flags it adds.
-    argv = render_argv(spec.flags) + output_flags(Path("/runs/x"), "vime")
+    argv = render_argv(spec.flags) + backend("vime").output_flags(Path("/runs/x"), spec.flags)
     table = load_flag_table(KNOBS.root, KNOBS.base.vime_line)
     problems = [p for name, value in parse_argv(argv).items() if (p := flag_problem(name, value, table))]
     assert not problems, problems
