@@ -258,7 +258,7 @@ def _acceptance(knobs, design, runs: DesignRuns) -> dict:
         margin = (verdict.evidence or {}).get("margin")
         value = margin["se_units"] if margin else None
         out[name] = {
-            "answer": "pass",
+            "answer": "pass" if verdict.passed else "fail",
             "passed_at_design_seeds": verdict.passed,
             "margin_se_at_design_seeds": value,
             "seeds": len(seeds),
@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", default=str(REPO / "reports" / "runs"), help="where the design seeds' runs are")
     parser.add_argument("--knobs", type=Path, default=DEFAULT_KNOBS_DIR)
     parser.add_argument("--machine", default="", help="the machine the runs were made on, for the record")
+    parser.add_argument("--kind", default="avx512", help="the record's label for the CPU kind (docs/results.md's design table)")
     parser.add_argument("--write", action="store_true", help="rewrite the measured parts of knobs/effects.yaml and knobs/design.yaml")
     args = parser.parse_args(argv)
     runs_dir = Path(args.runs_dir).resolve()
@@ -378,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.write:
         _rewrite_below_marker(args.knobs / EFFECTS_FILE, {"measured": measured_specs}, MARKER)
-        _rewrite_below_marker(args.knobs / DESIGN_FILE, {"measured": {"runs_dir": str(runs_dir), "questions": questions}}, MARKER)
+        measured_on = {
+            args.kind: {"seeds": measured_specs["seeds"], "date": measured_specs["date"], "runs_dir": str(runs_dir), "machine": args.machine}
+        }
+        _rewrite_below_marker(args.knobs / DESIGN_FILE, {"measured": {"measured_on": measured_on, "questions": questions}}, MARKER)
         print(f"wrote {args.knobs / EFFECTS_FILE} and {args.knobs / DESIGN_FILE}")
     return 0
 

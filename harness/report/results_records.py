@@ -118,6 +118,7 @@ class AnswerFigure(_Record):
     sample: dict[str, Any] = Field(default_factory=dict)
     note: str = ""
     outcome: str
+    report: str | None = None  # the named report it left the main job's answers for (knobs/reports.yaml); None: one of them
 
 
 class JobRecord(_Record):
@@ -311,6 +312,7 @@ def condense(record: ExperimentRecord, kind: str, source: str, tests: Tests | No
             sample={k: v for k, v in (a.margin.sample if a.margin else {}).items() if k != "measured_for"},
             note=a.note,
             outcome=record.outcome(a.test) or "not reported",
+            report=a.report,
         )
         for a in record.answers
     ]
