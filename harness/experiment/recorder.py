@@ -49,6 +49,7 @@ def rung_answer_expected(rung) -> tuple[str | None, bool]:
     without a statistic) is shown without a margin."""
     expect = rung.expect
     parts = ([expect.direction] if expect.direction_expected else []) + ([f"class {expect.drift_class}"] if expect.class_expected else [])
+    parts += [f"{drift} ruled out" for drift in expect.rules_out]
     return (", ".join(parts) or None), expect.direction_expected
 
 
@@ -118,6 +119,8 @@ class Recorder:
             expected, with_margin = rung_answer_expected(case.rung)
             margin = (judgement.evidence.get("decision") or {}).get("margin")
             observed = f"{judgement.observed_direction}, class {judgement.drift_class}"
+            if case.rung.expect.rules_out:
+                observed += "; ruled out: " + (", ".join(sorted(judgement.ruled_out)) or "nothing")
             test = record_entries.test_ref(self.nodeid, title)
             key = f"ladder/{case.stage}/{case.rung.id}"
             if expected is not None:

@@ -45,6 +45,7 @@ def rung_expected_text(rung: Rung) -> str:
     parts = [expect.direction] if expect.direction_expected else []
     if expect.class_expected:
         parts.append(f"class {expect.drift_class}")
+    parts += [f"{drift} ruled out" for drift in expect.rules_out]
     parts += [f"{answer} in report {r.report}" for answer, r in expect.reported.items()]
     return ", ".join(parts)
 
@@ -58,7 +59,10 @@ def hold_rung(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs, pare
     findings = expectation_findings(rung, judgement, run, knobs, parent)
     if findings:
         return Held("failed", judgement.summary() + "\n  " + "\n  ".join(findings), expected, dict(rung.expect.reported))
-    nothing_held = not rung.expect.direction_expected and not rung.expect.class_expected and not rung.expect.bound_names()
+    expect = rung.expect
+    nothing_held = not (
+        expect.direction_expected or expect.class_expected or expect.rules_out or expect.bound_names() or expect.exactly_zero_every_step
+    )
     return Held("reported" if nothing_held else "passed", judgement.summary(), expected, dict(rung.expect.reported))
 
 
