@@ -209,12 +209,6 @@ def block_bootstrap_mean_ci(
     return _t_interval(float(array.mean()), means, df, confidence)
 
 
-def block_bootstrap_mean_se(values: Sequence[float], block_len: int | None = None, n_resamples: int = 2000, seed: int = 0) -> float:
-    """The circular-block-bootstrap standard error of a series' mean (the SE block_bootstrap_mean_ci uses)."""
-    means, _, _ = _series_bootstrap(_finite_series(values, "values"), block_len, n_resamples, seed)
-    return float(np.std(means, ddof=1))
-
-
 def _series_bootstrap(array: np.ndarray, block_len: int | None, n_resamples: int, seed: int) -> tuple[np.ndarray, int, float]:
     """One series' circular-block-bootstrap means, the block length used and the degrees of freedom."""
     length = default_block_length(array) if block_len is None else block_len
