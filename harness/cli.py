@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "harness.attribution.command",
     "harness.report.command",
     "harness.experiment.command",
+    "harness.experiment.sweep",
     "harness.spec.model_import",
 )
 

@@ -1,7 +1,7 @@
 """How large a numerical control must be for the boundary table to localise it on a rung at its own
 precision (docs/controls.md): each control (harness/embedded/numeric_faults.py) at a few sizes on
 the bf16 near-aligned and fp8-rollout rungs, small runs (P1, colocate, --num-rollout 3: one capture,
-at rollout 2), launched through harness.experiment.runs.RunSource - the launcher the tests use, so
+at rollout 2, at the first calibration seed of knobs/calibration.yaml, which no judged run uses), launched through harness.experiment.runs.RunSource - the launcher the tests use, so
 a test that asks for the same spec reuses the run.
 
     flock /work/notes/heavy.lock .venv/bin/python tools/control_sizes.py --rung near-aligned \\
@@ -137,6 +137,13 @@ def _commit() -> str:
     return head + (" (harness/ with uncommitted changes)" if dirty else "")
 
 
+def calibration_seed(knobs) -> int:
+    """The first calibration seed (knobs/calibration.yaml seeds.first): seeds no judged or design run uses."""
+    from harness.spec.calibration_file import load_calibration
+
+    return load_calibration(knobs.root).seeds.first
+
+
 def load_results(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -146,6 +153,7 @@ def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minut
     from harness.experiment.runs import LaunchSettings, RunSource
 
     source = RunSource(knobs, "embedded", runs_dir, launch=LaunchSettings(session_started=time.time()))
+    seed = calibration_seed(knobs)
     started, failed = time.monotonic(), []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
@@ -158,7 +166,9 @@ def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minut
                 progress.advance(task)
                 continue
             progress.update(task, description=f"running {label}")
-            overrides = {"num-rollout": NUM_ROLLOUT} | ({} if canonical == NONE else {"embedded-inject": canonical})
+            # On the first calibration seed (knobs/calibration.yaml): a control's size is measured on a seed
+            # no judged run uses, never on the judging seed the ladder's classes are decided at.
+            overrides = {"num-rollout": NUM_ROLLOUT, "seed": seed} | ({} if canonical == NONE else {"embedded-inject": canonical})
             t0 = time.monotonic()
             try:
                 run = source(STAGE, rung, MODE, **overrides)
@@ -170,6 +180,7 @@ def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minut
                 continue
             results[run.id] = {
                 "rung": rung,
+                "seed": seed,
                 "control": name,
                 "inject": canonical,
                 "size": size_of(canonical),

@@ -9,7 +9,7 @@ step-to-step CV (read from a recorded near-aligned run in --runs-dir when one is
 harness.judge.stats and harness.judge.outcome, exactly as harness.judge.ladder does, and counts:
 
   old rule    the ladder's earlier two-outcome rule: an effect when the 95% interval excludes zero, |delta| >=
-              rung_min_abs_delta and |delta| > rung_flat_max_rel_delta x parent mean
+              rung_min_abs_delta and |delta| > --relative-effect x parent mean
   new, 95%    three outcomes at 95% without Holm (one decision alone)
   new + Holm  three outcomes at the Holm-adjusted level of the family of 7
 
@@ -29,8 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.judge import outcome, stats  # noqa: E402
+from harness.judge import outcome, variance  # noqa: E402
 from harness.spec import load_knobs  # noqa: E402
+
+RELATIVE_EFFECT = 0.25  # the relative part of E (--relative-effect)
 
 FAMILY = 7
 STEPS = 28
@@ -71,13 +73,13 @@ def replicates_of(rng, rho, mean, sd, count, seed_sd):
 def trial(rng, rho, mean, sd, delta, knobs, seed, count=1, seed_sd=0.0):
     """Outcomes of the 7 children (true mean = parent mean + delta) under the three rules, each side
     `count` seeds whose means scatter by seed_sd (a seed effect) on top of their steps' noise."""
-    min_abs, flat_rel = knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta")
+    min_abs, flat_rel = knobs.threshold("rung_min_abs_delta"), RELATIVE_EFFECT
     parent = replicates_of(rng, rho, mean, sd, count, seed_sd)
     parent_mean = float(np.mean([p.mean() for p in parent]))
     diffs = []
-    for child_index in range(FAMILY):
+    for _ in range(FAMILY):
         child = replicates_of(rng, rho, mean + delta, sd, count, seed_sd)
-        diff = stats.hierarchical_diff_ci(parent, child, n_resamples=1000, seed=seed * 10 + child_index)
+        diff = variance.replicated_diff_ci(parent, child)
         diffs.append((diff, outcome.effect_of_interest(parent_mean, min_abs, flat_rel), parent_mean))
     old = []
     for diff, _, parent_mean in diffs:
@@ -96,12 +98,15 @@ def main() -> int:
     parser.add_argument("--rho", type=float, nargs="*", default=[0.0, 0.3, 0.6])
     parser.add_argument("--replicates", type=int, default=1, help="seeds a side (knobs/stages.yaml replicates)")
     parser.add_argument("--seed-sd", type=float, default=0.0, help="spread of the seeds' true means, as a fraction of the mean")
+    parser.add_argument("--relative-effect", type=float, default=0.25, help="the relative part of E (knobs/effects.yaml gives each question its own)")
     parser.add_argument("--deltas", nargs="*", default=["0", "E", "2E", "4E"], help="true deltas to simulate, in units of E")
     args = parser.parse_args()
     knobs = load_knobs("knobs")
     mean, cv, source = near_aligned_shape(args.runs_dir)
     sd = cv * mean
-    effect = outcome.effect_of_interest(mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
+    global RELATIVE_EFFECT
+    RELATIVE_EFFECT = args.relative_effect
+    effect = outcome.effect_of_interest(mean, knobs.threshold("rung_min_abs_delta"), RELATIVE_EFFECT)
     print(
         f"shape: mean {mean:.3g}, CV {cv:.2f} ({source}); {STEPS} steps; family {FAMILY}; E = {effect:.3g}; {args.trials} trials; "
         f"{args.replicates} seed(s) a side, seed effect sd {args.seed_sd:.0%} of the mean"

@@ -371,11 +371,23 @@ def captured_drift(bundle: dict) -> dict:
     return {"captured": value, "samples": len(rows), "tokens": int(sum(r.numel() for r in rows))}
 
 
-def capture_coverage(bundles: list[dict], logged: dict[int, float] | None, minimum: float) -> dict:
+def _coverage_by_construction(bundles: list[dict], samples_per_step: int | None) -> bool:
+    """Every sample of each captured step is captured, and the rollout's processed log-prob is its
+    selected one (no sampling contract between them): the captured drift then IS the logged drift, so
+    a coverage of 1 is an identity, not a measurement."""
+    if not samples_per_step or any(len(b["samples"]) < samples_per_step for b in bundles):
+        return False
+    return all(torch.equal(s["rollout"]["processed_logprob"], s["rollout"]["selected_logprob"]) for b in bundles for s in b["samples"])
+
+
+def capture_coverage(bundles: list[dict], logged: dict[int, float] | None, minimum: float, samples_per_step: int | None = None) -> dict:
     """Per captured step: the captured selected-log-prob drift over the logged abs-diff of the same
     step (train/train_rollout_logprob_abs_diff). The table carries the drift only when every
     captured step reaches ``minimum`` (thresholds.boundary_capture_min_coverage); a step whose
-    logged value is missing or not finite leaves coverage not measured, never assumed."""
+    logged value is missing or not finite leaves coverage not measured, never assumed. Where the
+    capture holds every sample of its step and no sampling contract sits between the rollout's two
+    log-probs (``samples_per_step`` given), the ratio is 1 by construction: said so (`by_construction`),
+    never presented as a measurement."""
     steps, problems = {}, []
     for bundle in bundles:
         rid = int(bundle["rollout_id"])
@@ -400,7 +412,20 @@ def capture_coverage(bundles: list[dict], logged: dict[int, float] | None, minim
         )
     else:
         reason = f"capture coverage {min(measured):.3g} .. {max(measured):.3g} (>= {minimum:g})"
-    return {"per_step": steps, "min": min(measured) if measured else None, "minimum": minimum, "carries_drift": carries, "reason": reason}
+    identity = carries and _coverage_by_construction(bundles, samples_per_step)
+    if identity:
+        reason = (
+            f"the capture holds all {samples_per_step} samples of each captured step and the rollout's processed log-prob is its "
+            "selected one: the captured drift is the logged drift by construction (coverage not measured, not needed)"
+        )
+    return {
+        "per_step": steps,
+        "min": min(measured) if measured else None,
+        "minimum": minimum,
+        "carries_drift": carries,
+        "by_construction": identity,
+        "reason": reason,
+    }
 
 
 def boundary_table(
@@ -410,6 +435,7 @@ def boundary_table(
     logged: dict[int, float] | None = None,
     min_coverage: float | None = None,
     k_own: float | None = None,
+    samples_per_step: int | None = None,
 ) -> BoundaryTable:
     """The run's table from every dumps/capture_*.pt; status "not checked" (with why) when there is none usable.
     ``logged``: the run's logged abs-diff by rollout id, for the capture coverage; without it (or
@@ -464,7 +490,7 @@ def boundary_table(
     if min_coverage is None:
         table.coverage = {"carries_drift": False, "reason": "capture coverage not measured (no minimum coverage given)"}
     else:
-        table.coverage = capture_coverage(bundles, logged, min_coverage)
+        table.coverage = capture_coverage(bundles, logged, min_coverage, samples_per_step)
     for name, (d, e, ref) in pooled.items():
         d, e, ref = torch.cat(d), torch.cat(e), torch.cat(ref)
         div, env = _stats(d, ref), _stats(e, ref)
@@ -522,7 +548,15 @@ def run_boundary_table(run, knobs) -> BoundaryTable:
         logged_abs_diff(run),
         knobs.threshold("boundary_capture_min_coverage"),
         knobs.threshold("boundary_own_k"),
+        _samples_per_step(run),
     )
+
+
+def _samples_per_step(run) -> int | None:
+    from harness.spec.flag_read import int_flag
+
+    prompts, samples = int_flag(run.spec.flags, "rollout-batch-size"), int_flag(run.spec.flags, "n-samples-per-prompt")
+    return prompts * samples if prompts and samples else None
 
 
 def boundary_status(run, knobs) -> tuple[str, str, str | None]:

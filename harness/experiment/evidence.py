@@ -247,27 +247,51 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs) -> list[str]:
 
 def acceptance_context(run: Run, knobs: Knobs, fetch: Callable[..., Run], check: str | None = None):
     """The judged run and the runs `check` compares it with (harness.judge.acceptance.NEEDS; every
-    check's when None): the near-aligned rung and the same spec at seed + 1, fetched at the judged
-    run's stage and mode. A run the fetcher does not know (LookupError) is left out: the check then
-    says what it lacked; a run it fails to find or launch fails the caller as it would have."""
+    check's when None), fetched at the judged run's stage and mode: the judged spec at every seed the
+    stage judges (its replicates), the near-aligned rung at the same seeds. A run the fetcher does not
+    know (LookupError) is left out: the check then judges the seeds it has, or says what it lacked; a
+    run it fails to find or launch fails the caller as it would have."""
     from harness.judge.acceptance import NEEDS, JudgeContext
 
     needs = NEEDS.get(check, ()) if check is not None else {need for wanted in NEEDS.values() for need in wanted}
     context = JudgeContext(run=run, knobs=knobs)
-    log = run.path / "log.txt"
-    if log.is_file():
-        from harness.records.logparse import parse_log_file
-
-        context.log, context.log_failures = str(log), parse_log_file(log).failures
+    context.log, context.log_failures = _log(run)
     seed, rung = run.spec.seed, run.spec.rung
+    stage = knobs.stages.get(knobs.acceptance.judges["stage"])
+    count = stage.replicate_count(run.spec.backend) if stage is not None and seed is not None else 1
+    context.replicates = [run, *_seeds(fetch, rung, seed, range(1, count))] if count > 1 else []
+    context.replicate_logs = {replicate.id: _log(replicate) for replicate in context.replicates[1:]}
     try:
         if "near_aligned" in needs:
             context.near_aligned = fetch("near-aligned")
+            if count > 1:
+                context.near_aligned_replicates = [context.near_aligned, *_seeds(fetch, "near-aligned", seed, range(1, count))]
     except LookupError:
         pass
     try:
-        if "second_seed" in needs and seed is not None and rung:
+        if "second_seed" in needs and seed is not None and rung and len(context.replicates) < 2:
             context.second_seed = fetch(rung, seed=seed + 1)
     except LookupError:
         pass
     return context
+
+
+def _log(run: Run) -> tuple[str | None, list]:
+    """The run's log file and its failure lines (harness.records.failures); (None, []) without a log."""
+    log = run.path / "log.txt"
+    if not log.is_file():
+        return None, []
+    from harness.records.logparse import parse_log_file
+
+    return str(log), parse_log_file(log).failures
+
+
+def _seeds(fetch: Callable[..., Run], rung: str, seed: int, offsets) -> list[Run]:
+    """The rung at seed + each offset, as far as the fetcher knows them (it stops at the first it does not)."""
+    runs = []
+    for offset in offsets:
+        try:
+            runs.append(fetch(rung, seed=seed + offset))
+        except LookupError:
+            break
+    return runs

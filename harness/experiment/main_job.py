@@ -116,6 +116,7 @@ def write_outputs(session: Session, out: Path, options: dict, front_end: str) ->
     for kind, entry in session.entries:
         add_entry(record, kind, entry)
     record.min_margin_se = minimum = float(session.knobs.threshold("min_margin_se"))
+    record.preregistration = session.preregistration
     record.outcomes = recorded_outcomes(record, session.outcomes)
     record_dir = write_record(record, out / FOLDER).parent
     if session.rows:

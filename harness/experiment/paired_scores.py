@@ -107,6 +107,15 @@ def paired_delta(child_run: Run, parent_run: Run, knobs: Knobs) -> PairedDelta |
     try:
         parent_scores = scores(parent_run, sequences, parent_run.id)
         child_scores = scores(child_run, sequences, parent_run.id)
-        return compare(child_scores, parent_scores, knobs, child_id=child_run.id, parent_id=parent_run.id, rollouts=rollouts, recorded=recorded)
+        return compare(
+            child_scores,
+            parent_scores,
+            knobs,
+            child_id=child_run.id,
+            parent_id=parent_run.id,
+            rollouts=rollouts,
+            recorded=recorded,
+            rung=child_run.spec.rung,
+        )
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
         return NotChecked(f"scoring failed: {str(exc).splitlines()[0]}")

@@ -29,6 +29,12 @@ def ab_replicates(knobs: Knobs, backend: str) -> int:
     return 1 if chosen is None else getattr(chosen, backends.backend(backend).replicate_section)
 
 
+def mode_pairs(knobs: Knobs, backend: str) -> int:
+    """Pairs a mode for mode consistency (knobs/ab.yaml mode_pairs; the first pair without it)."""
+    chosen = knobs.ab.mode_pairs
+    return 1 if chosen is None else getattr(chosen, backends.backend(backend).replicate_section)
+
+
 def replicate_requests(spec_of: SpecOf, stage: str, mode: str, side: tuple[str, dict], count: int) -> list[Request]:
     """A side's run and its replicates, as replicate_sets asks for them."""
     rung_id, flags = side
@@ -58,11 +64,13 @@ def ab_requests(knobs: Knobs, spec_of: SpecOf, mode: str, backend: str) -> list[
     sides = [(chosen.baseline, {}), (chosen.candidate, {})]
     sides += [(chosen.baseline, dict(candidate.set)) for candidate in knobs.ab.candidates.values() if backend in candidate.backends]
     requests = [request for side in sides for request in replicate_requests(spec_of, chosen.stage, mode, side, count)]
+    pairs = mode_pairs(knobs, backend)
     return requests + [
-        (chosen.stage, rung_id, other, {})
+        request
         for other in knobs.stages[chosen.stage].modes
         if other != mode
         for rung_id in (chosen.baseline, chosen.candidate)
+        for request in replicate_requests(spec_of, chosen.stage, other, (rung_id, {}), pairs)
     ]
 
 

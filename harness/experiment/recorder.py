@@ -42,16 +42,15 @@ def audit_percentiles(run) -> dict | None:
     return {k: getattr(audit, f"rlk_audit_dlogp_abs_{k}") for k in ("p50", "p90", "p99")}
 
 
-def rung_answer_expected(rung) -> tuple[str, bool]:
-    """What the rung file pre-registers, as the answers table shows it, and whether the direction's
-    margin is the answer's. A rung that expects a class but no direction (stale-weights: its class is
-    the framework probes', a check without a statistic) is shown without a margin."""
+def rung_answer_expected(rung) -> tuple[str | None, bool]:
+    """What the rung file pre-registers of the main job's answers, as the answers table shows it (None:
+    every answer left for named reports), and whether the direction's margin is the answer's. A rung
+    that expects a class but no direction (stale-weights: its class is the framework probes', a check
+    without a statistic) is shown without a margin."""
     expect = rung.expect
-    expected = expect.direction if expect.direction_expected else "not-expected"
-    expected += f", class {expect.drift_class}" if expect.class_expected else ""
-    if not expect.direction_expected and expect.class_expected:
-        expected = f"class {expect.drift_class} (direction reported)"
-    return expected, expect.direction_expected or not expect.class_expected
+    parts = ([expect.direction] if expect.direction_expected else []) + ([f"class {expect.drift_class}"] if expect.class_expected else [])
+    parts += [f"{drift} ruled out" for drift in expect.rules_out]
+    return (", ".join(parts) or None), expect.direction_expected
 
 
 class Recorder:
@@ -81,10 +80,18 @@ class Recorder:
         self.record_experiment("rows", record_entries.row_entry(row, kind, record_entries.test_ref(self.nodeid, title), replicates))
 
     def criterion(self, criterion, run, verdict) -> None:
+        from harness.judge.held import hold_criterion
+
+        held = hold_criterion(criterion, verdict, self.backend)
         observed = (verdict.evidence or {}).get("outcome") or ("pass" if verdict.passed else "fail")
         margin = (verdict.evidence or {}).get("margin")
         test = self._test(criterion.seed_text)
-        entry = answer_entry(f"acceptance/{criterion.id}", "acceptance", criterion.expect, observed, margin, test, verdict.message)
+        reported = held.reported.get("answer")
+        note = verdict.message if reported is None else f"{reported.reason} Observed: {verdict.message}"
+        expected = "pass" if reported is None else None
+        entry = answer_entry(
+            f"acceptance/{criterion.id}", "acceptance", expected, observed, margin, test, note, reported.report if reported else None
+        )
         self.record_experiment("answers", entry)
 
     def audit_delta(self, judgement, run, parent) -> None:
@@ -110,10 +117,22 @@ class Recorder:
         self.record_experiment("rungs", record_entries.rung_entry(case, judgement, row, self._test(title)))
         if case.rung.parent is not None:
             expected, with_margin = rung_answer_expected(case.rung)
-            margin = (judgement.evidence.get("decision") or {}).get("margin") if with_margin else None
+            margin = (judgement.evidence.get("decision") or {}).get("margin")
             observed = f"{judgement.observed_direction}, class {judgement.drift_class}"
+            if case.rung.expect.rules_out:
+                observed += "; ruled out: " + (", ".join(sorted(judgement.ruled_out)) or "nothing")
             test = record_entries.test_ref(self.nodeid, title)
-            self.record_experiment("answers", answer_entry(f"ladder/{case.stage}/{case.rung.id}", "ladder", expected, observed, margin, test))
+            key = f"ladder/{case.stage}/{case.rung.id}"
+            if expected is not None:
+                self.record_experiment("answers", answer_entry(key, "ladder", expected, observed, margin if with_margin else None, test))
+            for answer, reported in case.rung.expect.reported.items():
+                shown = judgement.observed_direction if answer == "direction" else f"class {judgement.drift_class}"
+                self.record_experiment(
+                    "answers",
+                    answer_entry(
+                        f"{key}/{answer}", "ladder", None, shown, margin if answer == "direction" else None, test, reported.reason, reported.report
+                    ),
+                )
         else:  # a ladder root: the configuration everything above it is measured from
             self.record_experiment("environment", record_entries.environment_entry(run, f"ladder root {case.stage}:{case.rung.id}"))
 
@@ -131,7 +150,13 @@ class Recorder:
         if expected is not None:  # a judged question (the contract is a check, not an estimate)
             observed = ("yes" if passed else "no") + (f" ({evidence['outcome']})" if (evidence or {}).get("outcome") else "")
             margin = (evidence or {}).get("margin")
-            self.record_experiment("answers", answer_entry(f"ab/{key or question}", "ab", expected, observed, margin, entry.test, message))
+            reported = expected.reported.get("answer") if hasattr(expected, "reported") else None
+            shown = None if reported is not None else getattr(expected, "expected", expected)
+            note = message if reported is None else f"{reported.reason} Observed: {message}"
+            self.record_experiment(
+                "answers",
+                answer_entry(f"ab/{key or question}", "ab", shown, observed, margin, entry.test, note, reported.report if reported else None),
+            )
         return entry
 
     def ab_rows(self, pair, name: str | None = None, notes: str = "") -> None:

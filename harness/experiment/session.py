@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.experiment.evidence import Probes, acceptance_context, contract_problems, family_levels, judge_ladder_rung, replicate_sets
-from harness.experiment.plan import ab_replicates
+from harness.experiment.plan import ab_replicates, mode_pairs
 from harness.experiment.recorder import Recorder
 from harness.judge import ab
 from harness.judge.acceptance import CHECKS, JudgeContext, abs_diff_present_every_step
 from harness.judge.candidate_execution import judge_pair_execution
-from harness.judge.expectations import bound_findings, expectation_findings
+from harness.judge.expectations import bound_findings
+from harness.judge.held import Held, hold_ab, hold_criterion, hold_rung
 from harness.judge.ladder import family_members
 from harness.records.metric_names import ABS_DIFF
 from harness.records.operator_calls import read_operator_calls
@@ -82,6 +83,11 @@ class Session:
     messages: dict = field(default_factory=dict)  # node id -> why it failed or was skipped
 
     def __post_init__(self):
+        from harness.judge.preregistration import preregistration
+        from harness.spec.design_file import load_design
+
+        # Before any check is decided: what every answer is held to (harness.judge.preregistration).
+        self.preregistration = preregistration(self.knobs, load_design(self.knobs.root))
         self.backend = self.runs.backend
         self.probes = Probes(self.knobs)
         self._families: dict = {}
@@ -131,11 +137,7 @@ class Session:
         parent = fetch(rung.parent) if rung.parent and stage in self.knobs.rungs[rung.parent].stages else None
         record.audit_delta(judgement, run, parent)
         record.rung(case, judgement, run, parent)
-        if judgement.problems:
-            raise Failed("; ".join(judgement.problems))
-        findings = expectation_findings(rung, judgement, run, self.knobs)
-        if findings:
-            raise Failed(judgement.summary() + "\n  " + "\n  ".join(findings))
+        _act_on(hold_rung(rung, judgement, run, self.knobs, parent))
 
     def smoke(self, record: Recorder, stage: str, rung: Rung, run) -> None:
         """A rung whose parent does not run at this stage (P0: smoke and config validation): the run
@@ -157,8 +159,7 @@ class Session:
         run = self.runs(stage, rung, self.mode)
         verdict = CHECKS[criterion.check](acceptance_context(run, self.knobs, self.fetch(stage), criterion.check))
         record.criterion(criterion, run, verdict)
-        if criterion.expect != "not-expected" and not verdict.passed:
-            raise Failed(f"{criterion.seed_text}\n  -> {verdict.message}")
+        _act_on(hold_criterion(criterion, verdict, self.backend))
 
     # ------------------------------------------------------------------ the A/B gate
     def ab_pair(self, name: str | None = None):
@@ -187,35 +188,17 @@ class Session:
             raise Failed("A/B rejected:\n  " + "\n  ".join(contract))
 
     def ab_question(self, record: Recorder, question: str, name: str | None) -> None:
-        """One of the gate's questions over every replicate pair, held to knobs/ab.yaml: its expect
-        (a decided no where one is expected, or reported only), else its gated_on backends."""
+        """One of the gate's questions over every replicate pair, held to knobs/ab.yaml's expectation on
+        this backend (harness.judge.held: a yes, a decided no, or the named report it leaves for)."""
         pair = self.ab_pair(name)
         contract = contract_problems(*pair, self.knobs)
         if contract:
             raise Failed(f"not judged: the A/B is rejected ({contract[0]})")
         answer = ab.QUESTIONS[question](*self.ab_sides(name), self.knobs)
-        gate = self.knobs.ab.gated_on.get(question)
-        expected, why = self.knobs.ab.expected_to_pass(question, self.backend, name)
-        shown = expected if expected == "not-expected" else ("yes" if expected else "no (flat)")
-        if gate is not None and self.backend not in gate.backends and expected is True:
-            shown = "not-expected (recorded, not gated on this backend)"
+        held = hold_ab(answer, self.knobs, self.backend, question, name)
         key = f"{name}:{question}" if name else question
-        record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence, key=key, expected=shown)
-        where = f"candidates.{name}.expect" if name else "expect"
-        if expected == "not-expected":
-            return
-        if not expected:
-            if answer.passed:
-                raise Failed(f"{answer.question} passed, but knobs/ab.yaml {where}.{self.backend} says it does not: {why}\n  {answer.message}")
-            if answer.evidence.get("outcome") != "flat":
-                raise Failed(f"{answer.question}: expected flat (a decided no), got {answer.evidence.get('outcome')}: {answer.message}")
-            return
-        if gate is not None and self.backend not in gate.backends:
-            if "unmeasured" not in answer.evidence or answer.evidence["unmeasured"]:
-                raise Failed(f"{answer.question} not measured: {answer.message}")
-            return
-        if not answer.passed:
-            raise Failed(f"{answer.question} {answer.message}")
+        record.ab(answer.question, pair, passed=answer.passed, message=answer.message, evidence=answer.evidence, key=key, expected=held)
+        _act_on(held)
 
     def candidate_executed(self, record: Recorder, name: str | None) -> None:
         """The candidate's operator counted calls and tokens in the trainer's recompute and training
@@ -233,17 +216,18 @@ class Session:
             raise Failed(verdict.message)
 
     def mode_consistency(self, record: Recorder) -> None:
-        """The pair's answers in colocate and non-colocate, compared (the seed's fifth question)."""
+        """The pair's answers in colocate and non-colocate over knobs/ab.yaml mode_pairs pairs a mode,
+        compared (the seed's fifth question)."""
         chosen = self.knobs.ab.pair
         modes = ("colocate", "non-colocate")
-        runs = self.runs.many([(chosen.stage, rung, mode, {}) for mode in modes for rung in (chosen.baseline, chosen.candidate)])
-        pairs = {mode: (runs[2 * k], runs[2 * k + 1]) for k, mode in enumerate(modes)}
+        count = mode_pairs(self.knobs, self.backend)
+        sides = {mode: tuple(replicate_sets([chosen.baseline, chosen.candidate], self.runs.fetcher(chosen.stage, mode), count)) for mode in modes}
+        pairs = {mode: (baseline[0], candidate[0]) for mode, (baseline, candidate) in sides.items()}
         rejected = {mode: contract_problems(*p, self.knobs) for mode, p in pairs.items()}
         if any(rejected.values()):
             raise Failed(f"A/B rejected: {rejected}")
-        answer = ab.mode_consistency(pairs, self.knobs)
-        expected, _ = self.knobs.ab.expected_to_pass("mode-consistency", self.backend)
-        shown = "not-expected" if expected == "not-expected" else "yes (consistent)"
+        answer = ab.mode_consistency(sides, self.knobs)
+        held = hold_ab(answer, self.knobs, self.backend, "mode-consistency")
         record.ab(
             answer.question,
             pairs["colocate"],
@@ -251,13 +235,21 @@ class Session:
             message=answer.message,
             evidence=answer.evidence,
             key="mode-consistency",
-            expected=shown,
+            expected=held,
         )
-        if expected != "not-expected" and not answer.passed:
-            raise Failed(f"{answer.question} {answer.message}")
+        _act_on(held)
 
     def _candidate_flags(self, name: str | None) -> dict | None:
         return None if name is None else dict(self.knobs.ab.candidates[name].set)
+
+
+def _act_on(held: Held) -> None:
+    """A held answer as its check reports it: a failure fails, an answer left for a named report is
+    skipped naming it (never a pass)."""
+    if held.status == "failed":
+        raise Failed(held.message)
+    if held.status == "reported":
+        raise Skipped(held.skip_reason)
 
 
 def _require_finished(run, what: str) -> None:

@@ -14,16 +14,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.judge import outcome as outcomes
-from harness.judge import stats
+from harness.judge import stats, variance
 from harness.judge.candidate_execution import Execution
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks
-from harness.judge.ladder import effect_of_interest
+from harness.judge.effects import ab_question, mode_question, pair_prior, question_effect
 from harness.judge.margin import interval_critical, noninferiority_margin, outcome_margin
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF, RAW_REWARD
 from harness.records.runload import Run
 from harness.spec import Knobs, backends
+from harness.spec.flag_read import flag_value
 from harness.spec.run_identity import NOT_WHAT_RUNS
 
 
@@ -141,6 +142,10 @@ def _replicates(side: Side) -> list[Run]:
     return list(side) if isinstance(side, (list, tuple)) else [side]
 
 
+def _first_pair(baseline: Side, candidate: Side) -> tuple[Run, Run]:
+    return _replicates(baseline)[0], _replicates(candidate)[0]
+
+
 def _incomplete(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> list[str]:
     """Missing or non-finite steps on either side, any replicate (thresholds.max_missing_steps, min_judged_steps)."""
     problems = []
@@ -158,27 +163,32 @@ def _paired_steps(baseline: Run, candidate: Run, metric: str, warmup: int) -> tu
     return [by_step_a[s] for s in common], [by_step_b[s] for s in common]
 
 
+def candidate_name(baseline: Run, candidate: Run, knobs: Knobs) -> str:
+    """Which of knobs/ab.yaml's candidates this is: a further candidate whose `set` the candidate's
+    flags carry over the baseline's, else the pair's own ("pair")."""
+    for name, further in knobs.ab.candidates.items():
+        if all(flag_value(candidate.spec.flags, k) == v != flag_value(baseline.spec.flags, k) for k, v in further.set.items()):
+            return name
+    return "pair"
+
+
 def _compare(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float]:
     """The candidate-minus-baseline interval over the steps both logged after the warm-up, paired
     step by step: the contract gives both runs the same seeds and prompts at each step, so what a
     step's prompts do to the metric cancels in its difference (A/B rewards correlated 0.76-0.81
-    per step in colocate, docs/statistics.md). With replicates (one pair a seed) each pair's
-    per-step differences are one replicate of the difference, and the pairs' mean is judged over
-    seeds and steps the way a ladder side is (stats.replicate_side: the steps' noise, or the seeds'
-    spread when the seeds disagree beyond it)."""
+    per step in colocate, docs/statistics.md). Each pair's per-step differences are one run of the
+    difference, the pairs one side over seeds (harness.judge.variance.paired_diff_ci); a single pair
+    carries the seed spread the design's A/A pairs measured (knobs/effects.yaml)."""
     warmup = int(knobs.threshold("warmup_steps"))
     confidence = knobs.threshold("bootstrap_confidence")
-    pairs = [_paired_steps(a, b, metric, warmup) for a, b in zip(_replicates(baseline), _replicates(candidate), strict=True)]
+    sides = list(zip(_replicates(baseline), _replicates(candidate), strict=True))
+    pairs = [_paired_steps(a, b, metric, warmup) for a, b in sides]
     if any(len(a) < 3 for a, _ in pairs):
         return None, float("nan"), float("nan")
     mean_a = float(np.mean([np.mean(a) for a, _ in pairs]))
     mean_b = float(np.mean([np.mean(b) for _, b in pairs]))
-    if len(pairs) == 1:
-        return stats.block_bootstrap_paired_diff_ci(*pairs[0], confidence=confidence), mean_a, mean_b
-    differences = [np.asarray(b) - np.asarray(a) for a, b in pairs]
-    side = stats.replicate_side(differences, 2000, np.random.default_rng(0), knobs.threshold("seed_effect_alpha"))
-    diff = stats.DiffCI.around(side.mean, float(np.sqrt(side.variance)), side.df, confidence, max(side.block_lengths), max(side.block_lengths))
-    return diff, mean_a, mean_b
+    prior = pair_prior(knobs, candidate_name(*sides[0], knobs), metric, mean_a) if len(pairs) == 1 else None
+    return variance.paired_diff_ci(pairs, confidence, prior), mean_a, mean_b
 
 
 def _judged(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
@@ -206,7 +216,8 @@ def drift_reduced(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     diff, a, b, why = _judged(baseline, candidate, ABS_DIFF, knobs)
     if diff is None:
         return Answer(question, False, why, {"outcome": "not judged"})
-    judged = outcomes.judge_outcome(diff, effect_of_interest(knobs, a), knobs.threshold("bootstrap_confidence"))
+    band = question_effect(knobs, ab_question(candidate_name(*_first_pair(baseline, candidate), knobs), "drift-reduced"), a)
+    judged = outcomes.judge_outcome(diff, band.value, knobs.threshold("bootstrap_confidence"))
     message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), {judged.describe()}: {DRIFT_VERDICTS[judged.direction]}"
     evidence = {
         "baseline_mean": a,
@@ -214,6 +225,7 @@ def drift_reduced(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
         "ci": [judged.low, judged.high],
         "outcome": judged.direction,
         "effect_of_interest": judged.effect,
+        "effect_rule": band.rule,
         "detectable": judged.detectable,
         "margin": _outcome_margin(judged, diff, baseline, candidate).as_dict(),
     }
@@ -243,7 +255,8 @@ def reward_preserved(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     diff, a, b, why = _judged(baseline, candidate, RAW_REWARD, knobs)
     if diff is None:
         return Answer(question, False, why)
-    allowed = knobs.threshold("ab_reward_max_drop") * abs(a)
+    band = question_effect(knobs, ab_question(candidate_name(*_first_pair(baseline, candidate), knobs), "reward-preserved"), a)
+    allowed = band.value
     passed = diff.low >= -allowed
     # Decided by the interval's low edge: it flips t(df) SE before the estimate reaches -allowed.
     margin = noninferiority_margin(
@@ -251,10 +264,10 @@ def reward_preserved(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     )
     message = (
         f"reward {a:.3f} -> {b:.3f}, difference CI [{diff.low:+.3f}, {diff.high:+.3f}]; allowed drop "
-        f"{allowed:.3f} (thresholds.ab_reward_max_drop): " + ("preserved" if passed else "may have dropped") + f"; {margin.describe()}"
+        f"{allowed:.3f} ({band.rule}): " + ("preserved" if passed else "may have dropped") + f"; {margin.describe()}"
     )
     evidence = {"baseline_mean": a, "candidate_mean": b, "ci": [diff.low, diff.high], "outcome": "pass" if passed else "fail"}
-    return Answer(question, passed, message, evidence | {"margin": margin.as_dict(), "allowed_drop": allowed})
+    return Answer(question, passed, message, evidence | {"margin": margin.as_dict(), "allowed_drop": allowed, "allowed_drop_rule": band.rule})
 
 
 # Step, rollout, log-prob recompute and weight-sync time: what an operator path can slow down.
@@ -362,8 +375,9 @@ def timings(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     return Answer(question, not failed, "; ".join(parts), evidence)
 
 
-def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
-    """pairs: mode -> (baseline, candidate). The candidate's effect on abs-diff gets the ladder's
+def mode_consistency(pairs: dict[str, tuple[Side, Side]], knobs: Knobs) -> Answer:
+    """pairs: mode -> (baseline, candidate), each one run or the mode's pairs at its seeds (knobs/ab.yaml
+    mode_pairs), judged over the pairs as the A/B's questions are. The candidate's effect on abs-diff gets the ladder's
     three outcomes in each mode (harness.judge.outcome: up, down, flat or inconclusive against the
     minimum effect of interest E of the baseline's mean, Holm across the two modes), and the modes
     are compared by outcome, not by whether an interval happens to include zero:
@@ -383,7 +397,14 @@ def mode_consistency(pairs: dict[str, tuple[Run, Run]], knobs: Knobs) -> Answer:
         if diff is None:
             return Answer(question, False, f"{mode}: {why}", {"outcome": "not judged"})
         diffs[mode] = diff
-        effects[mode] = {"baseline_mean": a, "candidate_mean": b, "relative_change": (b - a) / a, "effect_of_interest": effect_of_interest(knobs, a)}
+        band = question_effect(knobs, mode_question(mode), a)
+        effects[mode] = {
+            "baseline_mean": a,
+            "candidate_mean": b,
+            "relative_change": (b - a) / a,
+            "effect_of_interest": band.value,
+            "effect_rule": band.rule,
+        }
     alpha = 1.0 - knobs.threshold("bootstrap_confidence")
     levels = outcomes.holm_levels({mode: outcomes.decision_p_value(diffs[mode], effects[mode]["effect_of_interest"]) for mode in diffs}, alpha)
     judged = {

@@ -71,7 +71,20 @@ def classify(
     if _no_effect_step(judgement, rung, knobs, holm_level_or_alone(holm, rung, knobs), children, evidence):
         return judgement
     drifting, drifting_rung = (children[0], rung.id) if judgement.diff.diff > 0 else (parents[0], rung.parent)
+    own_contract = None
+    if drifting is not children[0]:
+        # The rung lowers the drift: the drift it removes is the parent's, so the class below is decided
+        # on the parent's evidence and is the parent's answer (recorded as such). Whether the rung itself
+        # keeps the sampling contract is its own runs' question: probe 6 on each of them.
+        judgement.evidence["class_from"] = {"rung": rung.parent, "run": parents[0].id, "why": "the delta is down: the drift removed is the parent's"}
+        own_contract = _own_contract(judgement, children, evidence)
+        if own_contract is _DECIDED:
+            return judgement
     removed = _semantic_step(judgement, rung, knobs, drifting, drifting_rung, children[0], parents[0], evidence)
+    if own_contract is not None:
+        judgement.ruled_out.pop("semantic", None)
+        if own_contract:
+            judgement.ruled_out["semantic"] = own_contract
     if removed is _DECIDED:
         return judgement
     if removed is not None and removed >= knobs.threshold("semantic_replay_min_removed_fraction"):
@@ -170,6 +183,7 @@ def _no_effect_step(
     judgement.drift_class = "undetermined"
     judgement.reasons.append(f"delta {diff.diff:+.3g}: {result.describe()} ({family}); no drift class is decided on it")
     _contract_on_every_replicate(judgement, rung.id, children, evidence)
+    _own_boundary_table(judgement, children[0], evidence)
     return True
 
 
@@ -177,6 +191,17 @@ def _semantic_step(judgement, rung: Rung, knobs: Knobs, drifting: Run, drifting_
     """Step 3: the fraction of the delta that replaying the rollout's processed contract removes (None
     when not measured), or _DECIDED when this step decided the class (or stopped for evidence)."""
     replay_flag = knobs.classification.semantic_replay.flag
+    steadier = parent if drifting is child else child
+    if (
+        getattr(backends.of_run(drifting.spec.backend), "trainer_in_repo", False)
+        and is_on(steadier.spec.flags, replay_flag)
+        and changed_flags(steadier, drifting) == {replay_flag}
+    ):
+        # The rung's own change is the replay: its run is the drifting side's replay run, so the replay's
+        # share of the delta would compare a run with itself (1.0 by construction). Probe 6 on the
+        # drifting run decides the contract instead, as on a backend without a replay run.
+        judgement.reasons.append(f"the rung's own change is the replay ({replay_flag}): its replay share would compare a run with itself")
+        return _contract_probe_decides(judgement, knobs, drifting, child, parent, evidence)
     if is_on(drifting.spec.flags, replay_flag):
         judgement.reasons.append(f"the drifting side already replays the processed contract ({replay_flag})")
         judgement.ruled_out["semantic"] = f"the drifting side replays the rollout's processed contract ({replay_flag})"
@@ -269,6 +294,7 @@ def _numerical_step(judgement: RungJudgement, knobs: Knobs, drifting: Run, child
     judgement.evidence["boundary_table"] = {"run": drifting.id, "status": status, "verdict": verdict, "boundary": boundary}
     if status == "within":
         judgement.drift_class = "expected-numerical"
+        judgement.ruled_out.setdefault("candidate-operator", f"{drifting.id}'s boundary table: every boundary within its envelope")
         judgement.reasons.append(f"the delta survives aligned semantics; {drifting.id}'s boundary table: {verdict}")
     elif status == "breaks":
         judgement.drift_class = "candidate-operator"
@@ -278,6 +304,37 @@ def _numerical_step(judgement: RungJudgement, knobs: Knobs, drifting: Run, child
     else:
         judgement.drift_class = "undecided"
         judgement.reasons.append(f"undecided: needs the boundary table of {drifting.id}: {verdict}")
+
+
+def _own_boundary_table(judgement: RungJudgement, child: Run, evidence: RungEvidence) -> None:
+    """An undetermined delta decides no class, but whether an operator boundary of the rung's own run
+    breaks its envelope can still be measured: every boundary within rules candidate-operator drift out."""
+    if not evidence.boundary_table:
+        return
+    if child.id not in evidence.boundary:
+        judgement.needs.append(Need("boundary", child.id))
+        return
+    table = evidence.boundary[child.id]
+    judgement.evidence["own_boundary_table"] = {"run": child.id, "status": table.status, "verdict": table.verdict, "boundary": table.boundary}
+    if table.status == "within":
+        judgement.ruled_out["candidate-operator"] = f"{child.id}'s boundary table: every boundary within its envelope"
+
+
+def _own_contract(judgement: RungJudgement, children: list[Run], evidence: RungEvidence):
+    """Probe 6 on each of the rung's own runs: the evidence that rules semantic drift out (its verdict),
+    "" when it does not (a fail or a run not checked, recorded), or _DECIDED while a result is needed."""
+    if not evidence.contract_probe:
+        judgement.evidence["own_contract_probe"] = {"status": "not checked", "verdict": "no contract probe was given"}
+        return ""
+    missing = [run.id for run in children if run.id not in evidence.contract]
+    if missing:
+        judgement.needs += [Need("contract", run_id) for run_id in missing]
+        return _DECIDED
+    results = {run.id: evidence.contract[run.id] for run in children}
+    judgement.evidence["own_contract_probe"] = {run_id: {"status": r.status, "verdict": r.verdict} for run_id, r in results.items()}
+    if all(r.status == "pass" for r in results.values()):
+        return f"probe 6 (sampling contract) passes on each of the rung's {len(results)} runs"
+    return ""
 
 
 def _rule_out_every_source(judgement: RungJudgement, why: str) -> None:

@@ -6,9 +6,12 @@ a class or a direction.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-from harness.judge import stats
+from scipy import stats as scipy_stats
+
+from harness.judge import stats, variance
 from harness.judge.exact_zero import exactly_zero_findings
 from harness.judge.verdict import after_warmup
 from harness.records.metric_names import ABS_DIFF
@@ -20,10 +23,11 @@ if TYPE_CHECKING:
     from harness.judge.ladder import RungJudgement
 
 
-def bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
+def bound_findings(rung: Rung, run: Run, knobs: Knobs, parent: Run | None = None) -> list[str]:
     """Every absolute expectation of the rung on its own run: exactly zero at every step
-    (expect.exactly_zero_every_step, no tolerance) and the statistical bounds (expect.max_*/min_*)."""
-    return exactly_zero_findings(rung, run) + _mean_bound_findings(rung, run, knobs)
+    (expect.exactly_zero_every_step, no tolerance; a zero its parent shows too is no evidence) and the
+    statistical bounds (expect.max_*/min_*)."""
+    return exactly_zero_findings(rung, run, parent) + _mean_bound_findings(rung, run, knobs)
 
 
 def _mean_bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
@@ -36,7 +40,10 @@ def _mean_bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
     if len(values) < 3:
         return [f"{rung.id}: only {len(values)} finite abs-diff values after warm-up; bounds {sorted(bounds)} not judged"]
     summary = stats.summarize(values, warmup=0, steps=steps)
-    low, high = stats.block_bootstrap_mean_ci(values, confidence=knobs.threshold("bootstrap_confidence"))
+    # The judge's one estimator of a run mean's noise (harness.judge.variance: overlapping batch means).
+    noise = variance.run_noise(values)
+    half = float(scipy_stats.t.ppf(0.5 + knobs.threshold("bootstrap_confidence") / 2, noise.df)) * math.sqrt(noise.variance)
+    low, high = noise.mean - half, noise.mean + half
     observed = {
         "max_abs_diff": summary.mean,
         "max_rel_ci_halfwidth": (high - low) / 2 / summary.mean if summary.mean else float("inf"),
@@ -65,10 +72,10 @@ def _mean_bound_findings(rung: Rung, run: Run, knobs: Knobs) -> list[str]:
     return findings
 
 
-def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs) -> list[str]:
+def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs, parent: Run | None = None) -> list[str]:
     """What the rung file expects that the judgement or the run contradicts: the one direction against
     the parent, the one drift class, the classes the evidence must rule out, then the rung's absolute
-    bounds. An answer the file marks not-expected (knobs/design.yaml says why) is judged and reported,
+    bounds. An answer the file sends to a named report (expect.reported) is judged and shown there,
     never checked here. Empty: as expected."""
     findings = []
     expected = rung.expect
@@ -87,4 +94,4 @@ def expectation_findings(rung: Rung, judgement: RungJudgement, run: Run, knobs: 
                 f"expected {drift_class} drift ruled out (ladder/{rung.id}.yaml expect.rules_out), "
                 f"but no evidence rules it out (decided class {judgement.drift_class!r})"
             )
-    return findings + bound_findings(rung, run, knobs)
+    return findings + bound_findings(rung, run, knobs, parent)

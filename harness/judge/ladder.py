@@ -11,8 +11,9 @@ Decision procedure, in the seed's order (rule out framework, then semantics, bef
   1. The rung's run (or its parent's) fails a framework probe (sample/token identity, weight
      version) -> framework, whatever the mean does: a sync fault confined to a few rollouts makes
      a non-stationary series whose mean barely clears the noise, and it is still a framework fault.
-  2. The delta's outcome against the minimum effect of interest E = max(rung_min_abs_delta,
-     rung_flat_max_rel_delta x parent mean), at the Holm-adjusted level of the rung's family
+  2. The delta's outcome against the rung's minimum effect of interest E (harness.judge.effects: the
+     parent's A/A noise band or a user-facing margin, never below rung_min_abs_delta), over seeds
+     (harness.judge.variance), at the Holm-adjusted level of the rung's family
      (harness.judge.outcome): flat -> none; inconclusive but "not up" (the one-sided upper bound
      below +E at the family's Bonferroni level: the rung adds no drift to explain) -> none;
      otherwise inconclusive -> undetermined (no class is decided on
@@ -35,8 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.judge import outcome as outcomes
-from harness.judge import stats
+from harness.judge import stats, variance
 from harness.judge.completeness import series_problems
+from harness.judge.effects import Effect, ladder_question, question_effect, seed_prior, spec_key
 from harness.judge.evidence import Need
 from harness.judge.margin import Margin, interval_critical, outcome_margin
 from harness.judge.verdict import after_warmup
@@ -132,10 +134,17 @@ def family_members(knobs: Knobs, stage: str, backend: str) -> list[str]:
     return members
 
 
-def effect_of_interest(knobs: Knobs, parent_mean: float) -> float:
-    """The minimum effect of interest E of a parent's (or an A/B baseline's) mean, from the knobs
-    rung_min_abs_delta and rung_flat_max_rel_delta: one E for the ladder and the A/B."""
-    return outcomes.effect_of_interest(parent_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
+def effect_of_interest(knobs: Knobs, rung_id: str, parent_mean: float) -> Effect:
+    """The rung's minimum effect of interest E at its parent's mean (knobs/effects.yaml ladder/<rung>)."""
+    return question_effect(knobs, ladder_question(rung_id), parent_mean)
+
+
+def rung_delta(rung: Rung, knobs: Knobs, child_series: list[list[float]], parent_series: list[list[float]], mode: str) -> stats.DiffCI:
+    """The child's mean over its seeds minus the parent's (harness.judge.variance): a side judged on one
+    seed carries the seed variance its spec's A/A runs measured (knobs/effects.yaml)."""
+    prior_parent = seed_prior(knobs, spec_key(rung.parent, mode)) if len(parent_series) == 1 else None
+    prior_child = seed_prior(knobs, spec_key(rung.id, mode)) if len(child_series) == 1 else None
+    return variance.replicated_diff_ci(parent_series, child_series, knobs.threshold("bootstrap_confidence"), prior_parent, prior_child)
 
 
 def rung_difference(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run]) -> tuple[stats.DiffCI, float] | None:
@@ -146,10 +155,8 @@ def rung_difference(rung: Rung, knobs: Knobs, children: list[Run], parents: list
     if _replicate_problems(children, knobs, rung.id) or _replicate_problems(parents, knobs, rung.parent):
         return None
     parent_series, child_series = _replicate_series(parents, warmup), _replicate_series(children, warmup)
-    diff = stats.hierarchical_diff_ci(
-        parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"), seed_effect_alpha=knobs.threshold("seed_effect_alpha")
-    )
-    return diff, effect_of_interest(knobs, _grand_mean(parent_series))
+    diff = rung_delta(rung, knobs, child_series, parent_series, children[0].spec.mode)
+    return diff, effect_of_interest(knobs, rung.id, _grand_mean(parent_series)).value
 
 
 def family_levels(knobs: Knobs, differences: dict[str, tuple[stats.DiffCI, float] | None]) -> dict[str, outcomes.HolmLevel]:
@@ -189,13 +196,11 @@ def measure(rung: Rung, knobs: Knobs, children: list[Run], parents: list[Run], h
     judgement.evidence["parent_run"] = parents[0].id
     judgement.evidence["replicates"] = {
         "count": len(children),
-        "rule": "seeds seed .. seed+count-1; delta = mean of the replicate means, two-stage bootstrap over seeds and steps",
+        "rule": "seeds seed .. seed+count-1; delta = mean of the replicate means, each side's variance its run means' spread over seeds (harness.judge.variance)",
         rung.id: {run.id: {"seed": run.spec.flag("seed"), "mean": float(np.mean(v))} for run, v in zip(children, child_series, strict=True)},
         rung.parent: {run.id: {"seed": run.spec.flag("seed"), "mean": float(np.mean(v))} for run, v in zip(parents, parent_series, strict=True)},
     }
-    judgement.diff = stats.hierarchical_diff_ci(
-        parent_series, child_series, confidence=knobs.threshold("bootstrap_confidence"), seed_effect_alpha=knobs.threshold("seed_effect_alpha")
-    )
+    judgement.diff = rung_delta(rung, knobs, child_series, parent_series, child.spec.mode)
     _decide_outcome(judgement, rung, knobs, holm_level_or_alone(holm, rung, knobs), child_series, parent_series)
     return judgement
 
@@ -206,13 +211,14 @@ def holm_level_or_alone(holm: outcomes.HolmLevel | None, rung: Rung, knobs: Knob
 
 def _decide_outcome(judgement: RungJudgement, rung: Rung, knobs: Knobs, holm: outcomes.HolmLevel, child_series, parent_series) -> None:
     """Step 2: up, down, flat or inconclusive against the effect of interest, at the rung's Holm level."""
-    diff, effect = judgement.diff, effect_of_interest(knobs, judgement.parent_mean)
+    diff, band = judgement.diff, effect_of_interest(knobs, rung.id, judgement.parent_mean)
+    effect = band.value
     judgement.outcome = result = outcomes.judge_outcome(diff, effect, holm.confidence, holm.reached)
     judgement.observed_direction = result.direction
     judgement.evidence["decision"] = {
         "outcome": result.direction,
         "effect_of_interest": effect,
-        "effect_rule": "max(thresholds.rung_min_abs_delta, thresholds.rung_flat_max_rel_delta x parent mean)",
+        "effect_rule": band.rule,
         "interval": [result.low, result.high],
         "half_width": result.half_width,
         "smallest_detectable_effect": result.detectable,

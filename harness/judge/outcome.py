@@ -80,8 +80,9 @@ class HolmLevel:
 
 
 def effect_of_interest(parent_mean: float, min_abs_delta: float, flat_max_rel_delta: float) -> float:
-    """E = max(rung_min_abs_delta, rung_flat_max_rel_delta x |parent mean|): a delta counts only
-    when it is both above the absolute floor and more than that fraction of the parent."""
+    """E = max(min_abs_delta, flat_max_rel_delta x |parent mean|): a delta counts only when it is both
+    above the absolute floor and more than that fraction of the parent (harness.judge.effects gives
+    each question its fraction)."""
     return max(float(min_abs_delta), float(flat_max_rel_delta) * abs(float(parent_mean)))
 
 

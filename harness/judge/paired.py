@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.judge import outcome as outcomes
+from harness.judge.effects import ladder_question, question_effect
 from harness.judge.stats import DiffCI
 from harness.records.runload import Run
 from harness.spec import Knobs, backends
@@ -197,7 +198,15 @@ def _replay_check(parent_scores: dict, recorded: list[dict]) -> dict | None:
 
 
 def compare(
-    child_scores: dict, parent_scores: dict, knobs: Knobs, *, child_id: str, parent_id: str, rollouts: list[int], recorded: list[dict]
+    child_scores: dict,
+    parent_scores: dict,
+    knobs: Knobs,
+    *,
+    child_id: str,
+    parent_id: str,
+    rollouts: list[int],
+    recorded: list[dict],
+    rung: str | None = None,
 ) -> PairedDelta:
     """The paired delta from two configurations' scores of the same sequences."""
     parent_gaps, child_gaps = _abs_gaps(parent_scores), _abs_gaps(child_scores)
@@ -206,7 +215,12 @@ def compare(
     confidence = knobs.threshold("bootstrap_confidence")
     diff = cluster_bootstrap_diff([c - p for c, p in zip(child_gaps, parent_gaps)], confidence=confidence)
     parent_mean = float(np.mean([g.mean() for g in parent_gaps]))
-    effect = outcomes.effect_of_interest(parent_mean, knobs.threshold("rung_min_abs_delta"), knobs.threshold("rung_flat_max_rel_delta"))
+    # The rung's own effect of interest (knobs/effects.yaml); the absolute floor where the rung has none.
+    questions = knobs.effects.questions if knobs.effects is not None else {}
+    if rung is not None and ladder_question(rung) in questions:
+        effect = question_effect(knobs, ladder_question(rung), parent_mean).value
+    else:
+        effect = float(knobs.threshold("rung_min_abs_delta"))
     return PairedDelta(
         child=child_id,
         parent=parent_id,

@@ -11,7 +11,6 @@ the table). Everything is seeded: the same input gives the same interval.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,7 +26,6 @@ __all__ = [
     "block_bootstrap_mean_ci",
     "block_bootstrap_diff_ci",
     "block_bootstrap_paired_diff_ci",
-    "hierarchical_diff_ci",
     "aa_check",
     "split_halves",
 ]
@@ -211,12 +209,6 @@ def block_bootstrap_mean_ci(
     return _t_interval(float(array.mean()), means, df, confidence)
 
 
-def block_bootstrap_mean_se(values: Sequence[float], block_len: int | None = None, n_resamples: int = 2000, seed: int = 0) -> float:
-    """The circular-block-bootstrap standard error of a series' mean (the SE block_bootstrap_mean_ci uses)."""
-    means, _, _ = _series_bootstrap(_finite_series(values, "values"), block_len, n_resamples, seed)
-    return float(np.std(means, ddof=1))
-
-
 def _series_bootstrap(array: np.ndarray, block_len: int | None, n_resamples: int, seed: int) -> tuple[np.ndarray, int, float]:
     """One series' circular-block-bootstrap means, the block length used and the degrees of freedom."""
     length = default_block_length(array) if block_len is None else block_len
@@ -279,71 +271,6 @@ def block_bootstrap_paired_diff_ci(
     differences = array_b - array_a
     means, length, df = _series_bootstrap(differences, block_len, n_resamples, seed)
     return DiffCI.around(float(differences.mean()), float(np.std(means, ddof=1)), df, confidence, length, length)
-
-
-@dataclass(frozen=True)
-class ReplicateSide:
-    """One side of a replicated comparison: the mean of its replicate means and that mean's variance.
-
-    within: from a block bootstrap of each replicate's steps (the replicates held fixed);
-    between: the replicate means' sample variance / R (what the seeds' disagreement says).
-    The side uses `within` unless the seeds disagree more than their steps' noise explains (an F
-    test at `seed_effect_alpha`); then the larger of the two, with R - 1 degrees of freedom."""
-
-    mean: float
-    variance: float
-    df: float
-    within: float
-    between: float
-    seed_effect_p: float
-    block_lengths: tuple[int, ...]
-
-
-def replicate_side(replicates: list[np.ndarray], n_resamples: int, rng: np.random.Generator, seed_effect_alpha: float) -> ReplicateSide:
-    count = len(replicates)
-    lengths = tuple(default_block_length(r) for r in replicates)
-    per_replicate = [float(np.var(_circular_block_means(r, n, n_resamples, rng), ddof=1)) for r, n in zip(replicates, lengths, strict=True)]
-    means = np.array([r.mean() for r in replicates])
-    within = float(sum(per_replicate)) / count**2
-    within_df = float(sum(_degrees_of_freedom(len(r), n) for r, n in zip(replicates, lengths, strict=True)))
-    if count < 2:
-        return ReplicateSide(float(means.mean()), within, within_df, within, float("nan"), 1.0, lengths)
-    between = float(np.var(means, ddof=1)) / count
-    average_within = float(np.mean(per_replicate))  # what one replicate mean's variance would be with no seed effect
-    f_ratio = between * count / average_within if average_within > 0 else float("inf")
-    p = float(scipy_stats.f.sf(f_ratio, count - 1, within_df)) if math.isfinite(f_ratio) else 0.0
-    if p < seed_effect_alpha and between > within:
-        return ReplicateSide(float(means.mean()), between, float(count - 1), within, between, p, lengths)
-    return ReplicateSide(float(means.mean()), within, within_df, within, between, p, lengths)
-
-
-def hierarchical_diff_ci(
-    a: Sequence[Sequence[float]],
-    b: Sequence[Sequence[float]],
-    confidence: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-    seed_effect_alpha: float = 0.05,
-) -> DiffCI:
-    """Interval for mean(b) - mean(a) where each side is several replicates (seeds) of one run.
-
-    The estimate is the difference of the sides' means of replicate means. Each side's variance
-    comes from its steps (a circular block bootstrap within each replicate) unless its seeds
-    disagree beyond that noise (F test at seed_effect_alpha), when the seeds' own spread is used
-    (ReplicateSide). Interval: estimate +/- t(df) x SE, df by Welch-Satterthwaite over the two
-    sides. With one replicate per side this is block_bootstrap_diff_ci exactly."""
-    if len(a) == 1 and len(b) == 1:
-        return block_bootstrap_diff_ci(a[0], b[0], confidence=confidence, n_resamples=n_resamples, seed=seed)
-    sides = []
-    for name, side in (("a", a), ("b", b)):
-        if not side:
-            raise ValueError(f"{name} has no replicate; an interval needs at least one run per side")
-        sides.append([_finite_series(values, f"{name}[{i}]") for i, values in enumerate(side)])
-    rng = np.random.default_rng(seed)
-    side_a, side_b = (replicate_side(side, n_resamples, rng, seed_effect_alpha) for side in sides)
-    variance = side_a.variance + side_b.variance
-    df = variance**2 / (side_a.variance**2 / side_a.df + side_b.variance**2 / side_b.df) if variance > 0 else min(side_a.df, side_b.df)
-    return DiffCI.around(side_b.mean - side_a.mean, math.sqrt(variance), df, confidence, max(side_a.block_lengths), max(side_b.block_lengths))
 
 
 def split_halves(values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,19 +11,33 @@ import math
 from harness.judge.margin import below_minimum
 from harness.report.record_model import Answer, Margin, TestRef
 
-NOT_EXPECTED = "not-expected"
+# How records written before named reports marked an answer their test did not hold.
+LEGACY_NOT_EXPECTED = "not-expected"
 
 
 def is_expected(entry: Answer) -> bool:
-    """A pre-registered answer the test holds (not a reported one: "not-expected ...", or no expectation)."""
+    """One of the main job's answers, held by its test (not one left for a named report, nor, in a
+    record written before named reports, one marked not-expected)."""
     expected = entry.expected
-    return expected is not None and not str(expected).startswith(NOT_EXPECTED)
+    return expected is not None and getattr(entry, "report", None) is None and not str(expected).startswith(LEGACY_NOT_EXPECTED)
 
 
-def answer_entry(key: str, kind: str, expected: str | None, observed: str, margin: dict | None, test: TestRef, note: str = "") -> Answer:
-    """kind: ladder / acceptance / ab. expected: the pre-registered answer, "not-expected" (reported
-    only, knobs/design.yaml says why), or None where the answer has no statistic (a record check)."""
-    return Answer(key=key, kind=kind, expected=expected, observed=observed, margin=margin, note=note, test=test)
+def answer_entry(
+    key: str, kind: str, expected: str | None, observed: str, margin: dict | None, test: TestRef, note: str = "", report: str | None = None
+) -> Answer:
+    """kind: ladder / acceptance / ab. expected: the pre-registered answer. report: the named report
+    (knobs/reports.yaml) the answer leaves the main job's answers for, None for one of them."""
+    return Answer(key=key, kind=kind, expected=expected, observed=observed, margin=margin, note=note, test=test, report=report)
+
+
+def answer_counts(answers: list[Answer]) -> dict[str, int]:
+    """Expected answers against the answers the session reported, and those left for named reports."""
+    main = [a for a in answers if a.report is None]
+    return {
+        "answers": len(main),
+        "expected": sum(1 for a in main if is_expected(a)),
+        "in_named_reports": len(answers) - len(main),
+    }
 
 
 def is_flagged(entry: Answer, minimum: float) -> bool:
@@ -52,6 +66,9 @@ def render_markdown(answers: list[Answer], minimum: float) -> str:
     if not answers:
         return ""
     flagged = [a for a in answers if is_flagged(a, minimum)]
+    counts = answer_counts(answers)
+    reported = [a for a in answers if a.report is not None]
+    answers = [a for a in answers if a.report is None]
     lines = [
         "## Judged answers and their margins",
         "",
@@ -59,7 +76,8 @@ def render_markdown(answers: list[Answer], minimum: float) -> str:
         f"interval-decided answer, past its interval's own t; harness/judge/margin.py), signed so that positive is the "
         f"side of the answer given. **Flagged**: an expected answer under "
         f"thresholds.min_margin_se = {minimum:g} (it may flip on another seed or machine). "
-        f"{len(flagged)} of {sum(1 for a in answers if is_expected(a))} expected answers flagged.",
+        f"{counts['expected']} expected of {counts['answers']} answers; {len(flagged)} flagged; "
+        f"{counts['in_named_reports']} left for named reports (below).",
         "",
         "| Answer | Kind | Expected | Observed | Margin (SE) | Sample | Flag |",
         "|---|---|---|---|---|---|---|",
@@ -67,4 +85,14 @@ def render_markdown(answers: list[Answer], minimum: float) -> str:
     for a in answers:
         flag = f"**under {minimum:g} SE**" if is_flagged(a, minimum) else ""
         lines.append(f"| {a.key} | {a.kind} | {a.expected or '—'} | {a.observed} | {margin_text(a.margin)} | {sample_text(a.margin)} | {flag} |")
+    if reported:
+        lines += [
+            "",
+            "## Named reports: answers outside the main job's",
+            "",
+            "| Report | Answer | Observed | Margin (SE) | Why not held |",
+            "|---|---|---|---|---|",
+        ]
+        for a in sorted(reported, key=lambda a: (a.report, a.key)):
+            lines.append(f"| {a.report} | {a.key} | {a.observed} | {margin_text(a.margin)} | {a.note} |")
     return "\n".join(lines) + "\n"

@@ -373,17 +373,26 @@ def rungs_table(record: ExperimentRecord, baseline: ExperimentRecord | None) -> 
 
 def answers_section(record: ExperimentRecord) -> str:
     """Every judged answer with its margin in standard errors; expected answers under the record's
-    min_margin_se are flagged (harness.report.answers)."""
-    from harness.report.answers import is_expected, is_flagged, margin_text, sample_text
+    min_margin_se are flagged (harness.report.answers). The count of expected against reported answers
+    and the pre-registration hash head it; answers left for named reports follow in their own table."""
+    from harness.report.answers import answer_counts, is_flagged, margin_text, sample_text
 
     answers = record.answers
+    prereg = record.preregistration or {}
+    registered = (
+        f"Pre-registration: every expectation and threshold this session applied hashes to sha256 "
+        f"{prereg['sha256']} (harness.judge.preregistration), recorded before any answer was judged."
+        if prereg.get("sha256")
+        else "Pre-registration: not recorded (a record written before expectations were hashed)."
+    )
     if not answers:
-        return "<h2>Answers and margins</h2><p class='none'>no margins in this record (recorded before margins were kept)</p>"
+        return f"<h2>Answers and margins</h2><p class='small' id='preregistration'>{esc(registered)}</p><p class='none'>no margins in this record (recorded before margins were kept)</p>"
     minimum = record.min_margin_se if record.min_margin_se is not None else 3.0
-    flagged = sum(1 for a in answers if is_flagged(a, minimum))
-    expected = sum(1 for a in answers if is_expected(a))
+    counts = answer_counts(answers)
+    main = [a for a in answers if a.report is None]
+    flagged = sum(1 for a in main if is_flagged(a, minimum))
     body = []
-    for a in answers:
+    for a in main:
         flag = is_flagged(a, minimum)
         cells = [
             esc(a.key),
@@ -397,10 +406,26 @@ def answers_section(record: ExperimentRecord) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("Answer", "Expected", "Observed", "Margin (SE)", "Sample", "Test"))
     lead = (
         f"Margin: how many standard errors past the point where its decision would flip the estimate stands (for an "
-        f"interval-decided answer, past its interval's own t), positive on the side of the answer given. {flagged} of {expected} expected answers under {minimum:g} SE; not-expected answers are reported only "
-        f"(knobs/design.yaml says why)."
+        f"interval-decided answer, past its interval's own t), positive on the side of the answer given. "
+        f"{counts['expected']} expected of {counts['answers']} answers; {flagged} under {minimum:g} SE; "
+        f"{counts['in_named_reports']} left for named reports (below, with why)."
     )
-    return f"<h2>Answers and margins</h2><p class='small'>{esc(lead)}</p><table id='answers'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    reported = sorted((a for a in answers if a.report is not None), key=lambda a: (a.report, a.key))
+    named = ""
+    if reported:
+        rows = "".join(
+            "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in (a.report, a.key, a.observed, margin_text(a.margin), a.note)) + "</tr>" for a in reported
+        )
+        named = (
+            "<h3>Named reports</h3><p class='small'>Answers outside the main job's: judged and shown, never a pass "
+            "(knobs/reports.yaml says what each report holds).</p><table id='named-reports'><thead><tr>"
+            + "".join(f"<th>{h}</th>" for h in ("Report", "Answer", "Observed", "Margin (SE)", "Why not held"))
+            + f"</tr></thead><tbody>{rows}</tbody></table>"
+        )
+    return (
+        f"<h2>Answers and margins</h2><p class='small' id='preregistration'>{esc(registered)}</p><p class='small'>{esc(lead)}</p>"
+        f"<table id='answers'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{named}"
+    )
 
 
 def tokens_section(record: ExperimentRecord) -> str:

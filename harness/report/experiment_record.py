@@ -89,7 +89,7 @@ def rung_entry(case, judgement, row, test: TestRef) -> Rung:
             "expected_direction": case.rung.expect.direction,
             "reasons": list(judgement.reasons),
             "problems": list(judgement.problems),
-            # Seeds a side; with more than one, the interval is over seeds and steps (stats.hierarchical_diff_ci).
+            # Seeds a side; with more than one, the interval is over seeds and steps (harness.judge.variance).
             "replicates": (judgement.evidence.get("replicates") or {}).get("count", 1),
             # The paired per-token delta on the parent's recorded tokens (harness.judge.paired), or why not checked.
             "paired_delta": judgement.evidence.get("paired_delta"),

@@ -212,6 +212,16 @@ class Answer(_Entry):
     margin: Margin | None = None
     note: str = ""
     test: TestRef
+    # The named report (knobs/reports.yaml) this answer left the main job's answers for; None: one of
+    # them (absent from records written before named reports, and written back so).
+    report: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _keep_old_records_shape(self, handler):
+        data = handler(self)
+        if data.get("report") is None:
+            data.pop("report", None)
+        return data
 
 
 class Options(_Carried):
@@ -240,6 +250,9 @@ class ExperimentRecord(_Entry):
     outcomes: dict[str, str] = Field(default_factory=dict)  # test node id -> passed / failed / skipped / not reported
     answers: list[Answer] = Field(default_factory=list)
     min_margin_se: float | None = None
+    # The pre-registration the session judged against (harness.judge.preregistration): the hash of every
+    # expectation and threshold it applied, and what that hash covers, recorded before any answer.
+    preregistration: dict[str, Any] | None = None
     _path: str | None = PrivateAttr(default=None)  # the file it was loaded from
 
     @property
@@ -253,8 +266,12 @@ class ExperimentRecord(_Entry):
         return self.outcomes.get(test.nodeid) if test is not None else None
 
     def to_data(self) -> dict:
-        """The JSON object on disk (keys as always written; NaN kept, as json.dumps writes it)."""
-        return self.model_dump(by_alias=True)
+        """The JSON object on disk (keys as always written; NaN kept, as json.dumps writes it; a record
+        written before pre-registration hashes is written back without one)."""
+        data = self.model_dump(by_alias=True)
+        if data.get("preregistration") is None:
+            data.pop("preregistration", None)
+        return data
 
 
 ENTRY_MODELS: dict[str, type[BaseModel]] = {

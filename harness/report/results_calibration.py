@@ -41,19 +41,12 @@ class MachineAnswer(_Open):
 
 class Question(MachineAnswer):
     delta: float | None = None
+    effect_rule: str | None = None  # how the question's effect of interest was made (knobs/effects.yaml)
     by_machine: dict[str, MachineAnswer] = Field(default_factory=dict)
-
-
-class SeedSpread(_Open):
-    abs_diff_relative: float
-    effect_of_interest_relative: float
-    reward_relative: float
-    reward_allowed_drop_relative: float
 
 
 class DesignMeasured(_Open):
     measured_on: dict[str, MeasuredOn]
-    seed_spread: SeedSpread
     questions: dict[str, Question]
 
 
@@ -110,27 +103,26 @@ def design_section(root: Path) -> list[str]:
     kinds = list(design.measured_on)
     dates = sorted({m.date for m in design.measured_on.values()})
     seeds = sorted({s for m in design.measured_on.values() for s in m.seeds})
-    spread = design.seed_spread
     lines = [
         "## The design: the sample each question needs",
         "",
         record_line(shown, ", ".join(dates), "not recorded", f"{' and '.join(kinds)} (the record's labels for the CPU kinds)")
         + f"; design seeds {seeds[0]}-{seeds[-1]}, never judged by the main job.",
         "",
-        f"Seed-to-seed spread of a run's mean abs-diff {100 * spread.abs_diff_relative:.2f}% (effect of interest"
-        f" {100 * spread.effect_of_interest_relative:.2f}% of the parent's mean), of its reward {100 * spread.reward_relative:.2f}%"
-        f" (allowed reward drop {100 * spread.reward_allowed_drop_relative:.2f}%). Margin: standard errors past where the decision",
-        "would flip, at the design's seeds; seeds needed: a side (pairs for an A/B question) for the design's target margin.",
+        "Each question's effect of interest is its own reference's A/A band or a user-facing margin (knobs/effects.yaml; the",
+        "band column). Margin: standard errors past where the decision would flip, at the design's seeds; seeds needed: a side",
+        "(pairs for an A/B question) for the design's target margin.",
         "",
-        f"| question | answer on the design seeds (delta) | margin (SE), {' / '.join(kinds)} | seeds needed, {' / '.join(kinds)} | the main job |",
-        "|---|---|---|---|---|",
+        f"| question | answer on the design seeds (delta) | band | margin (SE), {' / '.join(kinds)} | seeds needed, {' / '.join(kinds)} | the main job |",
+        "|---|---|---|---|---|---|",
     ]
     for name, q in design.questions.items():
-        per = [q.by_machine.get(kind) for kind in kinds]
+        per = [q.by_machine.get(kind, q) for kind in kinds]
         margins = " / ".join(signed(m.margin_se_at_design_seeds, 1) if m else "—" for m in per)
         needed = " / ".join(str(m.seeds_needed) if m and m.seeds_needed is not None else "—" for m in per)
         delta = f" ({signed(q.delta)})" if q.delta is not None else ""
-        lines.append(f"| {name} | {q.answer}{delta} | {margins} | {needed} | {'expects it' if q.expected else 'reports it'} |")
+        band = (q.effect_rule or "—").split(":")[0]
+        lines.append(f"| {name} | {q.answer}{delta} | {band} | {margins} | {needed} | {'expects it' if q.expected else 'reports it'} |")
     return lines
 
 

@@ -196,7 +196,7 @@ def sweep_section(root: Path) -> list[str]:
     if not (root / shown).exists():
         return [
             *lines,
-            f"No committed record (`{shown}`): `tools/seed_sweep.py` re-judges the main job at each offset of knobs/design.yaml,",
+            f"No committed record (`{shown}`): `python -m harness sweep` re-judges the main job at each offset of knobs/design.yaml,",
             "then `python -m harness results --add reports/sweep/sweep.json`.",
         ]
     record = load_committed(root / shown, SweepRecord, shown)

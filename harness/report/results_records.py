@@ -6,7 +6,7 @@ reports/records/, condensed from what the job wrote (git keeps each file's histo
                                      tests' outcomes and how long they took, commit, machine, date
     reports/records/make-test.json   `make test`: the same condensation of its own record (its
                                      selftest record), read for its timing
-    reports/records/seed-sweep.json  tools/seed_sweep.py's sweep.json: per expected answer, the
+    reports/records/seed-sweep.json  python -m harness sweep's sweep.json: per expected answer, the
                                      offsets that held it and its smallest margin
 
 `python -m harness results --add PATH` writes one of them (add_record); the page reads them through
@@ -118,6 +118,7 @@ class AnswerFigure(_Record):
     sample: dict[str, Any] = Field(default_factory=dict)
     note: str = ""
     outcome: str
+    report: str | None = None  # the named report it left the main job's answers for (knobs/reports.yaml); None: one of them
 
 
 class JobRecord(_Record):
@@ -146,7 +147,7 @@ class SweepRow(_Record):
 
 
 class SweepRecord(_Record):
-    """tools/seed_sweep.py's sweep.json, as committed."""
+    """python -m harness sweep's sweep.json, as committed."""
 
     schema_: Literal[1] = Field(SCHEMA, alias="schema")
     kind: Literal["seed-sweep"] = "seed-sweep"
@@ -158,6 +159,8 @@ class SweepRecord(_Record):
     rows: list[SweepRow]
     problems: list[str] = Field(default_factory=list)
     seconds: dict[str, float] = Field(default_factory=dict)  # offset -> its wall time, when the sweep ran it
+    # The pre-registration the offsets were judged against (harness.judge.preregistration); None before hashing.
+    expectations_sha256: str | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -309,6 +312,7 @@ def condense(record: ExperimentRecord, kind: str, source: str, tests: Tests | No
             sample={k: v for k, v in (a.margin.sample if a.margin else {}).items() if k != "measured_for"},
             note=a.note,
             outcome=record.outcome(a.test) or "not reported",
+            report=a.report,
         )
         for a in record.answers
     ]
@@ -349,7 +353,7 @@ def add_record(
     shown = str(source)
     if source.is_file() and source.name != "experiment.json":
         data = read_json(source)
-        if "offsets" in data:  # tools/seed_sweep.py's sweep.json
+        if "offsets" in data:  # python -m harness sweep's sweep.json
             return write_record(condense_sweep(data, shown), records_dir / SWEEP_FILE)
     if job not in JOB_FILES:
         raise ResultsRecordError(f"--job {job!r}: expected one of {', '.join(JOB_FILES)}")

@@ -19,17 +19,14 @@ class Seeds(Strict):
     design: int  # where the design measured (never judged by the main job)
     replicates: int = Field(ge=1)  # seeds a run stands for: seed .. seed + replicates - 1
     design_count: int = Field(ge=2)  # seeds a side the design measured on: design .. design + design_count - 1
-    sweep_offsets: list[int] = Field(min_length=1)  # tools/seed_sweep.py: offsets on the judging seed
+    sweep_offsets: list[int] = Field(
+        min_length=1
+    )  # python -m harness sweep: the next confirmatory offsets on the judging seed (never spent: knobs/sweep_ledger.yaml)
     reason: str = Field(min_length=10)
 
 
 class Valued(Strict):
     value: float
-    reason: str = Field(min_length=10)
-
-
-class Scale(Strict):
-    z: float = Field(gt=0)
     reason: str = Field(min_length=10)
 
 
@@ -43,8 +40,6 @@ class Design(Strict):
     target_margin: Valued
     seeds: Seeds
     affordable: Affordable
-    effect_of_interest: Scale
-    reward_margin: Scale
     measured: dict = Field(default_factory=dict)
 
     def seed_ranges(self) -> dict[str, range]:

@@ -21,6 +21,8 @@ from harness.spec.schema import (
     ClassificationFile,
     FlagLayer,
     Hardware,
+    NamedReport,
+    ReportsFile,
     Rung,
     Stage,
     StagesFile,
@@ -31,6 +33,7 @@ from harness.spec.values import flag_value_problems
 
 if TYPE_CHECKING:
     from harness.spec.budget import RunBudgets
+    from harness.spec.effects_file import Effects
     from harness.spec.site import Site
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -54,6 +57,10 @@ class Knobs:
     hardware: dict[str, Hardware] = field(default_factory=dict)
     # How long a launched run may take per stage (launch.yaml); None where the file is absent.
     budgets: RunBudgets | None = None
+    # Each question's minimum effect of interest and every judged spec's A/A seed spread (effects.yaml).
+    effects: Effects | None = None
+    # The named reports an answer may leave the main job's answers for (reports.yaml), with why.
+    reports: dict[str, NamedReport] = field(default_factory=dict)
     # Layered on by harness.spec.site.with_settings: a cluster's site file and session-wide --set
     # values, applied by every resolve() (knobs < site < --set).
     site: Site | None = None
@@ -263,6 +270,8 @@ def load_knobs(root: Path) -> Knobs:
     ab = parse_file(root / "ab.yaml", ABFile)
     operator_thresholds = parse_file(root / "operator_thresholds.yaml", ThresholdsFile).thresholds
     budgets = _load_budgets(root / "launch.yaml", stages)
+    effects = _load_effects(root)
+    reports = parse_file(root / "reports.yaml", ReportsFile).reports
     knobs = Knobs(
         root,
         base,
@@ -275,10 +284,19 @@ def load_knobs(root: Path) -> Knobs:
         hardware=stages_file.hardware,
         operator_thresholds=operator_thresholds,
         budgets=budgets,
+        effects=effects,
+        reports=reports,
     )
     _check_flag_values(knobs)
     _check_links(knobs)
     return knobs
+
+
+def _load_effects(root: Path):
+    """effects.yaml: the questions' effects of interest. Required: a question without one cannot be judged."""
+    from harness.spec.effects_file import EFFECTS_FILE, Effects
+
+    return parse_file(root / EFFECTS_FILE, Effects)
 
 
 def _load_budgets(path: Path, stages: dict[str, Stage]):
@@ -334,6 +352,27 @@ def _check_flag_values(knobs: Knobs) -> None:
         raise SpecError(problems)
 
 
+def _reported_links(knobs: Knobs) -> list[str]:
+    """Every answer that leaves the main job's answers names a report of reports.yaml."""
+    known = ", ".join(sorted(knobs.reports))
+    where: list[tuple[str, str, str]] = []
+    for rung in knobs.rungs.values():
+        where += [(f"ladder/{rung.id}.yaml", f"expect.reported.{answer}.report", r.report) for answer, r in rung.expect.reported.items()]
+    for criterion in knobs.acceptance.criteria:
+        where += [("acceptance.yaml", f"criteria.{criterion.id}.reported.{backend}.report", r.report) for backend, r in criterion.reported.items()]
+    expectations = [("expect", knobs.ab.expect)] + [(f"candidates.{name}.expect", c.expect) for name, c in knobs.ab.candidates.items()]
+    for prefix, by_backend in expectations:
+        for backend, expected in by_backend.items():
+            for question, answer in expected.answers.items():
+                if not isinstance(answer, bool):
+                    where.append(("ab.yaml", f"{prefix}.{backend}.answers.{question}.report", answer.report))
+    return [
+        f"{_relative(knobs.root / file)}: {key}: expected a report of reports.yaml ({known}), got {name!r}"
+        for file, key, name in where
+        if name not in knobs.reports
+    ]
+
+
 def _check_links(knobs: Knobs) -> None:
     """Parents exist and form no cycle; stages named by rungs exist; thresholds named exist."""
     problems = []
@@ -357,6 +396,11 @@ def _check_links(knobs: Knobs) -> None:
             seen.append(current)
             current = knobs.rungs[current].parent
     for rung in knobs.rungs.values():
+        if rung.parent is not None and rung.expect.direction is None and "direction" not in rung.expect.reported:
+            problems.append(
+                f"{_relative(ladder / f'{rung.id}.yaml')}: expect.direction: expected one of up, down, flat against the parent, "
+                "or reported.direction naming the report it leaves for"
+            )
         for bound, name in rung.expect.bound_names().items():
             if name not in knobs.thresholds:
                 problems.append(f"{_relative(ladder / f'{rung.id}.yaml')}: expect.{bound}: expected a name from thresholds.yaml, got {name!r}")
@@ -378,6 +422,7 @@ def _check_links(knobs: Knobs) -> None:
                 f"{_relative(knobs.root / 'ab.yaml')}: candidates.{name}.set: expected operator-path or mitigation flags "
                 f"({', '.join(sorted(allowed))}), got {flag!r}"
             )
+    problems += _reported_links(knobs)
     for criterion in knobs.acceptance.criteria:
         for name in criterion.thresholds:
             if name not in knobs.thresholds:

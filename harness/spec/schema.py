@@ -26,12 +26,10 @@ Backend = Annotated[str, AfterValidator(_known_backend)]
 # undecided: a probe the class needs could not run (harness.attribution.probes names it: "undecided: needs X").
 DriftClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator", "undetermined", "undecided"]
 DIRECTION_OUTCOMES = ("up", "down", "flat", "inconclusive")
-# What a rung may expect: exactly one outcome, written before the runs it judges (knobs/design.yaml),
-# or `not-expected`: the answer is judged and reported with its margin, but the design found no
-# affordable sample that decides it far from its boundary, so the main job does not expect it.
-NOT_EXPECTED = "not-expected"
-ExpectedDirection = Literal["up", "down", "flat", "not-expected"]
-ExpectedClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator", "not-expected"]
+# What a rung may expect: exactly one outcome, written before the runs it judges (knobs/design.yaml).
+# An answer the main job does not hold leaves its answers for a named report (`Reported`, knobs/reports.yaml).
+ExpectedDirection = Literal["up", "down", "flat"]
+ExpectedClass = Literal["none", "expected-numerical", "semantic", "framework", "candidate-operator"]
 
 MODES: tuple[str, ...] = ("colocate", "non-colocate")
 DRIFT_CLASSES: tuple[str, ...] = ("none", "expected-numerical", "semantic", "framework", "candidate-operator")
@@ -135,15 +133,40 @@ class StagesFile(Strict):
     stages: dict[str, Stage]
 
 
+class Reported(Strict):
+    """An answer that is not one of the main job's answers: it is judged and shown in a named report
+    (knobs/reports.yaml `reports`), never as a pass or a failure of the main job."""
+
+    report: str  # a key of knobs/reports.yaml reports
+    reason: str = Field(min_length=20)  # why this answer is not held, with the numbers that say so
+
+
+ReportedAnswer = Literal["direction", "class"]
+
+
+class NamedReport(Strict):
+    """A report outside the main job's answers (knobs/reports.yaml): what it holds and why those
+    answers are not held by the main job."""
+
+    title: str = Field(min_length=5)
+    reason: str = Field(min_length=20)
+
+
+class ReportsFile(Strict):
+    reports: dict[str, NamedReport] = Field(min_length=1)
+
+
 class Expectation(Strict):
-    # Named `class` in the YAML (the seed's word); `drift_class` in code. One class, or not-expected
-    # (then `design` names the knobs/design.yaml question that says, with numbers, why not).
-    drift_class: ExpectedClass = Field(alias="class")
+    # Named `class` in the YAML (the seed's word); `drift_class` in code. One class, or the class
+    # answer leaves for a named report (`reported.class`).
+    drift_class: ExpectedClass | None = Field(None, alias="class")
     # Classes the evidence must rule out whatever the delta decides (framework: probes 1-2 pass on
     # every run; semantic: probe 6 passes on the rung's runs, or the replay removes too little).
     rules_out: list[DriftClass] = Field(default_factory=list)
-    # One outcome against the parent, or not-expected (with `design`); a root has none.
+    # One outcome against the parent (a root has none), or the direction leaves for a named report.
     direction: ExpectedDirection | None = None
+    # The rung's answers that are not the main job's (direction, class): each in a named report, with why.
+    reported: dict[ReportedAnswer, Reported] = Field(default_factory=dict)
     # The knobs/design.yaml question this expectation was designed under (its measurement on the
     # design seeds, the sample it needs, and whether the main job expects it).
     design: str | None = None
@@ -171,18 +194,22 @@ class Expectation(Strict):
         return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
 
     @model_validator(mode="after")
-    def _not_expected_names_its_design(self) -> Expectation:
-        if NOT_EXPECTED in (self.drift_class, self.direction) and not self.design:
-            raise ValueError("class or direction is not-expected: `design` must name the knobs/design.yaml question that says why")
+    def _each_answer_expected_or_reported(self) -> Expectation:
+        if self.drift_class is None and "class" not in self.reported:
+            raise ValueError("class: expected one drift class, or reported.class naming the report it leaves for")
+        if self.drift_class is not None and "class" in self.reported:
+            raise ValueError("class and reported.class: an answer is expected or reported, not both")
+        if self.direction is not None and "direction" in self.reported:
+            raise ValueError("direction and reported.direction: an answer is expected or reported, not both")
         return self
 
     @property
     def class_expected(self) -> bool:
-        return self.drift_class != NOT_EXPECTED
+        return self.drift_class is not None
 
     @property
     def direction_expected(self) -> bool:
-        return self.direction is not None and self.direction != NOT_EXPECTED
+        return self.direction is not None
 
 
 class VimeCaveat(Strict):
@@ -209,8 +236,12 @@ class Rung(Strict):
 
     @model_validator(mode="after")
     def _direction_needs_a_parent(self) -> Rung:
-        if self.parent is None and self.expect.direction is not None:
+        if self.parent is None and (self.expect.direction is not None or "direction" in self.expect.reported):
             raise ValueError("expect.direction: a root rung has no parent to move against; leave direction out")
+        if self.expect.direction == "down" and self.expect.drift_class is not None:
+            # The drift a rung removes is its parent's: the judge decides that class on the parent's
+            # evidence (harness.judge.drift_class), so it is the parent's answer, not this rung's.
+            raise ValueError("expect.class: a rung expected down has its class decided on its parent's evidence; send it to reported.class")
         return self
 
 
@@ -230,16 +261,10 @@ class Criterion(Strict):
     check: str
     why: str = ""
     thresholds: list[str] = Field(default_factory=list)
-    # pass (the default), or not-expected: judged and reported with its margin, but knobs/design.yaml
-    # (question acceptance/<id>, named by `design`) measured it too near its boundary to expect it.
-    expect: Literal["pass", "not-expected"] = "pass"
+    # The knobs/design.yaml question (acceptance/<id>) that sized it.
     design: str | None = None
-
-    @model_validator(mode="after")
-    def _not_expected_names_its_design(self) -> Criterion:
-        if self.expect == NOT_EXPECTED and not self.design:
-            raise ValueError("expect is not-expected: `design` must name the knobs/design.yaml question that says why")
-        return self
+    # backend -> the named report the criterion leaves for there, with why; elsewhere it must pass.
+    reported: dict[Backend, Reported] = Field(default_factory=dict)
 
 
 class AcceptanceFile(Strict):
@@ -277,21 +302,13 @@ class ABPair(Strict):
     reason: str = Field(min_length=10)
 
 
-class GatedBackends(Strict):
-    """Where an A/B question's answer fails the test; elsewhere it is judged and recorded only."""
-
-    backends: list[Backend] = Field(min_length=1)
-    reason: str = Field(min_length=10)
-
-
 class ExpectedAnswers(Strict):
     """What the gate is expected to answer for this pair's candidate on one backend, where that is
     not a pass: the candidate is measured, and the gate's measured answer is the finding."""
 
-    # question -> its expected answer: true (passes), false (a decided no), or not-expected: judged and
-    # reported with its margin, but knobs/design.yaml (question ab/<pair or candidate>/<question>)
-    # found no affordable sample that decides it far from its boundary.
-    answers: dict[str, bool | Literal["not-expected"]]
+    # question -> its expected answer: true (passes), false (a decided no), or the named report it
+    # leaves for (judged and shown there, never a pass or failure of the main job).
+    answers: dict[str, bool | Reported]
     reason: str = Field(min_length=10)
 
 
@@ -316,6 +333,9 @@ class ABFile(Strict):
     # Seeds a side for the judged questions (one pair a seed: seed, seed + 1, ...), sized by
     # knobs/design.yaml; the contract and the summary rows read the first pair. None: one seed.
     replicates: Replicates | None = None
+    # Pairs a mode for mode consistency (colocate vs non-colocate): each mode's pair at seeds seed ..
+    # seed + count - 1, sized by knobs/design.yaml (ab/mode-consistency/<mode>). None: the first pair.
+    mode_pairs: Replicates | None = None
     # backend -> expected answers (question -> passes?); a question not listed is expected to pass.
     expect: dict[str, ExpectedAnswers] = Field(default_factory=dict)
     # name -> a further candidate against pair.baseline at pair.stage (same questions, same contract).
@@ -325,12 +345,10 @@ class ABFile(Strict):
     # training trajectory, never the sampled-token contract, and the record names them.
     mitigation_flags: FlagList
     sampling_contract_flags: FlagList
-    # question name (harness.judge.ab.QUESTIONS) -> the backends where it gates; absent: everywhere.
-    gated_on: dict[str, GatedBackends] = Field(default_factory=dict)
 
-    def expected_to_pass(self, question: str, backend: str, candidate: str | None = None) -> tuple[bool | str, str]:
+    def expected_to_pass(self, question: str, backend: str, candidate: str | None = None) -> tuple[bool | Reported, str]:
         """Whether the gate is expected to pass `question` on `backend` for the pair's candidate (or
-        the named one of `candidates`), and the reason when not; "not-expected" when it is reported only."""
+        the named one of `candidates`), and the reason when not; a Reported when it leaves for a named report."""
         expected = (self.candidates[candidate].expect if candidate else self.expect).get(backend)
         if expected is None or question not in expected.answers:
             return True, ""

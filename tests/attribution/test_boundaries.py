@@ -228,6 +228,19 @@ def test_class_follows_the_evidence(tmp_path):
     assert missing.drift_class == "undecided" and "boundary table" in missing.label
 
 
+def test_a_capture_of_every_sample_without_a_contract_carries_the_drift_by_construction_and_says_so(tmp_path):
+    """The capture holds every sample of its step and the rollout's processed log-prob is its selected
+    one: captured drift / logged drift is 1 by identity, not a measurement. The table says so rather
+    than reporting a coverage it could not have missed; a capture of part of the step is measured."""
+    table = _bundle(tmp_path, rollout_dtype="bfloat16")
+    logged = {2: table.coverage["per_step"][2]["logged"]}
+    whole = boundary_table(tmp_path, K, logged=logged, min_coverage=MIN_COVERAGE, samples_per_step=1)
+    assert whole.coverage["by_construction"] and whole.decides
+    assert "by construction" in whole.coverage["reason"] and "coverage not measured" in whole.coverage["reason"]
+    part = boundary_table(tmp_path, K, logged=logged, min_coverage=MIN_COVERAGE, samples_per_step=32)
+    assert not part.coverage["by_construction"] and part.coverage["reason"].startswith("capture coverage 1"), part.coverage["reason"]
+
+
 def test_a_capture_that_does_not_carry_the_logged_drift_classes_nothing(tmp_path):
     """Coverage = captured selected-log-prob drift / logged abs-diff of the same step: a table whose
     tokens carry a tenth of the drift being classified decides nothing, and says the number."""

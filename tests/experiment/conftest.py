@@ -27,6 +27,6 @@ def recorded(tmp_path_factory) -> tuple[Path, Path]:
     shutil.copytree(DEFAULT_KNOBS_DIR, root / "knobs")
     stages = root / "knobs" / "stages.yaml"
     text = stages.read_text()
-    assert text.count("replicates:\n      embedded: 5") == 1, "the P1 stage's replicates knob moved: update this fixture"
+    assert text.count("replicates:\n      embedded: 5") == 2, "the P1 and P3 stages' replicates knobs moved: update this fixture"
     stages.write_text(text.replace("replicates:\n      embedded: 5", "replicates:\n      embedded: 1"))
     return root / "runs", root / "knobs"

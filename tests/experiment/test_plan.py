@@ -9,7 +9,7 @@ import pytest
 
 from harness import DEFAULT_KNOBS_DIR
 from harness.experiment.evidence import replicate_sets
-from harness.experiment.plan import ab_replicates, ab_requests, ladder_requests
+from harness.experiment.plan import ab_replicates, ab_requests, ladder_requests, mode_pairs
 from harness.experiment.runs import Fetch, RunSource
 from harness.judge.ladder import family_members
 from harness.spec import load_knobs
@@ -43,7 +43,7 @@ def test_the_plan_is_every_run_the_family_and_the_ab_gate_ask_for(tmp_path, offs
     replicate_sets([pair.baseline, pair.candidate], fetch, pairs)
     for candidate in KNOBS.ab.candidates.values():
         replicate_sets([pair.baseline, (pair.baseline, dict(candidate.set))], fetch, pairs)
-    Fetch(asked, pair.stage, "non-colocate").many([(pair.baseline, {}), (pair.candidate, {})])
+    replicate_sets([pair.baseline, pair.candidate], Fetch(asked, pair.stage, "non-colocate"), mode_pairs(KNOBS, "embedded"))
 
     planned = ladder_requests(KNOBS, source.spec, "p1", "colocate", "embedded") + ab_requests(KNOBS, source.spec, "colocate", "embedded")
     planned_ids = {source.spec(stage, rung, mode, **overrides).run_id for stage, rung, mode, overrides in planned}

@@ -110,8 +110,10 @@ def test_a_bad_control_run_and_a_bad_design_name_their_key(tmp_path):
         build_page(root)
     shutil.copy(REPO_ROOT / "reports/controls/control_sizes.json", controls)
     design = root / "knobs/design.yaml"
-    design.write_text(design.read_text().replace("  seed_spread: &id001\n    abs_diff_relative:", "  seed_spread: &id001\n    abs_diff_relativ:"))
-    with pytest.raises(ResultsRecordError, match=r"^knobs/design.yaml: key 'measured.seed_spread.abs_diff_relative': missing"):
+    design.write_text(
+        design.read_text().replace("    ladder/fp8-plus-filters:\n      answer: up", "    ladder/fp8-plus-filters:\n      answr: up", 1)
+    )
+    with pytest.raises(ResultsRecordError, match=r"^knobs/design.yaml: key 'measured.questions.ladder/fp8-plus-filters.answer': missing"):
         build_page(root)
 
 

@@ -72,7 +72,13 @@ def build_run(tmp_path):
             if environment is not None
             else {
                 "harness": {"commit": "0123456789abcdef"},
-                "container": {"image": None},
+                # What harness.records.environment writes on a host in no container: no image, no hints.
+                "container": {
+                    "image": None,
+                    "source": None,
+                    "container_hints": [],
+                    "note": "pass the image explicitly: the environment does not name it",
+                },
                 "hardware": {"gpus": {"count": 0}, "cpu": {"model": "test cpu"}},
             },
         )

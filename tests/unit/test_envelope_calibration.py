@@ -218,7 +218,7 @@ def _knobs_copy(tmp_path: Path, first: int) -> Path:
         (2027, "seeds.judging"),  # a replicate of the judging seed
         (2030, "seeds.judging"),  # the A/B's fifth pair
         (1233, "seeds.design"),  # 1233..1234 reaches the design seed
-        (2429, "seeds.sweep_offsets (+400)"),
+        (2629, "seeds.sweep_offsets (+600)"),
     ],
 )
 def test_calibration_seeds_that_a_judged_or_design_run_uses_are_an_error(tmp_path, first, key):

@@ -35,10 +35,16 @@ def test_every_threshold_is_used_somewhere():
 
 
 def test_every_rung_says_why_and_what_it_expects():
+    """Every answer a rung gives is expected or leaves for a named report: a class (or reported.class),
+    a direction against the parent (or reported.direction), none on a root, and the design that sized it."""
     for rung in KNOBS.rungs.values():
-        assert len(rung.why.split()) >= 8, f"ladder/{rung.id}.yaml: why: say in a sentence why this rung exists"
-        assert rung.expect.drift_class and rung.expect.design, f"ladder/{rung.id}.yaml: expect needs a class and its design (knobs/design.yaml)"
-        assert (rung.parent is None) == (rung.expect.direction is None), f"ladder/{rung.id}.yaml: a direction against the parent, none on a root"
+        where = f"ladder/{rung.id}.yaml"
+        expect = rung.expect
+        assert len(rung.why.split()) >= 8, f"{where}: why: say in a sentence why this rung exists"
+        assert expect.design, f"{where}: expect needs the design question that sized it (knobs/design.yaml)"
+        assert expect.class_expected or "class" in expect.reported, f"{where}: expect needs a class, or reported.class naming its report"
+        has_direction = expect.direction_expected or "direction" in expect.reported
+        assert (rung.parent is None) == (not has_direction), f"{where}: a direction against the parent (expected or reported), none on a root"
 
 
 def test_the_ladder_has_one_root_and_reaches_the_recommended_baseline():

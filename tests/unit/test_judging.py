@@ -100,6 +100,33 @@ def test_aa_stability_uses_a_second_seed_and_rejects_disagreement(build_run):
     assert not verdict.passed, verdict.message
 
 
+def test_an_embedded_run_in_an_unnamed_container_lacks_its_image(build_run):
+    """The check never fills the image in: a run whose host shows a container (/.dockerenv) but names
+    no image has not recorded it, on the embedded backend as on a cluster."""
+    environment = {
+        "harness": {"commit": "abc"},
+        "container": {"image": None, "container_hints": ["/.dockerenv"], "note": "pass the image explicitly"},
+        "hardware": {"cpu": {"model": "cpu"}},
+    }
+    verdict = CHECKS["record_is_complete"](context(build_run(environment=environment)))
+    assert not verdict.passed and "image (not recorded (container hints: /.dockerenv)" in verdict.message, verdict.message
+    no_container = CHECKS["record_is_complete"](context(build_run("bare")))
+    assert no_container.passed and "no container" in no_container.message, no_container.message
+
+
+def test_a_wandb_run_must_record_its_link(build_run):
+    environment = {
+        "harness": {"commit": "abc"},
+        "container": {"image": "nvcr.io/vime:1", "source": "option"},
+        "hardware": {"cpu": {"model": "cpu"}},
+        "wandb": {"mode": "online", "url": None, "note": "the log names no W&B run"},
+    }
+    verdict = CHECKS["record_is_complete"](context(build_run(environment=environment)))
+    assert not verdict.passed and "W&B/log link (W&B was on but the record names no run" in verdict.message, verdict.message
+    linked = dict(environment, wandb={"mode": "online", "url": "https://wandb.ai/team/vime/runs/abc"})
+    assert CHECKS["record_is_complete"](context(build_run("linked", environment=linked))).passed
+
+
 def test_a_cluster_run_without_an_image_is_an_incomplete_record(build_run):
     run = build_run(
         backend="vime", environment={"vime": {"commit": "abc"}, "container": {"image": None}, "hardware": {"gpus": {"models": ["NVIDIA GB200"]}}}
@@ -127,6 +154,31 @@ def test_classifier_calls_a_delta_removed_by_replay_semantic(build_run):
     runs = {("top-p", ()): child, ("near-aligned", ()): parent, ("top-p", (("embedded-replay-processed-logprobs", True),)): replay}
     judgement = judge_rung(KNOBS.rungs["top-p"], KNOBS, fetcher(runs), lambda run: [])
     assert (judgement.observed_direction, judgement.drift_class) == ("up", "semantic"), judgement.summary()
+
+
+def test_a_rung_whose_change_is_the_replay_is_not_judged_semantic_by_replaying_itself(build_run):
+    """processed-replay's own change is the replay switch, so the drifting parent's "replay run" is the
+    rung's own run (the same resolved spec, the same run id): the share it removes is 1.0 by
+    construction. Probe 6 on the parent's dumps decides the contract instead; here it passes, so the
+    class is not semantic, and the replay switch is no precision or workload flag: undecided."""
+    filters = {"rollout-top-p": 0.95, "rollout-top-k": 40}
+    parent = with_flags(build_run("parent", rung="fp8-plus-filters", abs_diff=noisy(0.0093, 0.02)), **filters)
+    child = with_flags(
+        build_run("child", rung="processed-replay", abs_diff=noisy(0.003, 0.02)), **filters, **{"embedded-replay-processed-logprobs": True}
+    )
+    replay_of_parent = ("fp8-plus-filters", (("embedded-replay-processed-logprobs", True),))
+    runs = {("processed-replay", ()): child, ("fp8-plus-filters", ()): parent, replay_of_parent: child}
+    asked = []
+
+    def contract(run):
+        asked.append(run.id)
+        return "pass", "the trainer computes the rollout's contract"
+
+    judgement = judge_rung(KNOBS.rungs["processed-replay"], KNOBS, fetcher(runs), lambda run: [], contract_check=contract)
+    assert judgement.observed_direction == "down", judgement.summary()
+    assert judgement.drift_class != "semantic" and "removed_fraction" not in judgement.evidence, judgement.summary()
+    assert "parent" in asked and "compare a run with itself" in judgement.summary()
+    assert judgement.evidence["class_from"]["rung"] == "fp8-plus-filters"
 
 
 MEASURED_T = "both sides' measured temperature lies within the band around the declared one: declared T=1; trainer T_hat 1.000000 [...]"
@@ -197,11 +249,25 @@ def test_classifier_puts_framework_failures_before_anything_else(build_run):
 
 
 def test_classifier_reports_no_class_for_a_delta_inside_the_noise(build_run):
-    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013))
-    child = build_run("child", rung="temperature", abs_diff=noisy(0.013))
+    # Five seeds a side that agree: the seeds' own spread bounds the delta inside the effect of interest.
+    runs = {}
+    for rung in ("near-aligned", "temperature"):
+        for i in range(5):
+            run = build_run(f"{rung}-{i}", rung=rung, seed=1234 + i, abs_diff=noisy(0.013 * (1 + 0.005 * (i - 2)), scale=0.02))
+            runs[(rung, () if i == 0 else (("seed", 1234 + i),))] = run
+    judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [], replicates=5)
+    assert (judgement.observed_direction, judgement.drift_class) == ("flat", "none"), judgement.summary()
+
+
+def test_one_seed_a_side_carries_the_seed_spread_its_spec_measured(build_run):
+    """The same delta of nothing on one seed a side: each side's SE carries what its spec's A/A runs
+    measured between seeds (knobs/effects.yaml), so a run's own steps alone cannot show it flat."""
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, scale=0.02))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.013, scale=0.02))
     runs = {("temperature", ()): child, ("near-aligned", ()): parent}
     judgement = judge_rung(KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [])
-    assert (judgement.observed_direction, judgement.drift_class) == ("flat", "none"), judgement.summary()
+    spread = KNOBS.effects.spread("near-aligned").relative_sd
+    assert judgement.diff.se > spread * 0.013, judgement.summary()
 
 
 def decision_line(**fields):

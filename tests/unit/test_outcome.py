@@ -94,10 +94,28 @@ def test_a_rung_expects_one_outcome_or_names_the_design_that_says_why_not():
     for bad in ({"class": "semantic", "direction": ["up", "inconclusive"]}, {"class": "framework", "direction": "any"}):
         with pytest.raises(pydantic.ValidationError):
             Expectation.model_validate(bad)
-    with pytest.raises(pydantic.ValidationError, match="design"):
-        Expectation.model_validate({"class": "framework", "direction": "not-expected"})
-    reported = Expectation.model_validate({"class": "framework", "direction": "not-expected", "design": "ladder/stale-weights"})
-    assert not reported.direction_expected and reported.class_expected
+    # "not-expected" is gone: an answer is expected, or it leaves for a named report with its reason.
+    with pytest.raises(pydantic.ValidationError):
+        Expectation.model_validate({"class": "framework", "direction": "not-expected", "design": "ladder/stale-weights"})
+    away = {"report": "controls", "reason": "a planted fault's size is not a question of the experiment"}
+    reported = Expectation.model_validate({"class": "framework", "reported": {"direction": away}, "design": "ladder/stale-weights"})
+    assert not reported.direction_expected and reported.class_expected and reported.reported["direction"].report == "controls"
+    with pytest.raises(pydantic.ValidationError, match="expected or reported, not both"):
+        Expectation.model_validate({"class": "framework", "direction": "up", "reported": {"direction": away}})
+
+
+def test_a_rung_expected_down_cannot_expect_the_class_its_parent_decides():
+    """A down rung's class is decided on its parent's evidence (the drift it removes is the parent's):
+    true-on-policy's expected-numerical was near-aligned's own boundary table read a second time."""
+    import pydantic
+
+    from harness.spec.schema import Rung
+
+    rung = KNOBS.rungs["true-on-policy"].model_dump(by_alias=True)
+    rung["expect"] = {"class": "expected-numerical", "direction": "down", "design": "ladder/true-on-policy"}
+    with pytest.raises(pydantic.ValidationError, match="decided on its parent's evidence"):
+        Rung.model_validate(rung)
+    assert KNOBS.rungs["true-on-policy"].expect.reported["class"].report == "derived"
 
 
 def noisy(mean, scale, rho=0.5, seed=0):
@@ -123,19 +141,26 @@ def test_a_wide_interval_around_zero_is_inconclusive_not_flat_and_decides_no_cla
     # Wide enough that it may add drift of interest too (the one-sided "not up" is not shown).
     assert (judgement.observed_direction, judgement.drift_class) == ("inconclusive", "undetermined"), judgement.summary()
     assert "INCONCLUSIVE: smallest detectable effect" in judgement.summary()
-    # Undetermined is a class the temperature rung accepts, but only with framework and semantic drift
-    # ruled out by evidence; here no probe said which framework probes ran and no contract probe was given.
+    # Undetermined is no class the temperature rung holds; what it holds is framework, semantic and
+    # operator drift ruled out by evidence, and here no probe said which framework probes ran, no contract
+    # probe was given and no boundary table.
     findings = expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
-    assert len(findings) == 2 and all("expect.rules_out" in f for f in findings), findings
-    assert "framework drift ruled out" in findings[0] and "semantic drift ruled out" in findings[1]
+    assert len(findings) == 3 and all("expect.rules_out" in f for f in findings), findings
+    assert [f.split(" drift")[0].removeprefix("expected ") for f in findings] == ["framework", "semantic", "candidate-operator"]
 
 
-def _undecided_temperature(build_run, contract):
+def _undecided_temperature(build_run, contract, boundary=lambda run: ("within", "every boundary within its envelope", None)):
     parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
     child = build_run("child", rung="temperature", abs_diff=noisy(0.0135, 0.6, seed=1))
     runs = {("temperature", ()): child, ("near-aligned", ()): parent}
     judgement = judge_rung(
-        KNOBS.rungs["temperature"], KNOBS, fetcher(runs), lambda run: [], contract_check=contract, framework_not_checked=lambda run: []
+        KNOBS.rungs["temperature"],
+        KNOBS,
+        fetcher(runs),
+        lambda run: [],
+        contract_check=contract,
+        framework_not_checked=lambda run: [],
+        boundary_check=boundary,
     )
     return judgement, child
 
@@ -145,9 +170,24 @@ def test_an_undetermined_delta_meets_temperature_when_probes_rule_out_framework_
     run and probe 6 on each of the rung's runs, which is what "temperature handled alike" asks."""
     judgement, child = _undecided_temperature(build_run, lambda run: ("pass", "same contract"))
     assert judgement.drift_class == "undetermined", judgement.summary()
-    assert set(judgement.ruled_out) == {"framework", "semantic"}
+    assert set(judgement.ruled_out) == {"framework", "semantic", "candidate-operator"}
     assert "not semantic: probe 6 passes" in judgement.summary()
     assert not expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
+
+
+def test_temperature_fails_on_a_class_its_own_rule_excludes(build_run):
+    """The temperature rung's rule: a class the delta decides must be none or expected-numerical. It
+    used to pass on any class that ruled out framework and semantic drift; an operator boundary its own
+    run breaks now fails it."""
+    judgement, child = _undecided_temperature(
+        build_run, lambda run: ("pass", "same contract"), boundary=lambda run: ("breaks", "logsumexp beyond k", "logsumexp")
+    )
+    assert {"framework", "semantic"} <= set(judgement.ruled_out) and "candidate-operator" not in judgement.ruled_out
+    findings = expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
+    assert findings == [
+        "expected candidate-operator drift ruled out (ladder/temperature.yaml expect.rules_out), but no evidence rules it out "
+        "(decided class 'undetermined')"
+    ], findings
 
 
 def test_probe_6_failing_on_an_undetermined_delta_decides_semantic(build_run):

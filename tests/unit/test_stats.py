@@ -212,39 +212,6 @@ def test_aa_relative_difference_is_antisymmetric():
     assert stats.aa_check(a, b, 0.2).rel_diff == pytest.approx(-stats.aa_check(b, a, 0.2).rel_diff)
 
 
-def test_hierarchical_interval_with_one_replicate_a_side_is_the_block_bootstrap():
-    rng = np.random.default_rng(5)
-    a, b = rng.normal(1.0, 0.3, 28), rng.normal(1.2, 0.3, 28)
-    assert stats.hierarchical_diff_ci([a], [b], confidence=0.99) == stats.block_bootstrap_diff_ci(a, b, confidence=0.99)
-
-
-def test_hierarchical_interval_over_seeds_has_the_standard_error_of_all_their_steps():
-    # Three independent seeds of 28 i.i.d. steps a side: the mean of the replicate means has the
-    # standard error of 84 steps, sqrt(2 x 0.3^2 / 84) = 0.046 for the difference.
-    rng = np.random.default_rng(6)
-    a = [rng.normal(1.0, 0.3, 28) for _ in range(3)]
-    b = [rng.normal(1.2, 0.3, 28) for _ in range(3)]
-    ci = stats.hierarchical_diff_ci(a, b)
-    assert ci.diff == pytest.approx(np.mean([x.mean() for x in b]) - np.mean([x.mean() for x in a]))
-    assert 0.035 < ci.se < 0.058
-    assert ci.low < 0.2 < ci.high and ci.excludes_zero
-
-
-def test_hierarchical_interval_widens_when_seeds_disagree():
-    # The same steps, but each seed shifted by its own offset: the spread between seeds is part of
-    # the uncertainty, so the interval is wider than when the seeds agree.
-    rng = np.random.default_rng(7)
-    a = [rng.normal(1.0, 0.3, 28) for _ in range(3)]
-    b = [rng.normal(1.2, 0.3, 28) for _ in range(3)]
-    shifted = [x + offset for x, offset in zip(b, (-0.3, 0.0, 0.3), strict=True)]
-    assert stats.hierarchical_diff_ci(a, shifted).se > 2 * stats.hierarchical_diff_ci(a, b).se
-
-
-def test_hierarchical_interval_refuses_a_non_finite_step_naming_the_replicate():
-    with pytest.raises(ValueError, match=r"b\[1\]"):
-        stats.hierarchical_diff_ci([[1.0, 2.0, 3.0]] * 2, [[1.0, 2.0, 3.0], [1.0, float("nan"), 2.0]])
-
-
 def test_paired_difference_cancels_what_the_runs_share_at_each_step():
     # Two runs of one workload: a shared per-step component (the step's prompts) plus each run's own
     # noise, the candidate 0.02 lower. Paired, the shared part cancels; unpaired, it does not.
