@@ -33,16 +33,7 @@ gemm = lambda: h @ w.T  # noqa: E731
 dev = torch.device("cuda")
 KNOBS = ("FORWARD_FLATTEN", "CONVERT_BLOCK_T", "CONVERT_WARPS", "CONVERT_CHUNK_FIRST", "FORWARD_GROUP_T")
 DEFAULT = tuple(getattr(fused_keep, k) for k in KNOBS)
-VARIANTS = [
-    DEFAULT,
-    (True, 8, 4, False, 0),
-    (False, 16, 4, False, 0),
-    (False, 4, 4, False, 0),
-    (False, 8, 8, False, 0),
-    (False, 32, 4, False, 0),
-    (False, 8, 4, True, 0),
-    (False, 8, 4, False, 8),
-]
+VARIANTS = [DEFAULT, (True, 8, 4, False, 0), (False, 32, 4, False, 0), (False, 16, 4, True, 0)]
 
 
 def keep():
