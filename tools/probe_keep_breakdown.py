@@ -1,10 +1,12 @@
-"""The keep plan's fwd+bwd on a GPU, kernel by kernel, with its products launched H-tiles-first and not.
+"""The keep plan's fwd+bwd on a GPU, kernel by kernel, in each variant of the kernels that touch the whole [T, V]
+buffer (fused_keep's FORWARD_FLATTEN, CONVERT_BLOCK_T, CONVERT_WARPS, CONVERT_CHUNK_FIRST, FORWARD_GROUP_T: no bit
+depends on any of them).
 
-    python tools/probe_keep_breakdown.py    # prints; the H100 output of 2026-12-06 is reports/bench/h100-keep-breakdown.json
+    python tools/probe_keep_breakdown.py    # prints; the H100 outputs are kept in reports/bench/h100-keep-breakdown*.json
 
-At T=8192, H=2048, V=151936 (regime matched): the keep plan's fwd+bwd (fp32 gradients) against the bf16 GEMM
-timed alternately (5 calls), each kernel's GPU time in one call (torch.profiler, via probe_fused_parts.kernel_times),
-whether fused_keep.H_FIRST changes a bit, and the fast plan beside it.
+At T=8192, H=2048, V=151936 (regime matched): for each variant, the keep plan's fwd+bwd (fp32 gradients) against
+the bf16 GEMM timed alternately (5 calls), each kernel's GPU time in one call (torch.profiler, via
+probe_fused_parts.kernel_times) and whether its gradients are the first variant's bits; the fast plan beside them.
 """
 
 import importlib.util
@@ -29,6 +31,9 @@ h, w, t = b.hidden, b.weight, b.targets
 g = torch.randn(8192, generator=torch.Generator().manual_seed(1)).cuda()
 gemm = lambda: h @ w.T  # noqa: E731
 dev = torch.device("cuda")
+KNOBS = ("FORWARD_FLATTEN", "CONVERT_BLOCK_T", "CONVERT_WARPS", "CONVERT_CHUNK_FIRST", "FORWARD_GROUP_T")
+DEFAULT = tuple(getattr(fused_keep, k) for k in KNOBS)
+VARIANTS = [DEFAULT, (True, 8, 4, False, 0), (False, 32, 4, False, 0), (False, 16, 4, True, 0)]
 
 
 def keep():
@@ -39,15 +44,31 @@ def keep():
 
 fast = lambda: fused_forward_backward(h, w, t, 1.0, g, 1, torch.float32, "fast")  # noqa: E731
 ref = None
-for hf in (True, False):
-    fused_keep.H_FIRST = hf
-    out = keep()
+summary = []
+for variant in VARIANTS:
+    for name, value in zip(KNOBS, variant):
+        setattr(fused_keep, name, value)
+    label = ", ".join(f"{k}={v}" for k, v in zip(KNOBS, variant))
+    try:
+        out = keep()
+    except Exception as exc:  # a variant that cannot compile or run leaves the others measured
+        print(f"keep {label}: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+        continue
     ref = out if ref is None else ref
-    if hf is False:
-        print("H_FIRST changes no bit:", torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1]))
+    same = torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
     ms, gm = measure.time_ms_paired(keep, gemm, dev, 1, 5)
-    print(f"keep H_FIRST={hf}: {ms:.2f} ms = {ms / gm:.3f}x GEMM ({gm:.2f})", flush=True)
-    for k, v in list(P.kernel_times(keep).items())[:7]:
+    print(f"keep {label}: {ms:.2f} ms = {ms / gm:.3f}x GEMM ({gm:.2f}); bits of the first variant: {same}", flush=True)
+    times = P.kernel_times(keep)
+    for k, v in list(times.items())[:7]:
         print(f"   {v['ms']:7.2f} ms x{v['calls']} {k[:70]}", flush=True)
+    part = {k: v["ms"] for k, v in times.items() if "keep" in k}
+    summary.append((variant, ms / gm, part, same))
+for name, value in zip(KNOBS, DEFAULT):
+    setattr(fused_keep, name, value)
 ms, gm = measure.time_ms_paired(fast, gemm, dev, 1, 5)
 print(f"fast: {ms:.2f} ms = {ms / gm:.3f}x GEMM", flush=True)
+print(f"variant {KNOBS} | x GEMM | partials_keep ms | keep_convert ms | same bits")
+for variant, x, part, same in summary:
+    pk = next((v for k, v in part.items() if "partials_keep" in k), float("nan"))
+    kc = next((v for k, v in part.items() if "keep_convert" in k), float("nan"))
+    print(f"{variant} | {x:.3f} | {pk:.2f} | {kc:.2f} | {same}")

@@ -43,14 +43,46 @@ from harness.operators.fused_triton import (
 )
 
 KEEP_EXP = 15  # the stored term is e * 2**KEEP_EXP: e <= 1 stays below fp16's max, e >= 1.9e-9 stays a normal number
-CONVERT_BLOCK_T = 32
+# The conversion's rows per program and warps: 8 rows of 256 columns on 4 warps compile to 106 registers without
+# spills for sm_90a, where 32 rows took 255 registers and spilled (ptxas -v); no bit depends on either.
+CONVERT_BLOCK_T = 8
+CONVERT_WARPS = 4
+# FORWARD_FLATTEN: the forward's tile loop flattened with its K loop (the fast plan's form). With the store of the
+# terms it spills 204 bytes for sm_90a; unflattened it spills none (ptxas -v). No bit depends on it.
+FORWARD_FLATTEN = False
+# Launch order of the two kernels that touch the whole [T, V] buffer (no bit depends on either; the probe
+# tools/probe_keep_breakdown.py times them). The buffer's rows are V * 2 bytes apart, so programs running
+# together that each own a few rows of one chunk spread their stores over the whole buffer.
+# FORWARD_GROUP_T: the forward runs GROUP_T row blocks over the chunks, chunk by chunk, before the next row
+# blocks (0: every row block of a chunk before the next chunk, the weight chunk read once).
+FORWARD_GROUP_T = 0
+# CONVERT_CHUNK_FIRST: the in-place conversion runs every chunk of a row block before the next row block, so the
+# programs running together own a contiguous band of rows.
+CONVERT_CHUNK_FIRST = False
 # Launch the products with the H tiles varying fastest: the programs that run together then read the same grad_logits
 # columns (grad_weight) or rows (grad_hidden) of the [T, V] buffer once, where vocab-tile-first launches read every
 # strip once per H tile. No bit depends on it.
 H_FIRST = True
 
 
-@triton.jit(do_not_specialize=["T", "V"])
+@triton.jit
+def _launch_order(pid, n_row_blocks, n_chunks, GROUP_T: tl.constexpr):
+    """(row block, chunk) of a 1-D program id. GROUP_T = 0: row blocks fastest, one chunk after another; GROUP_T = 1:
+    chunks fastest, one row block after another; else bands of GROUP_T row blocks, row block fastest within the
+    band, chunk by chunk (the band's hidden rows stay in L2 while it sweeps the weight)."""
+    if GROUP_T == 0:
+        row_block = pid % n_row_blocks
+        chunk = pid // n_row_blocks
+    else:
+        per = GROUP_T * n_chunks
+        first = (pid // per) * GROUP_T
+        size = tl.minimum(n_row_blocks - first, GROUP_T)
+        row_block = first + (pid % per) % size
+        chunk = (pid % per) // size
+    return row_block, chunk
+
+
+@triton.jit(do_not_specialize=["T", "V", "n_chunks"])
 def _partials_keep_kernel(
     h_ptr,
     w_ptr,
@@ -63,20 +95,23 @@ def _partials_keep_kernel(
     V,
     H,
     inv_temp,
+    n_chunks,
     MAX_TILES: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    GROUP_T: tl.constexpr,
+    FLATTEN: tl.constexpr,
 ):
     """fused_triton._partials_kernel_dtma's base-2 loop (same loads, same tl.dot sequence, same partials) that
     also stores each tile's exp2 terms times 2**15 in fp16 (columns of its own chunk only: a chunk's last tile
     overlaps the next chunk) and the running max after each tile."""
     h_desc = tl.make_tensor_descriptor(h_ptr, shape=[T, H], strides=[H, 1], block_shape=[BLOCK_T, BLOCK_K])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[V, H], strides=[H, 1], block_shape=[BLOCK_V, BLOCK_K])
-    chunk = tl.program_id(1)
+    row_block, chunk = _launch_order(tl.program_id(0), tl.cdiv(T, BLOCK_T), n_chunks, GROUP_T)
     lo = tl.load(bounds_ptr + chunk)
     hi = tl.load(bounds_ptr + chunk + 1)
-    row0 = tl.program_id(0) * BLOCK_T
+    row0 = row_block * BLOCK_T
     rows = row0 + tl.arange(0, BLOCK_T)
     row_ok = rows < T
     tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
@@ -88,8 +123,11 @@ def _partials_keep_kernel(
     k_steps = H // BLOCK_K
     n_tiles = tl.cdiv(hi - lo, BLOCK_V)
     scale2 = inv_temp * 1.4426950408889634
-    y_rows = y_ptr + rows[:, None].to(tl.int64) * V
-    for tile in tl.range(0, n_tiles, flatten=True):
+    # One 64-bit base per program, 32-bit offsets within its rows (BLOCK_T * V < 2**31): a 64-bit pointer per
+    # element of the tile cost the registers the accumulator needs (ptxas -v, sm_90a: spills).
+    y_base = y_ptr + row0.to(tl.int64) * V
+    y_off = tl.arange(0, BLOCK_T)[:, None] * V
+    for tile in tl.range(0, n_tiles, flatten=FLATTEN):
         v0 = lo + tile * BLOCK_V
         acc = _tile_acc_tma(h_desc, w_desc, row0, v0, k_steps, BLOCK_T, BLOCK_V, BLOCK_K, False)
         cols = v0 + vs
@@ -99,42 +137,62 @@ def _partials_keep_kernel(
         e = tl.exp2(a * scale2 - m_new[:, None])
         s = s * tl.exp2(m - m_new) + tl.sum(e, axis=1)
         m = m_new
-        tl.store(y_rows + cols[None, :], (e * 32768.0).to(tl.float16), mask=row_ok[:, None] & (cols[None, :] < hi))
+        # Only the chunk's own columns; rows past T are the buffer's padding (keep_partials), so no row mask.
+        tl.store(y_base + (y_off + cols[None, :]), (e * 32768.0).to(tl.float16), mask=cols[None, :] < hi)
         tl.store(ymax_ptr + (chunk * MAX_TILES + tile) * T + rows, m_new, mask=row_ok)
     m = m * 0.6931471805599453
     z_t = z_t * inv_temp
-    plane = tl.num_programs(1) * T
+    plane = n_chunks * T
     base = out_ptr + chunk * T + rows
     tl.store(base, m, mask=row_ok)
     tl.store(base + plane, s, mask=row_ok)
     tl.store(base + 2 * plane, z_t, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["T", "V"])
+@triton.jit(do_not_specialize=["T", "V", "n_chunks"])
 def _keep_convert_kernel(
-    y_ptr, ymax_ptr, bounds_ptr, tgt_ptr, lse_ptr, logp_ptr, gscale_ptr, T, V, MAX_TILES: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr
+    y_ptr,
+    ymax_ptr,
+    bounds_ptr,
+    tgt_ptr,
+    lse_ptr,
+    logp_ptr,
+    gscale_ptr,
+    T,
+    V,
+    n_chunks,
+    MAX_TILES: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    CHUNK_FIRST: tl.constexpr,
 ):
     """In place: the kept term e * 2**15 -> (onehot - p) * g_scale, p = e * 2**(m2 - lse2), for one row block
     and one forward chunk (its tiles are the forward's, so each column meets its own tile's max)."""
-    chunk = tl.program_id(1)
+    row_block, chunk = _launch_order(tl.program_id(0), tl.cdiv(T, BLOCK_T), n_chunks, 1 if CHUNK_FIRST else 0)
     lo = tl.load(bounds_ptr + chunk)
     hi = tl.load(bounds_ptr + chunk + 1)
-    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    rows = row_block * BLOCK_T + tl.arange(0, BLOCK_T)
     row_ok = rows < T
     lse2 = tl.load(lse_ptr + rows, mask=row_ok, other=0.0) * 1.4426950408889634
     gs = tl.load(gscale_ptr + rows, mask=row_ok, other=0.0)
     g_target = (1.0 - tl.exp(tl.load(logp_ptr + rows, mask=row_ok, other=0.0))) * gs
     tgt = tl.load(tgt_ptr + rows, mask=row_ok, other=-1)
     tgt = tl.where((tgt >= lo) & (tgt < hi), tgt, -1).to(tl.int32)
-    y_rows = y_ptr + rows[:, None].to(tl.int64) * V
-    for tile in range(0, tl.cdiv(hi - lo, BLOCK_V)):
-        cols = lo + tile * BLOCK_V + tl.arange(0, BLOCK_V)
-        ok = row_ok[:, None] & (cols[None, :] < hi)
-        y = tl.load(y_rows + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+    # One 64-bit base per program and 32-bit offsets within the row block (BLOCK_T * V < 2**31): 64-bit pointers
+    # per element held the kernel at 255 registers with spills (ptxas -v, sm_90a).
+    base = y_ptr + (row_block * BLOCK_T).to(tl.int64) * V + lo
+    row_off = tl.arange(0, BLOCK_T)[:, None] * V
+    tgt_loc = tgt - lo
+    width = hi - lo
+    for tile in range(0, tl.cdiv(width, BLOCK_V)):
+        cols = tile * BLOCK_V + tl.arange(0, BLOCK_V)
+        ok = cols[None, :] < width  # rows past T are the buffer's padding (keep_partials): no row mask
+        offs = row_off + cols[None, :]
+        y = tl.load(base + offs, mask=ok, other=0.0).to(tl.float32)
         mx = tl.load(ymax_ptr + (chunk * MAX_TILES + tile) * T + rows, mask=row_ok, other=0.0)
         c = tl.exp2(mx - lse2) * gs * 3.0517578125e-05  # 2**-15
-        g = tl.where(cols[None, :] == tgt[:, None], g_target[:, None], -(y * c[:, None]))
-        tl.store(y_rows + cols[None, :], g.to(tl.float16), mask=ok)
+        g = tl.where(cols[None, :] == tgt_loc[:, None], g_target[:, None], -(y * c[:, None]))
+        tl.store(base + offs, g.to(tl.float16), mask=ok)
 
 
 def keep_partials(hidden, weight_shard, targets, local_bounds, temperature, config=None):
@@ -152,11 +210,15 @@ def keep_partials(hidden, weight_shard, targets, local_bounds, temperature, conf
     max_tiles = triton.cdiv(widest, cfg.block_v)
     dev = hidden.device
     out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=dev)
-    y = torch.empty(rows, vocab, dtype=torch.float16, device=dev)
+    # Rows padded to whole row blocks of both kernels that write the buffer (powers of two, so the larger is a
+    # multiple of the other): their stores need no row mask, which kept the forward from spilling (ptxas -v).
+    # The products read the [rows, V] view; the padding rows hold what the kernels computed from no input.
+    block = max(cfg.block_t, CONVERT_BLOCK_T)
+    y = torch.empty(triton.cdiv(rows, block) * block, vocab, dtype=torch.float16, device=dev)[:rows]
     ymax = torch.empty(n_chunks, max_tiles, rows, dtype=torch.float32, device=dev)
     ensure_allocator()
     bounds = _bounds_tensor(tuple(local_bounds), dev)
-    _partials_keep_kernel[(triton.cdiv(rows, cfg.block_t), n_chunks)](
+    _partials_keep_kernel[(triton.cdiv(rows, cfg.block_t) * n_chunks,)](
         hidden,
         weight_shard,
         targets.contiguous(),
@@ -168,10 +230,13 @@ def keep_partials(hidden, weight_shard, targets, local_bounds, temperature, conf
         vocab,
         width,
         1.0 / temperature,
+        n_chunks,
         MAX_TILES=max_tiles,
         BLOCK_T=cfg.block_t,
         BLOCK_V=cfg.block_v,
         BLOCK_K=cfg.block_k,
+        GROUP_T=FORWARD_GROUP_T,
+        FLATTEN=FORWARD_FLATTEN,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
@@ -203,7 +268,10 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
     bt, bk = cfg.block_t, cfg.block_k
     for weight_shard, tgt, (y, ymax, chunk_b, fwd_block_v), group_b, grad_w in shards:
         vocab = weight_shard.shape[0]
-        _keep_convert_kernel[(triton.cdiv(rows, CONVERT_BLOCK_T), len(chunk_b) - 1)](
+        padded = triton.cdiv(rows, CONVERT_BLOCK_T) * CONVERT_BLOCK_T * vocab * y.element_size()
+        if y.untyped_storage().nbytes() < padded:
+            raise ValueError(f"keep plan: the kept buffer has no padding for row blocks of {CONVERT_BLOCK_T} (keep_partials pads to its own)")
+        _keep_convert_kernel[(triton.cdiv(rows, CONVERT_BLOCK_T) * (len(chunk_b) - 1),)](
             y,
             ymax,
             _bounds_tensor(chunk_b, dev),
@@ -213,10 +281,12 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
             g_scale,
             rows,
             vocab,
+            len(chunk_b) - 1,
             MAX_TILES=ymax.shape[1],
             BLOCK_T=CONVERT_BLOCK_T,
             BLOCK_V=fwd_block_v,
-            num_warps=4,
+            CHUNK_FIRST=CONVERT_CHUNK_FIRST,
+            num_warps=CONVERT_WARPS,
         )
         wgrid = (triton.cdiv(vocab, bt), width // cfg.block_v)
         _grad_weight_kernel[wgrid[::-1] if H_FIRST else wgrid](

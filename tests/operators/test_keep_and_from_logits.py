@@ -70,6 +70,16 @@ KEEP_SCRIPT = FIXED_ORDER_DOT + textwrap.dedent("""
     assert torch.equal(gh2, gh) and torch.equal(gw2, gw), "TP=2 changed bits"
     gh3, _ = run(list(range(3, 10)), 1)
     assert torch.equal(gh3, gh[3:10]), "rows 3:10 alone differ from the same rows in the batch"
+    import harness.operators.fused_keep as fk
+    # Every launch order and row block of the conversion (32 rows: past the forward's 16, so the buffer's padding
+    # is the conversion's) gives the same bits.
+    for group_t, chunk_first, convert_rows in ((1, True, 8), (2, False, 32), (5, True, 4)):
+        fk.FORWARD_GROUP_T, fk.CONVERT_CHUNK_FIRST, fk.CONVERT_BLOCK_T = group_t, chunk_first, convert_rows
+        assert all(torch.equal(a, b) for a, b in zip(parts, keep_partials(h, w, t, chunk_bounds(V), 0.7, fcfg)[0])), group_t
+        gh4, gw4 = run(list(range(T)), 1)
+        assert torch.equal(gh4, gh) and torch.equal(gw4, gw), ("launch order changed bits", group_t, chunk_first, convert_rows)
+        gh5, gw5 = run(list(range(T)), 2)
+        assert torch.equal(gh5, gh) and torch.equal(gw5, gw), ("TP=2 changed bits", group_t, chunk_first, convert_rows)
     print("ok")
 """)
 
