@@ -43,22 +43,22 @@ from harness.operators.fused_triton import (
 )
 
 KEEP_EXP = 15  # the stored term is e * 2**KEEP_EXP: e <= 1 stays below fp16's max, e >= 1.9e-9 stays a normal number
-# The conversion's rows per program and warps: 8 rows of 256 columns on 4 warps compile to 106 registers without
-# spills for sm_90a, where 32 rows took 255 registers and spilled (ptxas -v); no bit depends on either.
-CONVERT_BLOCK_T = 8
+# How the two kernels that touch the whole [T, V] buffer are launched and compiled; no bit depends on any of these
+# (tools/probe_keep_breakdown.py checks it). Chosen on the H100 (reports/bench/h100-keep-variants.json, 2026-12-06):
+# FORWARD_FLATTEN: the forward's tile loop flattened with its K loop, as in the fast plan's forward: 8.7-9.0 ms
+# against 10.2-10.4 unflattened, though ptxas reports 204 bytes of spills flattened and none unflattened.
+FORWARD_FLATTEN = True
+# CONVERT_BLOCK_T, CONVERT_WARPS: the in-place conversion's rows per program and warps (16 rows: 3.35-3.37 ms with
+# CONVERT_CHUNK_FIRST, 8 rows 4.65-4.71, 32 rows 4.98; 32 rows with per-element 64-bit pointers spilled and took 37).
+CONVERT_BLOCK_T = 16
 CONVERT_WARPS = 4
-# FORWARD_FLATTEN: the forward's tile loop flattened with its K loop (the fast plan's form). With the store of the
-# terms it spills 204 bytes for sm_90a; unflattened it spills none (ptxas -v). No bit depends on it.
-FORWARD_FLATTEN = False
-# Launch order of the two kernels that touch the whole [T, V] buffer (no bit depends on either; the probe
-# tools/probe_keep_breakdown.py times them). The buffer's rows are V * 2 bytes apart, so programs running
-# together that each own a few rows of one chunk spread their stores over the whole buffer.
-# FORWARD_GROUP_T: the forward runs GROUP_T row blocks over the chunks, chunk by chunk, before the next row
-# blocks (0: every row block of a chunk before the next chunk, the weight chunk read once).
+# CONVERT_CHUNK_FIRST: the conversion runs every chunk of a row block before the next row block, so the programs
+# running together own a contiguous band of rows.
+CONVERT_CHUNK_FIRST = True
+# FORWARD_GROUP_T: the forward runs GROUP_T row blocks over the chunks, chunk by chunk, before the next row blocks
+# (0: every row block of a chunk before the next chunk, each weight chunk read once). At the spilling kernels no order
+# moved either kernel (reports/bench/h100-keep-launch-order.json).
 FORWARD_GROUP_T = 0
-# CONVERT_CHUNK_FIRST: the in-place conversion runs every chunk of a row block before the next row block, so the
-# programs running together own a contiguous band of rows.
-CONVERT_CHUNK_FIRST = False
 # Launch the products with the H tiles varying fastest: the programs that run together then read the same grad_logits
 # columns (grad_weight) or rows (grad_hidden) of the [T, V] buffer once, where vocab-tile-first launches read every
 # strip once per H tile. No bit depends on it.
@@ -211,7 +211,7 @@ def keep_partials(hidden, weight_shard, targets, local_bounds, temperature, conf
     dev = hidden.device
     out = torch.empty(3, n_chunks, rows, dtype=torch.float32, device=dev)
     # Rows padded to whole row blocks of both kernels that write the buffer (powers of two, so the larger is a
-    # multiple of the other): their stores need no row mask, which kept the forward from spilling (ptxas -v).
+    # multiple of the other): their stores need no row mask (with one per element the forward spilled 1776 bytes, ptxas -v).
     # The products read the [rows, V] view; the padding rows hold what the kernels computed from no input.
     block = max(cfg.block_t, CONVERT_BLOCK_T)
     y = torch.empty(triton.cdiv(rows, block) * block, vocab, dtype=torch.float16, device=dev)[:rows]
