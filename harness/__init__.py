@@ -12,3 +12,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_KNOBS_DIR = REPO_ROOT / "knobs"
 DEFAULT_RUNS_DIR = REPO_ROOT / "reports" / "runs"
+
+
+def repo_relative(path: Path) -> str:
+    """A path as a committed record writes it: relative to the repository when inside it (a clone elsewhere
+    reads the same record), else as given."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)

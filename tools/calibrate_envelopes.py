@@ -34,7 +34,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from harness import DEFAULT_KNOBS_DIR  # noqa: E402
+from harness import DEFAULT_KNOBS_DIR, repo_relative  # noqa: E402
 from harness.attribution import envelope_calibration as cal  # noqa: E402
 from harness.spec import SpecError, load_knobs  # noqa: E402
 from harness.spec.calibration_file import CALIBRATION_FILE, MARKER, Calibration, load_calibration  # noqa: E402
@@ -246,7 +246,7 @@ def record(calibration: Calibration, rungs: list[cal.RungFigures], runs_dir: Pat
         "machines": machines,  # where the runs were made (their environment.json)
         "runs_made_at": commits,  # the harness commit each run's environment.json records
         "summarized_at": summarized_at,
-        "runs_dir": str(runs_dir),
+        "runs_dir": repo_relative(runs_dir),
         "seeds": calibration.seeds.seeds,
         "stage": calibration.runs.stage,
         "num_rollout": calibration.runs.num_rollout,

@@ -30,7 +30,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import DEFAULT_KNOBS_DIR  # noqa: E402
+from harness import DEFAULT_KNOBS_DIR, repo_relative  # noqa: E402
 from harness.experiment.runs import find_recorded_run  # noqa: E402
 from harness.judge import variance  # noqa: E402
 from harness.judge.design import needed_pairs, needed_sample, relative_sd, side_variance  # noqa: E402
@@ -380,7 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         _rewrite_below_marker(args.knobs / EFFECTS_FILE, {"measured": measured_specs}, MARKER)
         measured_on = {
-            args.kind: {"seeds": measured_specs["seeds"], "date": measured_specs["date"], "runs_dir": str(runs_dir), "machine": args.machine}
+            args.kind: {
+                "seeds": measured_specs["seeds"],
+                "date": measured_specs["date"],
+                "runs_dir": repo_relative(runs_dir),
+                "machine": args.machine,
+            }
         }
         _rewrite_below_marker(args.knobs / DESIGN_FILE, {"measured": {"measured_on": measured_on, "questions": questions}}, MARKER)
         print(f"wrote {args.knobs / EFFECTS_FILE} and {args.knobs / DESIGN_FILE}")
