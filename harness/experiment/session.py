@@ -124,7 +124,8 @@ class Session:
             return self.smoke(record, stage, rung, fetch(rung.id))
         replicates = self.knobs.stages[stage].replicate_count(self.backend)
         sides = [rung_id for rung_id in (rung.id, rung.parent) if rung_id is not None]
-        for rung_id, runs in zip(sides, replicate_sets(sides, fetch, replicates)):
+        side_runs = replicate_sets(sides, fetch, replicates)
+        for rung_id, runs in zip(sides, side_runs):
             for run in runs:
                 _require_finished(run, f"{rung_id} at {stage} (seed {run.spec.flag('seed')})")
         holm = None
@@ -137,7 +138,7 @@ class Session:
         parent = fetch(rung.parent) if rung.parent and stage in self.knobs.rungs[rung.parent].stages else None
         record.audit_delta(judgement, run, parent)
         record.rung(case, judgement, run, parent)
-        _act_on(hold_rung(rung, judgement, run, self.knobs, parent))
+        _act_on(hold_rung(rung, judgement, run, self.knobs, parent, side_runs[0]))
 
     def smoke(self, record: Recorder, stage: str, rung: Rung, run) -> None:
         """A rung whose parent does not run at this stage (P0: smoke and config validation): the run

@@ -9,6 +9,7 @@ where it is expected and never a pass anywhere. Numbers and verdicts in, a decis
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -50,13 +51,14 @@ def rung_expected_text(rung: Rung) -> str:
     return ", ".join(parts)
 
 
-def hold_rung(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs, parent: Run | None = None) -> Held:
+def hold_rung(rung: Rung, judgement: RungJudgement, run: Run, knobs: Knobs, parent: Run | None = None, side: Sequence[Run] | None = None) -> Held:
     """The rung's expected answers (direction, class, the classes it rules out, its bounds) against its
-    judgement; the answers its file reports elsewhere are carried, not held."""
+    judgement; the answers its file reports elsewhere are carried, not held. ``side``: the rung's runs at
+    the stage's seeds, the run first (its side bounds)."""
     expected = rung_expected_text(rung)
     if judgement.problems:
         return Held("failed", f"{NOT_JUDGED}: " + "; ".join(judgement.problems), expected, dict(rung.expect.reported))
-    findings = expectation_findings(rung, judgement, run, knobs, parent)
+    findings = expectation_findings(rung, judgement, run, knobs, parent, side)
     if findings:
         return Held("failed", judgement.summary() + "\n  " + "\n  ".join(findings), expected, dict(rung.expect.reported))
     expect = rung.expect

@@ -171,7 +171,10 @@ class Expectation(Strict):
     # design seeds, the sample it needs, and whether the main job expects it).
     design: str | None = None
     max_abs_diff: str | None = None
-    max_rel_ci_halfwidth: str | None = None
+    # The rung's mean over the stage's seeds known to within this share of itself: the 95% interval's
+    # half-width over the mean of the side (harness.judge.variance.side_estimate: the run means' spread
+    # over the seeds; on one seed its own steps' noise plus the design's A/A seed variance).
+    max_rel_side_ci_halfwidth: str | None = None
     max_rel_trend: str | None = None
     # A floor under the mean: the fp32 floor's exactly-zero drift means a side compared with itself.
     min_abs_diff: str | None = None
@@ -190,7 +193,7 @@ class Expectation(Strict):
 
     def bound_names(self) -> dict[str, str]:
         """{field: threshold name} of the bounds this rung declares."""
-        fields = ("max_abs_diff", "max_rel_ci_halfwidth", "max_rel_trend", "min_abs_diff")
+        fields = ("max_abs_diff", "max_rel_side_ci_halfwidth", "max_rel_trend", "min_abs_diff")
         return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
 
     @model_validator(mode="after")

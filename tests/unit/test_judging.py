@@ -387,10 +387,10 @@ def test_near_aligned_that_drifts_over_the_run_breaks_its_trend_bound(build_run)
     from harness.judge.expectations import bound_findings
 
     rung = KNOBS.rungs["near-aligned"]
-    steady = build_run("steady", rung="near-aligned", abs_diff=noisy(0.0015, scale=0.02))
-    assert bound_findings(rung, steady, KNOBS) == []
+    side = [build_run(f"steady{i}", rung="near-aligned", seed=2026 + i, abs_diff=noisy(0.0015 * (1 + 0.02 * i), scale=0.02)) for i in range(5)]
+    assert bound_findings(rung, side[0], KNOBS, side=side) == []
     rising = build_run("rising", rung="near-aligned", abs_diff=lambda n: 0.0005 + 0.0001 * n)
-    findings = bound_findings(rung, rising, KNOBS)
+    findings = bound_findings(rung, rising, KNOBS, side=[rising, *side[1:]])
     assert any("thresholds.near_aligned_max_rel_trend" in f for f in findings), findings
 
 
@@ -433,3 +433,19 @@ def test_a_top_p_rung_without_a_replay_run_is_decided_by_probe_6_or_undecided(bu
         assert "undecided" in judgement.reasons[-1]
     if contract is not None:
         assert judgement.evidence["contract_probe"]["run"] == child.id
+
+
+def test_near_aligned_stability_is_judged_on_its_side_over_the_seeds(build_run):
+    """The reference's stability bound is the side's (its runs at the stage's seeds), not one run's: a
+    noisy run among seeds that agree passes, seeds that disagree fail, and the finding names the
+    threshold and the per-seed means."""
+    from harness.judge.expectations import bound_findings
+
+    rung = KNOBS.rungs["near-aligned"]
+    assert rung.expect.bound_names()["max_rel_side_ci_halfwidth"] == "near_aligned_max_rel_side_ci_halfwidth"
+    agree = [build_run(f"agree{i}", rung="near-aligned", seed=2026 + i, abs_diff=noisy(0.0012 * (1 + 0.03 * (i - 2)), scale=0.02)) for i in range(5)]
+    loud = build_run("loud", rung="near-aligned", seed=2026, abs_diff=lambda n: 0.0012 * (1.8 if n % 2 else 0.2))
+    assert bound_findings(rung, loud, KNOBS, side=[loud, *agree[1:]]) == []
+    spread = [build_run(f"spread{i}", rung="near-aligned", seed=2026 + i, abs_diff=noisy(0.0012 * (0.3 + 0.35 * i), scale=0.02)) for i in range(5)]
+    (finding,) = bound_findings(rung, spread[0], KNOBS, side=spread)
+    assert "thresholds.near_aligned_max_rel_side_ci_halfwidth" in finding and "over 5 seed(s)" in finding, finding
