@@ -31,9 +31,27 @@ h, w, t = b.hidden, b.weight, b.targets
 g = torch.randn(8192, generator=torch.Generator().manual_seed(1)).cuda()
 gemm = lambda: h @ w.T  # noqa: E731
 dev = torch.device("cuda")
-KNOBS = ("FORWARD_FLATTEN", "CONVERT_BLOCK_T", "CONVERT_WARPS", "CONVERT_CHUNK_FIRST", "FORWARD_GROUP_T")
+KNOBS = (
+    "FORWARD_FLATTEN",
+    "CONVERT_BLOCK_T",
+    "CONVERT_WARPS",
+    "CONVERT_CHUNK_FIRST",
+    "FORWARD_GROUP_T",
+    "CONVERT_ALIGNED",
+    "GROUP_SUM_IN_KERNEL",
+    "WEIGHT_COPY_TRITON",
+)
 DEFAULT = tuple(getattr(fused_keep, k) for k in KNOBS)
-VARIANTS = [DEFAULT, (False, 8, 4, False, 0), (True, 8, 4, False, 0), (False, 32, 4, False, 0)]
+# The defaults, then the step before (h100-keep-variants.json's best), then each new path alone, then wider conversions.
+VARIANTS = [
+    DEFAULT,
+    (True, 16, 4, True, 0, False, False, False),
+    (True, 16, 4, True, 0, True, False, False),
+    (True, 16, 4, True, 0, False, True, True),
+    (True, 32, 8, True, 0, True, True, True),
+    (True, 64, 8, True, 0, True, True, True),
+    (True, 8, 4, True, 0, True, True, True),
+]
 
 
 def keep():
@@ -67,7 +85,7 @@ for name, value in zip(KNOBS, DEFAULT):
     setattr(fused_keep, name, value)
 ms, gm = measure.time_ms_paired(fast, gemm, dev, 1, 5)
 print(f"fast: {ms:.2f} ms = {ms / gm:.3f}x GEMM", flush=True)
-print(f"variant {KNOBS} | x GEMM | partials_keep ms | keep_convert ms | same bits")
+print(f"variant {KNOBS} | x GEMM | partials_keep ms | keep_convert ms | same bits", flush=True)
 for variant, x, part, same in summary:
     pk = next((v for k, v in part.items() if "partials_keep" in k), float("nan"))
     kc = next((v for k, v in part.items() if "keep_convert" in k), float("nan"))

@@ -20,8 +20,8 @@ keep plan's gradients are not the fast plan's bits; each plan is batch- and TP-i
 terms depend only on that row; tiles start at each chunk's first column, so a TP shard stores what the
 unsplit operator stores for its columns; groups and their order are the fast plan's). Extra memory: the
 [T, V] fp16 buffer (2.3 GiB at T=8192, V=151936) and the per-tile maxima (N_CHUNKS x tiles per chunk x T
-fp32, 19 MiB there) from the forward to the backward; in the backward the fast plan's [T, H] fp32 sum and
-partial, hidden's fp16 copy and one group of the weight in fp16 (74 MiB).
+fp32, 19 MiB there) from the forward to the backward; in the backward the [T, H] fp32 sum (each group's launch
+adds onto it: no partial with GROUP_SUM_IN_KERNEL), hidden's fp16 copy and one group of the weight in fp16 (74 MiB).
 """
 
 from __future__ import annotations
@@ -44,13 +44,15 @@ from harness.operators.fused_triton import (
 
 KEEP_EXP = 15  # the stored term is e * 2**KEEP_EXP: e <= 1 stays below fp16's max, e >= 1.9e-9 stays a normal number
 # How the two kernels that touch the whole [T, V] buffer are launched and compiled; no bit depends on any of these
-# (tools/probe_keep_breakdown.py checks it). Chosen on the H100 (reports/bench/h100-keep-variants.json, 2026-12-06):
+# (tools/probe_keep_breakdown.py checks it). Chosen on the H100 (reports/bench/h100-keep-variants.json, then
+# h100-keep-aligned-variants.json, 2026-12-06):
 # FORWARD_FLATTEN: the forward's tile loop flattened with its K loop, as in the fast plan's forward: 8.7-9.0 ms
 # against 10.2-10.4 unflattened, though ptxas reports 204 bytes of spills flattened and none unflattened.
 FORWARD_FLATTEN = True
-# CONVERT_BLOCK_T, CONVERT_WARPS: the in-place conversion's rows per program and warps (16 rows: 3.35-3.37 ms with
-# CONVERT_CHUNK_FIRST, 8 rows 4.65-4.71, 32 rows 4.98; 32 rows with per-element 64-bit pointers spilled and took 37).
-CONVERT_BLOCK_T = 16
+# CONVERT_BLOCK_T, CONVERT_WARPS: the in-place conversion's rows per program and warps. In aligned windows
+# (CONVERT_ALIGNED) 8 rows and 4 warps: 2.14 ms, 16 rows 2.49, 32 and 64 rows with 8 warps 4.10-4.12; before them, with
+# 2-byte accesses, 16 rows took 3.35-3.37 ms and 8 rows 4.65-4.71.
+CONVERT_BLOCK_T = 8
 CONVERT_WARPS = 4
 # CONVERT_CHUNK_FIRST: the conversion runs every chunk of a row block before the next row block, so the programs
 # running together own a contiguous band of rows.
@@ -59,6 +61,20 @@ CONVERT_CHUNK_FIRST = True
 # (0: every row block of a chunk before the next chunk, each weight chunk read once). At the spilling kernels no order
 # moved either kernel (reports/bench/h100-keep-launch-order.json).
 FORWARD_GROUP_T = 0
+# CONVERT_ALIGNED: the conversion walks each chunk in 16-byte-aligned windows of BLOCK_V columns (a column's tile max
+# chosen per element: a window meets at most two of the forward's tiles), with 2-byte accesses only for the fewer than
+# 8 columns at either end. A chunk starts at (c * V) // 120, rarely aligned, and windows at the forward's tile origins
+# compile to one 2-byte load and store per element (cuobjdump -sass: LDG.E.U16; aligned: LDG.E.128): 15.2 ms against
+# 2.5 at 16 rows in one call. (TMA at the tile origins is no way out: a tensor copy's innermost coordinate must be
+# 16-byte aligned.) The forward still stores its tiles 2 bytes at a time, from registers at the same origins.
+CONVERT_ALIGNED = True
+# GROUP_SUM_IN_KERNEL: each group's grad_hidden launch adds its scaled sum onto the earlier groups' (the same fp32
+# adds, left to right) instead of writing a partial that a separate elementwise launch adds (7 launches, 0.45 ms).
+GROUP_SUM_IN_KERNEL = True
+# WEIGHT_COPY_TRITON: each group's fp16 weight copy by one vectorised Triton launch (torch's bf16 -> fp16 copy_ runs
+# its unrolled, non-vectorised cast kernel), read through a descriptor clipped at the group's rows (TMA fills the K
+# loop's rows past the group with zeros, so no zeroing launch): 0.41 ms for the 8 groups against 0.93.
+WEIGHT_COPY_TRITON = True
 # Launch the products with the H tiles varying fastest: the programs that run together then read the same grad_logits
 # columns (grad_weight) or rows (grad_hidden) of the [T, V] buffer once, where vocab-tile-first launches read every
 # strip once per H tile. No bit depends on it.
@@ -149,7 +165,15 @@ def _partials_keep_kernel(
     tl.store(base + 2 * plane, z_t, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["T", "V", "n_chunks"])
+@triton.jit
+def _grad_terms(y, at_target, mx, lse2, gs, g_target):
+    """The kept terms (fp16 e * 2**15, here fp32) -> fp16 grad_logits (onehot - p) * g_scale, p = e * 2**(mx - lse2);
+    ``mx`` the max of each element's own forward tile (per row, or per element)."""
+    c = tl.exp2(mx - lse2) * gs * 3.0517578125e-05  # 2**-15
+    return tl.where(at_target, g_target, -(y * c)).to(tl.float16)
+
+
+@triton.jit(do_not_specialize=["T", "n_chunks"])
 def _keep_convert_kernel(
     y_ptr,
     ymax_ptr,
@@ -165,9 +189,11 @@ def _keep_convert_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_V: tl.constexpr,
     CHUNK_FIRST: tl.constexpr,
+    ALIGNED: tl.constexpr = False,
 ):
     """In place: the kept term e * 2**15 -> (onehot - p) * g_scale, p = e * 2**(m2 - lse2), for one row block
-    and one forward chunk (its tiles are the forward's, so each column meets its own tile's max)."""
+    and one forward chunk (each column meets its own forward tile's max). V is left to Triton's divisibility
+    specialisation: with V a multiple of 16 every row of the buffer starts 16-byte aligned."""
     row_block, chunk = _launch_order(tl.program_id(0), tl.cdiv(T, BLOCK_T), n_chunks, 1 if CHUNK_FIRST else 0)
     lo = tl.load(bounds_ptr + chunk)
     hi = tl.load(bounds_ptr + chunk + 1)
@@ -180,8 +206,35 @@ def _keep_convert_kernel(
     tgt = tl.where((tgt >= lo) & (tgt < hi), tgt, -1).to(tl.int32)
     # One 64-bit base per program and 32-bit offsets within the row block (BLOCK_T * V < 2**31): 64-bit pointers
     # per element held the kernel at 255 registers with spills (ptxas -v, sm_90a).
-    base = y_ptr + (row_block * BLOCK_T).to(tl.int64) * V + lo
+    row_base = y_ptr + (row_block * BLOCK_T).to(tl.int64) * V
     row_off = tl.arange(0, BLOCK_T)[:, None] * V
+    ymax_rows = ymax_ptr + chunk * MAX_TILES * T + rows[:, None]
+    if ALIGNED:
+        first = (lo + 7) // 8 * 8  # the chunk's first 16-byte-aligned column (Triton sees the multiple of 8)
+        end8 = hi // 8 * 8  # and the aligned column after its last whole 8
+        skew = first - lo  # 0..7: window k's column j is the chunk's column k * BLOCK_V + skew + j
+        js = tl.arange(0, BLOCK_V)
+        later = (js >= BLOCK_V - skew)[None, :]  # these columns lie in the window's next forward tile
+        for k in range(0, tl.cdiv(tl.maximum(end8 - first, 0), BLOCK_V)):
+            cols = first + k * BLOCK_V + js
+            ok = (cols < end8)[None, :]  # whole 8-column groups: 16-byte accesses
+            offs = row_off + cols[None, :]
+            y = tl.load(row_base + offs, mask=ok, other=0.0).to(tl.float32)
+            here = tl.load(ymax_rows + k * T, mask=row_ok[:, None], other=0.0)
+            nxt = tl.load(ymax_rows + (k + 1) * T, mask=row_ok[:, None] & (k + 1 < MAX_TILES), other=0.0)
+            g = _grad_terms(y, cols[None, :] == tgt[:, None], tl.where(later, nxt, here), lse2[:, None], gs[:, None], g_target[:, None])
+            tl.store(row_base + offs, g, mask=ok)
+        # The fewer than 8 columns before `first` and after `end8`: 2-byte accesses, the forward tile per element.
+        es = tl.arange(0, 8)
+        for part in range(0, 2):
+            cols = tl.where(part == 0, lo, tl.maximum(end8, first)) + es
+            ok = (cols < tl.where(part == 0, tl.minimum(first, hi), hi))[None, :]
+            offs = row_off + cols[None, :]
+            y = tl.load(row_base + offs, mask=ok, other=0.0).to(tl.float32)
+            mx = tl.load(ymax_rows + ((cols - lo) // BLOCK_V)[None, :] * T, mask=ok & row_ok[:, None], other=0.0)
+            tl.store(row_base + offs, _grad_terms(y, cols[None, :] == tgt[:, None], mx, lse2[:, None], gs[:, None], g_target[:, None]), mask=ok)
+        return
+    base = row_base + lo
     tgt_loc = tgt - lo
     width = hi - lo
     for tile in range(0, tl.cdiv(width, BLOCK_V)):
@@ -190,9 +243,7 @@ def _keep_convert_kernel(
         offs = row_off + cols[None, :]
         y = tl.load(base + offs, mask=ok, other=0.0).to(tl.float32)
         mx = tl.load(ymax_ptr + (chunk * MAX_TILES + tile) * T + rows, mask=row_ok, other=0.0)
-        c = tl.exp2(mx - lse2) * gs * 3.0517578125e-05  # 2**-15
-        g = tl.where(cols[None, :] == tgt_loc[:, None], g_target[:, None], -(y * c[:, None]))
-        tl.store(base + offs, g.to(tl.float16), mask=ok)
+        tl.store(base + offs, _grad_terms(y, cols[None, :] == tgt_loc[:, None], mx[:, None], lse2[:, None], gs[:, None], g_target[:, None]), mask=ok)
 
 
 def keep_partials(hidden, weight_shard, targets, local_bounds, temperature, config=None):
@@ -261,7 +312,7 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
     hc = _weight_operand(hidden, w_rows, torch.float16)
     hc_desc = TensorDescriptor.from_tensor(hc, [cfg.block_k, cfg.block_v])
     widest = max(b - a for _, _, _, bounds, _ in shards for a, b in zip(bounds[:-1], bounds[1:]))
-    wc = torch.zeros(triton.cdiv(widest, cfg.block_k) * cfg.block_k, width, dtype=torch.float16, device=dev)
+    wc = (torch.empty if WEIGHT_COPY_TRITON else torch.zeros)(triton.cdiv(widest, cfg.block_k) * cfg.block_k, width, dtype=torch.float16, device=dev)
     wc_desc = TensorDescriptor.from_tensor(wc, [cfg.block_k, cfg.hidden_block_h])
     partial = None
     first = True
@@ -286,6 +337,7 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
             BLOCK_T=CONVERT_BLOCK_T,
             BLOCK_V=fwd_block_v,
             CHUNK_FIRST=CONVERT_CHUNK_FIRST,
+            ALIGNED=CONVERT_ALIGNED,
             num_warps=CONVERT_WARPS,
         )
         wgrid = (triton.cdiv(vocab, bt), width // cfg.block_v)
@@ -309,11 +361,17 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
         last_n = wc.shape[0]
         for g0, g1 in zip(group_b[:-1], group_b[1:]):
             n = g1 - g0
-            wc[:n].copy_(weight_shard[g0:g1])
-            if n < last_n:
-                wc[n:last_n].zero_()  # the K loop reads up to a multiple of block_k past the group: zeros there
-            last_n = n
-            if first:
+            if WEIGHT_COPY_TRITON:
+                _copy_fp16(weight_shard[g0:g1], wc[:n])
+                w_desc = TensorDescriptor.from_tensor(wc[:n], [cfg.block_k, cfg.hidden_block_h])  # zeros past row n
+            else:
+                wc[:n].copy_(weight_shard[g0:g1])
+                if n < last_n:
+                    wc[n:last_n].zero_()  # the K loop reads up to a multiple of block_k past the group: zeros there
+                last_n = n
+                w_desc = wc_desc
+            add = not first and GROUP_SUM_IN_KERNEL
+            if first or add:
                 acc = grad_h
             else:
                 partial = partial if partial is not None else torch.empty(rows, width, dtype=torch.float32, device=dev)
@@ -321,7 +379,7 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
             hgrid = (triton.cdiv(rows, bt), width // cfg.hidden_block_h)
             _grad_hidden_kernel[hgrid[::-1] if H_FIRST else hgrid](
                 g_desc,
-                wc_desc,
+                w_desc,
                 acc,
                 h_scale,
                 rows,
@@ -335,9 +393,22 @@ def keep_backward(hidden, shards, logp, lse, temperature, grad_out, grad_h, conf
                 BLOCK_H=cfg.hidden_block_h,
                 BLOCK_K=bk,
                 H_FIRST=H_FIRST,
+                ADD_TO_SUM=add,
                 num_warps=cfg.hidden_warps,
                 num_stages=cfg.hidden_stages,
             )
-            if not first:
+            if not first and not add:
                 grad_h += partial  # fused_plan.sum_group_partials' left-to-right adds
             first = False
+
+
+@triton.jit
+def _copy_fp16_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n).to(tl.float16), mask=offs < n)
+
+
+def _copy_fp16(src: torch.Tensor, dst: torch.Tensor, block: int = 8192) -> None:
+    """dst (fp16, contiguous) = src rounded to fp16, as torch's copy_ rounds it."""
+    n = src.numel()
+    _copy_fp16_kernel[(triton.cdiv(n, block),)](src, dst, n, BLOCK=block, num_warps=8)

@@ -784,6 +784,7 @@ def _grad_hidden_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_K: tl.constexpr,
     H_FIRST: tl.constexpr = False,
+    ADD_TO_SUM: tl.constexpr = False,
 ):
     """partial[rows, h-tile] (+)= grad_logits[rows, slice] @ weight[slice, h-tile]; K from the slice start.
 
@@ -794,6 +795,9 @@ def _grad_hidden_kernel(
     grad_out / temperature that grad_logits leaves out (an exact fp32 multiply), once per group whatever the slicing.
     g_col0: the slice's first column in g_desc (0 for a per-slice buffer; the keep plan's buffer spans the shard).
     Columns read past the slice meet zero weight rows.
+    ADD_TO_SUM (the keep plan, a group's only slice): the finished, scaled group sum is added in fp32 to what
+    p_ptr holds, the earlier groups' sum: the bits of a separate ``sum += partial`` (the scale is a power of two, so
+    a fused multiply-add rounds once as the two steps do).
     """
     row0 = tl.program_id(1 if H_FIRST else 0) * BLOCK_T  # H_FIRST: grid (H tiles, row blocks), as in _grad_weight_kernel
     h0 = tl.program_id(0 if H_FIRST else 1) * BLOCK_H
@@ -808,6 +812,8 @@ def _grad_hidden_kernel(
         acc = tl.dot(g_desc.load([row0, g_col0 + k0]), w_desc.load([w_row0 + k0, h0]), acc)
     if SCALE_ROWS:
         acc = acc * tl.load(rs_ptr + rows, mask=rows < T, other=0.0)[:, None]
+    if ADD_TO_SUM:
+        acc = tl.load(ptrs, mask=ok, other=0.0) + acc
     tl.store(ptrs, acc, mask=ok)
 
 

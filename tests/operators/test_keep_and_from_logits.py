@@ -72,14 +72,43 @@ KEEP_SCRIPT = FIXED_ORDER_DOT + textwrap.dedent("""
     assert torch.equal(gh3, gh[3:10]), "rows 3:10 alone differ from the same rows in the batch"
     import harness.operators.fused_keep as fk
     # Every launch order and row block of the conversion (32 rows: past the forward's 16, so the buffer's padding
-    # is the conversion's) gives the same bits.
-    for group_t, chunk_first, convert_rows in ((1, True, 8), (2, False, 32), (5, True, 4)):
+    # is the conversion's), and the plain-store, torch-copy and separate-add paths, give the same bits.
+    for group_t, chunk_first, convert_rows, aligned, in_kernel in ((1, True, 8, False, False), (2, False, 32, True, True), (5, True, 4, False, True)):
         fk.FORWARD_GROUP_T, fk.CONVERT_CHUNK_FIRST, fk.CONVERT_BLOCK_T = group_t, chunk_first, convert_rows
+        fk.CONVERT_ALIGNED, fk.GROUP_SUM_IN_KERNEL, fk.WEIGHT_COPY_TRITON = aligned, in_kernel, in_kernel
         assert all(torch.equal(a, b) for a, b in zip(parts, keep_partials(h, w, t, chunk_bounds(V), 0.7, fcfg)[0])), group_t
         gh4, gw4 = run(list(range(T)), 1)
         assert torch.equal(gh4, gh) and torch.equal(gw4, gw), ("launch order changed bits", group_t, chunk_first, convert_rows)
         gh5, gw5 = run(list(range(T)), 2)
         assert torch.equal(gh5, gh) and torch.equal(gw5, gw), ("TP=2 changed bits", group_t, chunk_first, convert_rows)
+    print("ok")
+""")
+
+# The conversion alone on a buffer whose chunks (V = 8192: 68-69 columns) hold whole aligned windows of the forward's
+# 16-column tiles, a skew of 0-7 columns and a tail: the aligned walk gives the per-tile walk's bits.
+CONVERT_SCRIPT = textwrap.dedent("""
+    import torch
+    import triton
+    from harness.operators.fused_plan import chunk_bounds
+    from harness.operators.fused_triton import _bounds_tensor
+    from harness.operators.fused_keep import _keep_convert_kernel
+    gen = torch.Generator().manual_seed(0)
+    T, V, BV, BT = 21, 8192, 16, 8
+    bounds = chunk_bounds(V)
+    tiles = max(triton.cdiv(b - a, BV) for a, b in zip(bounds[:-1], bounds[1:]))
+    y = (torch.rand(triton.cdiv(T, BT) * BT, V, generator=gen) * 32768).half()
+    ymax = torch.randn(len(bounds) - 1, tiles, T, generator=gen)
+    tgt = torch.randint(0, V, (T,), generator=gen)
+    lse, logp, gs = torch.randn(T, generator=gen) + 5, -torch.rand(T, generator=gen), torch.rand(T, generator=gen) + 0.5
+    outs = []
+    for aligned in (False, True):
+        buf = y.clone()
+        _keep_convert_kernel[(triton.cdiv(T, BT) * (len(bounds) - 1),)](
+            buf, ymax, _bounds_tensor(tuple(bounds), "cpu"), tgt, lse, logp, gs, T, V, len(bounds) - 1,
+            MAX_TILES=tiles, BLOCK_T=BT, BLOCK_V=BV, CHUNK_FIRST=True, ALIGNED=aligned)
+        outs.append(buf[:T])
+    assert not torch.equal(outs[0], y[:T]), "nothing converted"
+    assert torch.equal(outs[0], outs[1]), "the aligned walk changed bits"
     print("ok")
 """)
 
@@ -116,6 +145,12 @@ def test_keep_plan_kernels_match_the_torch_plan_under_the_interpreter(grad_scale
     pytest.importorskip("triton")
     # G is rounded to fp16 twice (the kept term, then grad_logits): within the fp16 grad_logits tolerance
     proc = _interpret(KEEP_SCRIPT, str(threshold("fp16_grad_logits_max_rel_err")), grad_scale)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-500:], proc.stderr[-2000:])
+
+
+def test_keep_conversion_in_aligned_windows_gives_the_per_tile_bits():
+    pytest.importorskip("triton")
+    proc = _interpret(CONVERT_SCRIPT)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (proc.stdout[-500:], proc.stderr[-2000:])
 
 
