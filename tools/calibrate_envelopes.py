@@ -4,7 +4,7 @@ calibration seeds), read their boundary tables per captured sample, and derive t
 multiple k and the own-input check's multiple k_own (harness.attribution.envelope_calibration;
 k_own also reads the own-check controls of knobs/calibration.yaml's `own:`).
 
-    flock /work/notes/heavy.lock .venv/bin/python tools/calibrate_envelopes.py --launch [--only NAME] [--seed N] [--max-minutes 6]
+    flock "$HEAVY_LOCK" .venv/bin/python tools/calibrate_envelopes.py --launch [--only NAME] [--seed N] [--max-minutes 6]
     .venv/bin/python tools/calibrate_envelopes.py --summarize [--write]      # launches nothing
 
 --launch runs what is missing (a finished run is reused), one at a time, and starts none after

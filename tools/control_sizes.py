@@ -4,10 +4,10 @@ the bf16 near-aligned and fp8-rollout rungs, small runs (P1, colocate, --num-rol
 at rollout 2, at the first calibration seed of knobs/calibration.yaml, which no judged run uses), launched through harness.experiment.runs.RunSource - the launcher the tests use, so
 a test that asks for the same spec reuses the run.
 
-    flock /work/notes/heavy.lock .venv/bin/python tools/control_sizes.py --rung near-aligned \\
+    flock "$HEAVY_LOCK" .venv/bin/python tools/control_sizes.py --rung near-aligned \\
         --inject rollout-lse-bf16 --inject trainer-softmax-bits:5 [--inject none] [--max-minutes 6]
     .venv/bin/python tools/control_sizes.py --report          # launches nothing: the table from the JSON
-    flock /work/notes/heavy.lock .venv/bin/python tools/control_sizes.py --remeasure   # recorded runs' tables again, no launch
+    flock "$HEAVY_LOCK" .venv/bin/python tools/control_sizes.py --remeasure   # recorded runs' tables again, no launch
 
 Per run it records the boundary the table localises (or none) and the side the own-input check names
 there, the ratio at the control's own boundary, the largest ratio at any other boundary, each side's

@@ -1,8 +1,8 @@
 """How far true on-policy's bf16 gradients are from the fp32 native gradient, batch by batch and
 parameter by parameter, and which shared kernel moves them (one swapped in at a time).
 
-    flock /work/notes/heavy.lock .venv/bin/python tools/true_on_policy_grad_probe.py --seeds 100-107
-    ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell flock /work/notes/heavy.lock \\
+    flock "$HEAVY_LOCK" .venv/bin/python tools/true_on_policy_grad_probe.py --seeds 100-107
+    ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell flock "$HEAVY_LOCK" \\
         .venv/bin/python tools/true_on_policy_grad_probe.py --seeds 100-107 --json /tmp/avx2.json
 
 Each seed is one batch (4 x 40 token ids below 300 and one advantage a token, as the test draws
