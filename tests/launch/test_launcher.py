@@ -76,7 +76,10 @@ def test_a_clean_exit_before_the_last_rollout_is_unfinished_not_finished(tmp_pat
 
 
 def test_the_time_limit_stops_the_trainer_and_keeps_what_it_logged(tmp_path):
-    run_dir = ensure_run(spec(**{"num-rollout": 10_000}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False, timeout_s=2.0))
+    # The limit must leave a loaded machine time to start the trainer: at 2 s a CI run beside the suite's
+    # other workers logged no step at all (a bare interpreter's start took the whole limit), so the test
+    # asserted the machine's speed, not the launcher. 20 s holds 100 of the stand-in's 0.2 s steps.
+    run_dir = ensure_run(spec(**{"num-rollout": 10_000}), LaunchOptions(runs_dir=tmp_path, trainer=TRAINER, progress=False, timeout_s=20.0))
     run = run_dir.load()
     assert run.status.state == "interrupted" and run.status.failure.signature == "timeout"
     assert len(run.steps()) >= 3
