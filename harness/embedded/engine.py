@@ -104,6 +104,8 @@ class InProcessEngine:
             os.environ.update(true_on_policy_engine.env())
             true_on_policy_engine.register_rounded_residual_norm()
             true_on_policy_kwargs = true_on_policy_engine.llm_kwargs()
+            if any(true_on_policy.lever_on(name) for name in true_on_policy.IN_PROCESS_ENGINE):
+                true_on_policy_engine.install_sampler_references()  # the sampler runs in this process (checked in settings)
         from vllm import LLM
 
         self.multiprocess = multiprocess

@@ -27,6 +27,7 @@ from harness.embedded.policy import LogprobSpec, Policy, micro_batches
 from harness.embedded.rollout import collect, prompt_batch
 from harness.embedded.samples import Sample, TrainerView, fingerprint
 from harness.embedded.settings import Settings
+from harness.embedded.true_on_policy import trainer_kernels
 from harness.layout.sample_mean import micro_batch_share
 from harness.layout.token_shift import response_loss_mask
 
@@ -55,7 +56,7 @@ def expected_operators(settings) -> list[dict]:
     show every one of them (harness/judge/candidate_execution.py). Flags only; nothing is counted here."""
     if settings.logprob_operator != lp.NATIVE:
         trainer = rollout = settings.logprob_operator
-    elif settings.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"):
+    elif "trainer-engine-log-softmax" in settings.levers:
         trainer, rollout = lp.TRUE_ON_POLICY, lp.NATIVE
     else:
         trainer, rollout = (lp.REPLAY if settings.replay_processed else lp.NATIVE), lp.NATIVE
@@ -64,7 +65,7 @@ def expected_operators(settings) -> list[dict]:
         {"side": operator_calls.TRAINER, "pass": operator_calls.TRAINING, "operator": trainer},
         {"side": operator_calls.ROLLOUT, "pass": operator_calls.SAMPLER, "operator": rollout},
     ]
-    if settings.true_on_policy and true_on_policy_mode.lever_on("engine-rounded-residual"):
+    if "engine-rounded-residual" in settings.levers:
         from harness.embedded.true_on_policy.engine_settings import ROUNDED_RESIDUAL
 
         out.append({"side": operator_calls.ROLLOUT, "pass": operator_calls.ENGINE_NORM, "operator": ROUNDED_RESIDUAL})
@@ -119,12 +120,15 @@ class EmbeddedRun:
         for f in sorted(self.model_dir.glob("*.safetensors")):
             hf_state.update(load_file(str(f)))
         torch.manual_seed(s.seed)
-        true_on_policy_mode.configure(s.true_on_policy_without)  # before the policy and engine are built
+        true_on_policy_mode.configure(s.levers)  # before the policy and engine are built
         init_distributed(self.tp_rank, s.tp, store_path)
         init_model_parallel(s.tp, s.seed)
         problems = numeric_faults.install(s.faults, engine_in_process=s.colocate and s.tp == 1)  # before the engine binds its sampler
         if problems:
             raise InputError(problems[0])
+        # the kernel levers wrap what the controls installed (a lever replaces its layer's kernel, control included)
+        trainer_kernels.configure_rollout(fp8_rollout=s.fp8)
+        trainer_kernels.install_if_needed(s.levers)
         self.policy = Policy(
             self.hf_config,
             hf_state,
@@ -136,6 +140,7 @@ class EmbeddedRun:
             weight_decay=s.weight_decay,
             clip_grad=s.clip_grad,
             true_on_policy=s.true_on_policy,
+            lever_spec=bool(s.levers & set(true_on_policy_mode.LAYER_SPEC)),
         )
         self.sampling = SamplingSpec(
             n=s.n_samples,
@@ -163,7 +168,7 @@ class EmbeddedRun:
             seed=s.seed,
             fp8=s.fp8,
             log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None,
-            true_on_policy=s.true_on_policy,
+            true_on_policy=true_on_policy_mode.any_on(true_on_policy_mode.ENGINE),
             # R3 needs the rollout's routing; on any colocated MoE run it is captured anyway, so the
             # dumps (and the audit) can say where the trainer routed a token differently.
             return_routed_experts=s.routing_replay or bool(num_experts(self.hf_config) and s.colocate and s.tp == 1),
@@ -205,7 +210,8 @@ class EmbeddedRun:
             replay=self.s.replay_processed,
             target_shift=1 if f.token_shift else 0,
             slice_shift=-1 if f.mask_off_by_one else 0,
-            true_on_policy=self.s.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"),
+            true_on_policy="trainer-engine-log-softmax" in self.s.levers,
+            gather_row="trainer-engine-gather" in self.s.levers,
             operator=self.s.logprob_operator,
         )
 

@@ -50,6 +50,7 @@ class Settings:
     logprob_operator: str = "native"  # --embedded-logprob-operator (harness.embedded.logprob_operator)
     true_on_policy: bool  # --embedded-true-on-policy (harness.embedded.true_on_policy)
     true_on_policy_without: frozenset[str]  # --embedded-true-on-policy-without: levers switched off
+    levers: frozenset[str] = frozenset()  # every lever switch on: the true-on-policy set less its without, plus --embedded-levers
     output_dir: str | None
     probe_samples: int
     faults: injections.Injections
@@ -60,15 +61,30 @@ class Settings:
 
 
 def _true_on_policy_without(v: dict) -> frozenset[str]:
-    from harness.embedded.true_on_policy import LEVERS
+    from harness.embedded.true_on_policy import expand
 
     names = frozenset(n.strip() for n in (v["embedded-true-on-policy-without"] or "").split(",") if n.strip())
     if names and not v["embedded-true-on-policy"]:
         raise FlagError("--embedded-true-on-policy-without needs --embedded-true-on-policy")
-    unknown = sorted(names - set(LEVERS))
-    if unknown:
-        raise FlagError(f"--embedded-true-on-policy-without {unknown[0]}: not a lever; the levers are {sorted(LEVERS)}")
-    return names
+    try:
+        return expand(names)
+    except ValueError as err:
+        raise FlagError(f"--embedded-true-on-policy-without: {err}") from None
+
+
+def _levers(v: dict) -> frozenset[str]:
+    """Every switch the flags turn on (harness.embedded.true_on_policy.switches_on)."""
+    from harness.embedded.true_on_policy import IN_PROCESS_ENGINE, switches_on
+
+    names = [n.strip() for n in (v["embedded-levers"] or "").split(",") if n.strip()]
+    try:
+        on = switches_on(true_on_policy=v["embedded-true-on-policy"], without=_true_on_policy_without(v), levers=names)
+    except ValueError as err:
+        raise FlagError(f"--embedded-levers: {err}") from None
+    needs_engine_here = sorted(on & set(IN_PROCESS_ENGINE))
+    if needs_engine_here and not (v["colocate"] and v["tensor-model-parallel-size"] == 1):
+        raise FlagError(f"--embedded-levers {needs_engine_here[0]}: needs vLLM's sampler in the trainer's process (--colocate, TP=1)")
+    return on
 
 
 def from_flags(v: dict) -> Settings:
@@ -136,6 +152,7 @@ def from_flags(v: dict) -> Settings:
         logprob_operator=v["embedded-logprob-operator"],
         true_on_policy=v["embedded-true-on-policy"],
         true_on_policy_without=_true_on_policy_without(v),
+        levers=_levers(v),
         output_dir=v["embedded-output-dir"],
         probe_samples=v["embedded-probe-samples"],
         faults=injections.parse(v["embedded-inject"]),

@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
                 emulation=emulation,
                 deviations=deviations,
                 injections=settings.faults.names(),
-                true_on_policy=true_on_policy_mode.record(settings.true_on_policy_without) if settings.true_on_policy else None,
+                true_on_policy=true_on_policy_mode.record(settings.levers) if settings.levers else None,
             ),
         )
 

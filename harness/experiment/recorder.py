@@ -117,6 +117,29 @@ class Recorder:
         else:  # a ladder root: the configuration everything above it is measured from
             self.record_experiment("environment", record_entries.environment_entry(run, f"ladder root {case.stage}:{case.rung.id}"))
 
+    def budget(self, rung_id: str, budget, expected) -> None:
+        """A rung's drift budget (harness.judge.budget) and its localisation answer."""
+        from harness.judge.budget import RungBudget, answer_margin
+        from harness.report.record_model import DriftBudget
+
+        title = f"Drift budget of {rung_id} (where the drift lives, by intervention)"
+        test = self._test(title)
+        if isinstance(budget, RungBudget):
+            entry = DriftBudget(
+                rung=rung_id, verdict=budget.verdict, boundary=budget.boundary, reason=budget.reason, data=budget.as_dict(), test=test
+            )
+            margin = answer_margin(budget)
+            observed = budget.verdict + (f" to {budget.boundary}" if budget.boundary else "")
+        else:
+            reason = getattr(budget, "reason", str(budget))
+            entry = DriftBudget(rung=rung_id, verdict="not measured", reason=reason, test=test)
+            margin, observed = None, "not measured"
+        self.record_experiment("budgets", entry)
+        shown = "not-expected" if expected is None else expected.verdict + (f" to {expected.boundary}" if expected.boundary else "")
+        self.record_experiment(
+            "answers", answer_entry(f"budget/{rung_id}", "budget", shown, observed, margin.as_dict() if margin else None, test, entry.reason)
+        )
+
     def smoke(self, stage: str, rung, run) -> None:
         row = summary_row_from_run(run, f"{stage}:{rung.id}", notes="smoke", knobs=self.knobs)
         self._row(row, "smoke", f"{rung.title} [{stage} smoke]")

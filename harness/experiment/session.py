@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.experiment.evidence import Probes, acceptance_context, contract_problems, family_levels, judge_ladder_rung, replicate_sets
+from harness.experiment.evidence import (
+    Probes,
+    acceptance_context,
+    contract_problems,
+    drift_budget_answer,
+    family_levels,
+    judge_ladder_rung,
+    replicate_sets,
+)
 from harness.experiment.plan import ab_replicates
 from harness.experiment.recorder import Recorder
 from harness.judge import ab
@@ -255,6 +263,20 @@ class Session:
         )
         if expected != "not-expected" and not answer.passed:
             raise Failed(f"{answer.question} {answer.message}")
+
+    # ------------------------------------------------------------------ the drift budget
+    # Wiring of harness.judge.budget into the main job: one step, one call (drift_budget_answer).
+    def budget(self, record: Recorder, rung_id: str) -> None:
+        """Where a budget rung's drift lives, by intervention (knobs/levers.yaml): its runs re-scored
+        under each lever, the drift shared out and localised, held to its pre-registered answer."""
+        stage = self.knobs.levers.budget.stage
+        if self.mode not in self.knobs.stages[stage].modes:
+            raise Skipped(f"the budget's stage {stage} runs {', '.join(self.knobs.stages[stage].modes)} only, not --mode={self.mode}")
+        replicates = self.knobs.stages[stage].replicate_count(self.backend)
+        budget, expected, findings = drift_budget_answer(rung_id, self.knobs, self.fetch(stage), self.probes, replicates)
+        record.budget(rung_id, budget, expected)
+        if findings:
+            raise Failed(f"drift budget of {rung_id}: " + "; ".join(findings))
 
     def _candidate_flags(self, name: str | None) -> dict | None:
         return None if name is None else dict(self.knobs.ab.candidates[name].set)

@@ -15,6 +15,7 @@ import html
 import math
 from pathlib import Path
 
+from harness.report.budget_section import budget_section
 from harness.report.experiment_record import SEED_QUESTIONS
 from harness.report.ladder_figure import ladder_svg
 from harness.report.record_model import AbAnswer, Container, Cpu, ExperimentRecord, Gpus, Hardware, HarnessCommit, Package, Rung, TestRef, Vime
@@ -485,6 +486,7 @@ def render_page(record: ExperimentRecord, baseline: ExperimentRecord | None = No
             summary_table(record, baseline),
             top,
             rungs_table(record, baseline),
+            budget_section(record),
             answers_section(record),
             tokens_section(record),
             environment_section(record),

@@ -1,7 +1,7 @@
 """The experiment record as typed objects: one model the writer builds and the page reads.
 
     ExperimentRecord   experiment.json: session, rows, rungs, ab, environment, worst_tokens,
-                       outcomes, answers, min_margin_se (harness.report.experiment_record writes it)
+                       outcomes, answers, budgets, min_margin_se (harness.report.experiment_record writes it)
 
 The fields are the keys written to disk, so a record written before these models loads unchanged.
 The entries we write are `extra="forbid"`: a misspelt key fails where it is built or read, not as a
@@ -202,11 +202,22 @@ class WorstTokens(_Entry):
     rows: list[dict[str, Any]]  # the token audit's rows (harness.attribution.audit), columns as it writes them
 
 
+class DriftBudget(_Entry):
+    """One rung's drift budget by intervention (harness.judge.budget.RungBudget.as_dict in `data`)."""
+
+    rung: str
+    verdict: str  # localised | not localised | inconclusive | not measured
+    boundary: str | None = None  # the lever the drift is localised to
+    reason: str
+    data: dict[str, Any] = Field(default_factory=dict)  # shares per lever with intervals; empty when not measured
+    test: TestRef
+
+
 class Answer(_Entry):
     """One judged answer with its margin (harness.report.answers)."""
 
     key: str
-    kind: Literal["ladder", "acceptance", "ab"]
+    kind: Literal["ladder", "acceptance", "ab", "budget"]
     expected: str | None  # None: an answer without a statistic (a record check)
     observed: str
     margin: Margin | None = None
@@ -239,6 +250,7 @@ class ExperimentRecord(_Entry):
     worst_tokens: WorstTokens | None = None
     outcomes: dict[str, str] = Field(default_factory=dict)  # test node id -> passed / failed / skipped / not reported
     answers: list[Answer] = Field(default_factory=list)
+    budgets: list[DriftBudget] = Field(default_factory=list)
     min_margin_se: float | None = None
     _path: str | None = PrivateAttr(default=None)  # the file it was loaded from
 
@@ -264,4 +276,5 @@ ENTRY_MODELS: dict[str, type[BaseModel]] = {
     "environment": Environment,
     "worst_tokens": WorstTokens,
     "answers": Answer,
+    "budgets": DriftBudget,
 }

@@ -31,6 +31,7 @@ from harness.spec.values import flag_value_problems
 
 if TYPE_CHECKING:
     from harness.spec.budget import RunBudgets
+    from harness.spec.levers import LeverFile
     from harness.spec.site import Site
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -58,6 +59,8 @@ class Knobs:
     # values, applied by every resolve() (knobs < site < --set).
     site: Site | None = None
     sets: dict = field(default_factory=dict)
+    # One lever per boundary and the drift budget's policy (levers.yaml); None where the file is absent.
+    levers: LeverFile | None = None
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
@@ -263,6 +266,7 @@ def load_knobs(root: Path) -> Knobs:
     ab = parse_file(root / "ab.yaml", ABFile)
     operator_thresholds = parse_file(root / "operator_thresholds.yaml", ThresholdsFile).thresholds
     budgets = _load_budgets(root / "launch.yaml", stages)
+    levers = _load_levers(root / "levers.yaml", rungs, thresholds)
     knobs = Knobs(
         root,
         base,
@@ -275,6 +279,7 @@ def load_knobs(root: Path) -> Knobs:
         hardware=stages_file.hardware,
         operator_thresholds=operator_thresholds,
         budgets=budgets,
+        levers=levers,
     )
     _check_flag_values(knobs)
     _check_links(knobs)
@@ -293,6 +298,24 @@ def _load_budgets(path: Path, stages: dict[str, Stage]):
     if unknown:
         raise SpecError(f"{_relative(path)}: stages.{unknown[0]}: expected a stage of stages.yaml ({', '.join(stages)}), got {unknown[0]!r}")
     return budgets
+
+
+def _load_levers(path: Path, rungs: dict[str, Rung], thresholds: dict[str, Threshold]):
+    """levers.yaml: the lever table and the drift budget's policy. Optional, as launch.yaml is."""
+    from harness.spec.levers import LeverFile
+
+    if not path.exists():
+        return None
+    levers = parse_file(path, LeverFile)
+    share = levers.budget.min_localised_share.threshold
+    if share not in thresholds:
+        raise SpecError(f"{_relative(path)}: budget.min_localised_share.threshold: expected a threshold of thresholds.yaml, got {share!r}")
+    unknown = [rung for rung in levers.budget.rungs if rung not in rungs or levers.budget.stage not in rungs[rung].stages]
+    if unknown:
+        raise SpecError(
+            f"{_relative(path)}: budget.rungs: expected rungs of ladder/ that run at budget.stage {levers.budget.stage}, got {unknown[0]!r}"
+        )
+    return levers
 
 
 def _load_rungs(ladder_dir: Path) -> dict[str, Rung]:
