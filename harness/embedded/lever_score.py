@@ -121,24 +121,27 @@ def _prefill_final_norm(engine, model, sequences: list[dict]) -> list:
 
 
 def rollout_logprobs(engine, model, sequences: list[dict], s) -> list[list[float]]:
-    """Each response token's log-prob as the rollout's sampler forms it, from one prefill."""
+    """Each response token's log-prob as the rollout's sampler forms it, from one prefill: the
+    response positions' logits of every sequence through the model's compute_logits and the sampler's
+    ops in one batch (rows are independent there, as in the rollout's own decode batch)."""
     import torch
 
     from harness.embedded.capture import _vllm_log_probs
     from harness.layout.token_shift import response_gather_positions
 
-    out = []
+    rows, targets = [], []
     for seq, normed in zip(sequences, _prefill_final_norm(engine, model, sequences)):
         cols, target_cols = response_gather_positions(seq["prompt_len"], seq["response_len"])
-        targets = torch.tensor(seq["tokens"])[target_cols]
-        with torch.inference_mode():
-            logits = model.compute_logits(normed[cols])
-        if s.logprobs_mode == "raw_logprobs":
-            values = logits.float().log_softmax(dim=-1).gather(1, targets[:, None]).squeeze(1)
-        else:
-            values = _vllm_log_probs(logits, targets, s.temperature, s.top_k, s.top_p, s.logprobs_mode)
-        out.append(values.float().tolist())
-    return out
+        rows.append(normed[cols])
+        targets.append(torch.tensor(seq["tokens"])[target_cols])
+    with torch.inference_mode():
+        logits = model.compute_logits(torch.cat(rows))
+    picked = torch.cat(targets)
+    if s.logprobs_mode == "raw_logprobs":
+        values = logits.float().log_softmax(dim=-1).gather(1, picked[:, None]).squeeze(1)
+    else:
+        values = _vllm_log_probs(logits, picked, s.temperature, s.top_k, s.top_p, s.logprobs_mode)
+    return [v.float().tolist() for v in torch.split(values, [len(t) for t in targets])]
 
 
 # ---------------------------------------------------------------- trainer side
@@ -212,6 +215,7 @@ def score(argv: list[str], job: dict) -> dict:
         timing["build"] = time.perf_counter() - t0
         out = {key: {"rollout": [], "trainer": []} for key, _, _ in settings}
         recorded = []
+        policies: dict[frozenset, object] = {}  # one policy per layer-spec configuration, weights reloaded per rollout
         for group in job["rollouts"]:
             sequences = group["sequences"]
             weights = initial if group["weights"] == INITIAL else torch.load(group["weights"], map_location="cpu", weights_only=True)["weights"]
@@ -228,14 +232,15 @@ def score(argv: list[str], job: dict) -> dict:
                 out[key]["rollout"] += by_engine[engine_on]
             timing["rollout"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            policies: dict[frozenset, object] = {}
+            megatron_weights, loaded = hf_to_megatron(weights, run.hf_config, 1, 0), set()
             for key, on, replay in settings:
                 built = frozenset(on & set(true_on_policy.LAYER_SPEC))
-                true_on_policy.configure(on)
+                true_on_policy.configure(on)  # the layer spec reads its switches at build, the kernels at every call
                 if built not in policies:
                     policies[built] = _policy(run, weights)
-                else:
-                    load_into(policies[built].model, hf_to_megatron(weights, run.hf_config, 1, 0))
+                elif built not in loaded:
+                    load_into(policies[built].model, megatron_weights)
+                loaded.add(built)
                 out[key]["trainer"] += trainer_logprobs(policies[built], sequences, s, replay=replay or s.replay_processed)
             timing["trainer"] += time.perf_counter() - t0
     finally:

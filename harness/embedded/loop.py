@@ -316,6 +316,7 @@ class EmbeddedRun:
             kv = self.engine.kv_cache_usage()
         samples = self._share(samples)
         weights = self._weights_digest(engine_weights, samples)
+        self._keep_weights(rollout_id, samples)
 
         spec = self._logprob_spec()
         t0 = time.perf_counter()
@@ -475,6 +476,17 @@ class EmbeddedRun:
         if weights["differing"]:
             log.warning("weights differ between the engine and the trainer in %s", ", ".join(weights["differing"][:5]))
         return weights
+
+    def _keep_weights(self, rollout_id: int, samples: list[Sample]) -> None:
+        """The weights this rollout was generated with, for the drift budget's re-score (dumps.weights_due
+        rollouts; TP=1, where the trainer holds them whole). Not kept when the engine holds another
+        version than the trainer (a stale-weights fault): they would not be the sampling weights."""
+        directory = Path(self.s.save_train).parent if self.s.save_train else None
+        if directory is None or self.s.tp != 1 or not dumps.weights_due(rollout_id):
+            return
+        if any(x.rollout_weight_version != self.trainer_version for x in samples):
+            return
+        dumps.weights(directory, rollout_id, self.policy.full_hf_state(), self.trainer_version)
 
     def _probe_dir(self, rollout_id: int) -> Path | None:
         """Probe bundles go next to the train dumps (else into the output dir); None: no probes."""

@@ -65,33 +65,33 @@ def _not_measured_reason(run: Run) -> str | None:
     own = [flag for flag in OWN_LEVER_FLAGS if run.spec.flag(flag) not in (None, False, "native")]
     if own:
         return f"run {run.id} already changes how a boundary is computed (--{own[0]}); its budget would start from another native"
-    if not captures(run):
-        return f"run {run.id} kept no weights to re-score at (no capture bundles dumps/capture_N.pt)"
+    if not weight_rollouts(run):
+        return f"run {run.id} kept no weights to re-score at (no dumps/weights_N.pt or capture bundles)"
     return None
 
 
-def captures(run: Run) -> list[tuple[int, Path]]:
-    """The run's capture bundles (rollout id, path), in rollout order: the rollouts whose weights it kept."""
-    found = []
-    for path in (run.path / "dumps").glob("capture_*.pt"):
-        stem = path.stem[len("capture_") :]
-        if stem.isdigit():
-            found.append((int(stem), path))
-    return sorted(found)
+def weight_rollouts(run: Run) -> list[tuple[int, Path]]:
+    """(rollout id, file holding the weights it was generated with), in rollout order: the run's
+    weights dumps (dumps/weights_N.pt), else its capture bundles (which hold them too)."""
+    found = {}
+    for pattern in ("capture_*.pt", "weights_*.pt"):  # a weights dump wins over a capture of the same rollout
+        for path in (run.path / "dumps").glob(pattern):
+            stem = path.stem.split("_", 1)[1]
+            if stem.isdigit():
+                found[int(stem)] = path
+    return sorted(found.items())
 
 
-def initial_rollout(run: Run) -> dict:
-    """Rollout 0 (sampled at weight version 0) as a job group: its samples from the rollout and train
-    dumps, scored at the run's initial weights (the re-score-against-a-real-run check uses it)."""
+def _group(run: Run, rollout_id: int, weights: str) -> dict:
+    """One rollout's samples as a job group: tokens and the rollout's log-probs from its rollout dump,
+    the trainer's recompute from its train dump."""
     import torch
 
-    rollout = torch.load(run.path / "dumps" / "rollout_0.pt", map_location="cpu", weights_only=False)
-    train = torch.load(run.path / "dumps" / "train_0_0.pt", map_location="cpu", weights_only=False)
+    rollout = torch.load(run.path / "dumps" / f"rollout_{rollout_id}.pt", map_location="cpu", weights_only=False)
+    train = torch.load(run.path / "dumps" / f"train_{rollout_id}_0.pt", map_location="cpu", weights_only=False)
     trainer = {int(s["index"]): s["log_probs"] for s in train["samples"]}
     sequences = []
     for s in rollout["samples"]:
-        if int(s["weight_versions"][0]) != 0:
-            raise NotMeasured(f"{run.id}: rollout 0's sample {s['index']} was sampled at weight version {s['weight_versions'][0]}, not 0")
         tokens, response = [int(t) for t in s["tokens"]], int(s["response_length"])
         sequences.append(
             {
@@ -102,47 +102,30 @@ def initial_rollout(run: Run) -> dict:
                 "recorded_trainer": [float(v) for v in trainer[int(s["index"])]],
             }
         )
-    return {"rollout": 0, "weights": "initial", "sequences": sequences}
+    return {"rollout": rollout_id, "weights": weights, "sequences": sequences}
+
+
+def initial_rollout(run: Run) -> dict:
+    """Rollout 0 (sampled at weight version 0) as a job group, scored at the run's initial weights
+    (the re-score-against-a-real-run check uses it)."""
+    import torch
+
+    rollout = torch.load(run.path / "dumps" / "rollout_0.pt", map_location="cpu", weights_only=False)
+    late = [s["index"] for s in rollout["samples"] if int(s["weight_versions"][0]) != 0]
+    if late:
+        raise NotMeasured(f"{run.id}: rollout 0's sample {late[0]} was not sampled at weight version 0")
+    return _group(run, 0, "initial")
 
 
 def job(run: Run) -> dict:
-    """The scorer's job: per capture rollout, its weights and every sample's tokens and recorded log-probs."""
-    import torch
-
-    rollouts = []
-    for rollout_id, path in captures(run):
-        bundle = torch.load(path, map_location="cpu", weights_only=True)
-        if bundle.get("weights") is None:
-            raise NotMeasured(f"{path}: holds no weights ({'; '.join(bundle.get('unavailable') or []) or 'none kept'})")
-        dumped = _dumped_tokens(run, rollout_id)
-        sequences = []
-        for sample in bundle["samples"]:
-            tokens = [int(t) for t in sample["tokens"]]
-            if dumped is not None and dumped.get(int(sample["index"])) != tokens:
-                raise NotMeasured(f"{path}: sample {sample['index']}'s tokens differ from dumps/rollout_{rollout_id}.pt")
-            if sample["rollout"] is None or sample["trainer"] is None:
-                raise NotMeasured(f"{path}: sample {sample['index']} was not captured on both sides")
-            sequences.append(
-                {
-                    "tokens": tokens,
-                    "prompt_len": int(sample["prompt_len"]),
-                    "response_len": int(sample["response_len"]),
-                    "recorded": [float(v) for v in sample["rollout"]["recorded_logprob"]],
-                    "recorded_trainer": [float(v) for v in sample["trainer"]["recorded_logprob"]],
-                }
-            )
-        rollouts.append({"rollout": rollout_id, "weights": str(path), "sequences": sequences})
-    return {"rollouts": rollouts}
-
-
-def _dumped_tokens(run: Run, rollout_id: int) -> dict[int, list[int]] | None:
-    import torch
-
-    path = run.path / "dumps" / f"rollout_{rollout_id}.pt"
-    if not path.is_file():
-        return None
-    dump = torch.load(path, map_location="cpu", weights_only=False)
-    return {int(s["index"]): [int(t) for t in s["tokens"]] for s in dump["samples"]}
+    """The scorer's job: per rollout whose weights the run kept, those weights and every sample's
+    tokens and recorded log-probs (both sides)."""
+    groups = []
+    for rollout_id, path in weight_rollouts(run):
+        if not (run.path / "dumps" / f"rollout_{rollout_id}.pt").is_file() or not (run.path / "dumps" / f"train_{rollout_id}_0.pt").is_file():
+            raise NotMeasured(f"{run.id}: rollout {rollout_id}'s weights are kept but its rollout or train dump is missing")
+        groups.append(_group(run, rollout_id, str(path)))
+    return {"rollouts": groups}
 
 
 def _key(payload: dict) -> str:
