@@ -188,6 +188,18 @@ def trainer_logprobs(policy, sequences: list[dict], s, *, replay: bool) -> list[
 
 
 # ---------------------------------------------------------------- the job
+FP8_SWITCHES = ("trainer-fp8-weights", "trainer-fp8-activations")
+
+
+def effective(on: frozenset[str], s) -> frozenset[str]:
+    """The switches that change a computation in this configuration: the fp8 switches do nothing
+    where the rollout does not quantise (trainer_kernels), the reference filter nothing without
+    top-k/top-p (vLLM's filter returns the logits untouched). A setting is computed once per
+    effective set: settings that differ only in such switches compute the same thing."""
+    idle = set(FP8_SWITCHES) if not s.fp8 else set()
+    if not (0 < s.top_k) and s.top_p >= 1.0:
+        idle.add("engine-reference-filter")
+    return frozenset(on - idle)
 
 
 def score(argv: list[str], job: dict) -> dict:
@@ -224,7 +236,7 @@ def score(argv: list[str], job: dict) -> dict:
             t0 = time.perf_counter()
             by_engine: dict[frozenset, list] = {}
             for key, on, _ in settings:
-                engine_on = frozenset(n for n in on if true_on_policy.SWITCHES[n][0] == true_on_policy.ENGINE)
+                engine_on = frozenset(n for n in effective(on, s) if true_on_policy.SWITCHES[n][0] == true_on_policy.ENGINE)
                 if engine_on not in by_engine:
                     true_on_policy.configure(engine_on)
                     engine_settings.apply_in_process(model)
@@ -232,21 +244,24 @@ def score(argv: list[str], job: dict) -> dict:
                 out[key]["rollout"] += by_engine[engine_on]
             timing["rollout"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            megatron_weights, loaded = hf_to_megatron(weights, run.hf_config, 1, 0), set()
+            megatron_weights, loaded, by_trainer = hf_to_megatron(weights, run.hf_config, 1, 0), set(), {}
             for key, on, replay in settings:
-                built = frozenset(on & set(true_on_policy.LAYER_SPEC))
-                true_on_policy.configure(on)  # the layer spec reads its switches at build, the kernels at every call
-                if built not in policies:
-                    policies[built] = _policy(run, weights)
-                elif built not in loaded:
-                    load_into(policies[built].model, megatron_weights)
-                loaded.add(built)
-                out[key]["trainer"] += trainer_logprobs(policies[built], sequences, s, replay=replay or s.replay_processed)
+                trainer_on = frozenset(n for n in effective(on, s) if true_on_policy.SWITCHES[n][0] == true_on_policy.TRAINER)
+                if (trainer_on, replay) not in by_trainer:
+                    built = frozenset(trainer_on & set(true_on_policy.LAYER_SPEC))
+                    true_on_policy.configure(trainer_on)  # the layer spec reads its switches at build, the kernels at every call
+                    if built not in policies:
+                        policies[built] = _policy(run, weights)
+                    elif built not in loaded:
+                        load_into(policies[built].model, megatron_weights)
+                    loaded.add(built)
+                    by_trainer[trainer_on, replay] = trainer_logprobs(policies[built], sequences, s, replay=replay or s.replay_processed)
+                out[key]["trainer"] += by_trainer[trainer_on, replay]
             timing["trainer"] += time.perf_counter() - t0
     finally:
         run.close(process_exiting=True)
     return {
-        "weights": "the run's own, per rollout (capture bundles)",
+        "weights": "the run's own, per rollout (dumps/weights_N.pt or capture bundles; 'initial': the build's)",
         "rollout_side": "prefill through the engine's own model; log-probs by vLLM's sampler ops under the run's contract",
         "settings": out,
         "recorded": recorded,

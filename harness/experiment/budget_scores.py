@@ -222,21 +222,29 @@ def seed_scores(runs: list[Run], levers: LeverFile) -> list[SeedScores]:
     native = result["settings"][NATIVE]
     decode_gap = [rec - np.asarray(pre, dtype=np.float64) for rec, pre in zip(recorded, native["rollout"])]
     switches = {s["key"]: set(s["switches"]) for s in settings(levers)}
-    gaps = {}
+    per_token = {}
     for key, sides in result["settings"].items():
         rollout = [np.asarray(r, dtype=np.float64) for r in sides["rollout"]]
         if DECODE_SWITCH not in switches.get(key, set()):
             rollout = [r + g for r, g in zip(rollout, decode_gap)]
-        gaps[key] = np.array([np.abs(np.asarray(t, dtype=np.float64) - r).mean() for t, r in zip(sides["trainer"], rollout)])
-    owner = np.asarray(result["job"]["runs"])
+        per_token[key] = [np.abs(np.asarray(t, dtype=np.float64) - r) for t, r in zip(sides["trainer"], rollout)]
+    # A sampled token at the top-k/top-p edge can fall outside the kept set under another setting's
+    # arithmetic: its processed log-prob is -inf there. The comparison stays paired: such a token is
+    # left out of every setting, and counted.
+    kept = [np.logical_and.reduce([np.isfinite(gaps[i]) for gaps in per_token.values()]) for i in range(len(recorded))]
+    usable = np.array([bool(k.any()) for k in kept])
+    gaps = {key: np.array([g[k].mean() for g, k, u in zip(values, kept, usable) if u]) for key, values in per_token.items()}
+    owner = np.asarray(result["job"]["runs"])[usable]
+    left_out = {run_id: int(sum((~k).sum() for k, o in zip(kept, result["job"]["runs"]) if o == run_id)) for run_id in set(result["job"]["runs"])}
     out = []
     for run in runs:
         mine = owner == run.id
-        rows = np.flatnonzero(mine).tolist()
+        rows = [i for i, o in enumerate(result["job"]["runs"]) if o == run.id]
         replay = {
             **_replay_check("rollout", [native["rollout"][i] for i in rows], [result["recorded"][i] for i in rows]),
             **_replay_check("trainer", [native["trainer"][i] for i in rows], [result["job"]["recorded_trainer"][i] for i in rows]),
             "scorer_seconds": result.get("seconds"),
+            "tokens_left_out": left_out.get(run.id, 0),  # outside the kept set under some setting (see above)
         }
         out.append(
             SeedScores(
@@ -262,6 +270,7 @@ def rung_budget(rung_id: str, runs: list[Run], knobs) -> object:
         return BudgetNotMeasured("knobs/ has no levers.yaml: no lever table to budget with")
     if rung_id not in knobs.levers.budget.rungs:
         return BudgetNotMeasured(f"{rung_id} is not one of knobs/levers.yaml budget.rungs ({', '.join(knobs.levers.budget.rungs)})")
+    runs = runs[: knobs.levers.budget.seeds]  # the first seeds: the sample the design sized the budget for
     try:
         return judge_budget(rung_id, seed_scores(runs, knobs.levers), knobs.levers, knobs)
     except (NotMeasured, BudgetInputError) as why:

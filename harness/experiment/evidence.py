@@ -277,7 +277,7 @@ def drift_budget_answer(rung_id: str, knobs: Knobs, fetch: Callable[..., Run], p
     findings: as expected). The main job's budget check, pytest's and the Session's alike."""
     from harness.judge.budget import expectation_findings
 
-    (runs,) = replicate_sets([rung_id], fetch, replicates)
+    (runs,) = replicate_sets([rung_id], fetch, min(replicates, knobs.levers.budget.seeds) if knobs.levers else replicates)
     budget = probes.drift_budget(rung_id, runs)
     expected = knobs.levers.budget.expect.get(rung_id) if knobs.levers else None
     return budget, expected, expectation_findings(budget, expected)

@@ -289,20 +289,20 @@ def _rung_verdict(rows: list[LeverShare], q: float, need: float) -> tuple[str, s
 
 # ---------------------------------------------------------------- the answer against its expectation
 def answer_margin(budget: RungBudget) -> Margin | None:
-    """The rung's answer's margin: how many SE past what its decision needs (critical =
-    min_margin_se) it sits; for "not localised", the lever nearest to being localised."""
+    """The rung's answer's margin: how many SE its deciding share sits from the pre-registered one, on
+    the side of the answer (the decision itself asks for min_margin_se of them, so an answer past its
+    decision is never flagged); for "not localised", the lever nearest to being localised."""
     operators = [row for row in budget.levers if row.kind == "operator" and row.margin is not None]
     if not operators:
         return None
-    need = budget.min_margin_se
     if budget.verdict == LOCALISED:
         row = budget.lever(budget.boundary)
-        raw = row.margin.se_units
+        units = row.margin.se_units
     else:
         row = max(operators, key=lambda r: r.margin.se_units)  # the nearest to (or past) the share
-        raw = -row.margin.se_units
+        units = -row.margin.se_units
     sample = {**row.margin.sample, "lever": row.lever}
-    return Margin(raw - need, row.add.value, budget.min_share, row.margin.se, budget.verdict, sample, need)
+    return Margin(units, row.add.value, budget.min_share, row.margin.se, budget.verdict, sample, 0.0)
 
 
 def expectation_findings(budget, expected) -> list[str]:

@@ -90,6 +90,8 @@ class BudgetPolicy(Strict):
 
     rungs: list[str] = Field(min_length=1)  # the rungs whose runs are re-scored (at every replicate seed)
     stage: str = "p1"  # the stage whose runs they are (the main job's ladder stage)
+    # How many of the rung's replicate seeds are re-scored (the first ones): the sample the design gave it.
+    seeds: int = Field(ge=1)
     # A rung's drift is localised to boundary X when aligning X alone removes at least this share of
     # it, at thresholds.min_margin_se standard errors or more.
     min_localised_share: Share

@@ -52,7 +52,12 @@ def test_a_lever_table_with_a_switch_twice_or_a_wrong_side_is_one_error_naming_i
         target = knobs / path.relative_to(DEFAULT_KNOBS_DIR)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(path.read_text())
-    text = (knobs / "levers.yaml").read_text().replace("rungs: [near-aligned,", "rungs: [near-aligend,")
+    text = (
+        (knobs / "levers.yaml")
+        .read_text()
+        .replace("rungs: [near-aligned,", "rungs: [near-aligend,")
+        .replace("    near-aligned:\n      verdict", "    near-aligend:\n      verdict")
+    )
     (knobs / "levers.yaml").write_text(text)
     with pytest.raises(SpecError, match=r"levers.yaml: budget.rungs: .*'near-aligend'"):
         load_knobs(knobs)
