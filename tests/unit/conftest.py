@@ -88,7 +88,7 @@ def made_budget():
 
 def _made_budget(rung: str, verdict: str, boundary: str | None = None):
     """A drift budget as harness.judge.budget returns it, with the verdict given (the decision itself
-    is tested in test_drift_budget.py): evidence for the drift-class step it decides."""
+    is tested in test_budget_judge.py): evidence for the drift-class step it decides."""
     from harness.judge.budget import Estimate, RungBudget
 
     zero = Estimate(0.0, 0.0, 0.0, 0.0, 1.0)
