@@ -43,7 +43,9 @@ from harness.spec import SpecError, load_knobs  # noqa: E402
 
 OUT_DIR = ROOT / "reports" / "controls"
 STAGE, MODE, NUM_ROLLOUT = "p1", "colocate", 3  # the controls' runs in tests/attribution/test_boundaries_on_runs.py
-RUNGS = ("near-aligned", "fp8-rollout", "fp32-floor", "top-p", "fp8-plus-filters")
+RUNGS = ("near-aligned", "fp8-rollout", "fp32-floor", "top-p", "fp8-plus-filters", "fp8-plus-filters-moe", "moe-bf16")
+# Rungs named here but not in knobs/ladder: a rung run with flags set (the MoE model at bf16, no filters).
+VARIANTS = {"moe-bf16": ("fp8-plus-filters-moe", {"vllm-quantization": None, "rollout-top-p": 1.0, "rollout-top-k": -1})}
 NONE = "none"
 # the boundary each control is planted at (harness/embedded/numeric_faults.py)
 PLANTED = {
@@ -53,6 +55,7 @@ PLANTED = {
     "rollout_fp8_weight_scale": "layer.0.attention",
     "trainer_lm_head_bits": "logits",
     "rollout_filter_bits": "processed_logprob",
+    "trainer_expert_bits": "layer.0.mlp",
 }
 # the lever of knobs/levers.yaml whose boundary each control is planted at: the drift budget's answer
 LEVER = {
@@ -62,6 +65,7 @@ LEVER = {
     "rollout_fp8_weight_scale": "fp8-weights",
     "trainer_lm_head_bits": "lm-head",
     "rollout_filter_bits": "sampler-filter",
+    "trainer_expert_bits": "mlp",
 }
 # the engine each control is planted in: the side the own-input check should name
 PLANTED_SIDE = {
@@ -71,6 +75,7 @@ PLANTED_SIDE = {
     "rollout_fp8_weight_scale": "rollout",
     "trainer_lm_head_bits": "trainer",
     "rollout_filter_bits": "rollout",
+    "trainer_expert_bits": "trainer",
 }
 console = Console(stderr=True)
 
@@ -221,7 +226,8 @@ def launch(
             )
             t0 = time.monotonic()
             try:
-                run = source(STAGE, rung, MODE, **overrides)
+                ladder_rung, variant = VARIANTS.get(rung, (rung, {}))
+                run = source(STAGE, ladder_rung, MODE, **variant, **overrides)
                 entry = measure(run, knobs, planted)
                 if budget:
                     entry["budget"] = measure_budget(run, knobs, lever_of(canonical))

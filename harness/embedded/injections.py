@@ -10,8 +10,8 @@
 - ``rollout-lse-bits:N`` / ``trainer-softmax-bits:N`` / ``trainer-tp-reduce-bits:N``: numerical
   controls at one operator boundary, rounding to N mantissa bits (1..23; N = 7 is bf16, and
   ``rollout-lse-bf16`` / ``trainer-softmax-bf16`` / ``trainer-tp-reduce-bf16`` name N = 7);
-  ``trainer-lm-head-bits:N`` / ``rollout-filter-bits:N`` (``-bf16``: N = 7): the LM-head GEMM and
-  the sampler's top-p filter kernel at N bits;
+  ``trainer-lm-head-bits:N`` / ``rollout-filter-bits:N`` / ``trainer-expert-bits:N`` (``-bf16``: N = 7):
+  the LM-head GEMM, the sampler's top-p filter kernel and one MoE expert's down projection at N bits;
   ``rollout-fp8-weight-scale:F``: the fp8 rollout's weights read back with F x their block scale
   (F > 0, not 1) (harness/embedded/numeric_faults.py, docs/controls.md).
 """
@@ -29,6 +29,7 @@ SIZED = {
     "trainer-tp-reduce-bits": ("trainer_tp_reduce_bits", "trainer-tp-reduce-bf16"),
     "trainer-lm-head-bits": ("trainer_lm_head_bits", "trainer-lm-head-bf16"),
     "rollout-filter-bits": ("rollout_filter_bits", "rollout-filter-bf16"),
+    "trainer-expert-bits": ("trainer_expert_bits", "trainer-expert-bf16"),
 }
 BF16_BITS = 7
 MAX_BITS = 23  # fp32's mantissa: N = 23 rounds nothing
@@ -59,6 +60,7 @@ class Injections:
     trainer_tp_reduce_bits: int = 0
     trainer_lm_head_bits: int = 0
     rollout_filter_bits: int = 0
+    trainer_expert_bits: int = 0
     rollout_fp8_weight_scale: float = 0.0  # 0: off; else F
 
     def name_of(self, field: str) -> str:

@@ -27,6 +27,9 @@ bf16 to find the smallest size a boundary's envelope lets through (tools/control
   sorted probabilities at N bits (every partial sum rounded, as a kernel accumulating in bf16 does
   at N = 7): small probabilities are swamped, the cumulative lags, and the kept set shrinks.
   Boundary: processed_logprob, rollout side; only with top-p (it changes nothing without filters).
+- ``trainer-expert-bits:N``: on an MoE model, expert 0's down projection (linear_fc2) in every MoE
+  layer of the trainer computed as the tp-reduce control computes an MLP's (4 partial GEMMs, partials
+  and sums at N bits); every other expert is Megatron's own. Boundary: layer.0.mlp, trainer side.
 - ``rollout-fp8-weight-scale:F`` (harness/embedded/fp8.py): the rollout's fp8 weights are quantised
   with their block's scale and read back with F x that scale, as an engine holding a stale or
   mis-loaded weight scale does. Boundary: layer.0.attention (its q/k/v projections are the first
@@ -228,6 +231,35 @@ def _install_rollout_filter(bits: int) -> None:
     sampler_ops.apply_top_k_top_p = lambda logits, k, p: filter_at_bits(logits, k, p, bits)
 
 
+EXPERT_MARK = "_embedded_expert_control"
+
+
+def _install_trainer_expert(bits: int) -> None:
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.tensor_parallel.layers import RowParallelLinear
+
+    def make_init(original_init):
+        def init(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            for layer in self.decoder.layers:
+                experts = getattr(getattr(layer.mlp, "experts", None), "local_experts", None)
+                if experts:
+                    setattr(experts[0].linear_fc2, EXPERT_MARK, True)
+
+        return init
+
+    def make_forward(original_forward):
+        def forward_impl(self, input, weight, *args, **kwargs):
+            if getattr(self, EXPERT_MARK, False):
+                return row_parallel_reordered(input, weight, _work_dtype(bits), bits=bits)
+            return original_forward(self, input, weight, *args, **kwargs)
+
+        return forward_impl
+
+    _patch(GPTModel, "__init__", make_init)
+    _patch(RowParallelLinear, "_forward_impl", make_forward)
+
+
 LM_HEAD_MARK = "_embedded_lm_head_control"
 
 
@@ -273,6 +305,8 @@ def install(faults, *, engine_in_process: bool) -> list[str]:
         _install_trainer_tp_reduce(faults.trainer_tp_reduce_bits)
     if faults.trainer_lm_head_bits:
         _install_trainer_lm_head(faults.trainer_lm_head_bits)
+    if faults.trainer_expert_bits:
+        _install_trainer_expert(faults.trainer_expert_bits)
     if faults.rollout_filter_bits:
         if not engine_in_process:
             problems.append(

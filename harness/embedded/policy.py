@@ -153,7 +153,7 @@ class Policy:
                     extra["logits_shard"] = selected.detach().float() / spec.temperature
         sizes = [r for _, _, r in seqs]
         extra["split"] = sizes
-        if self.routing.routers:
+        if self.routing.routers and self.routing.used:  # (the MLP lever's MoE path runs no Megatron router)
             extra["used_experts"] = [self.routing.used_experts(len(seqs), i, len(t)) for i, (t, _, _) in enumerate(seqs)]
         return list(torch.split(values, sizes)), extra
 

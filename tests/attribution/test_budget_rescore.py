@@ -23,8 +23,9 @@ from harness.report.allure_attach import attach_text, label_experiment
 
 pytestmark = pytest.mark.attribution
 
-# (rung, lever): a build-time trainer lever on the bf16 rung, a per-call kernel lever on the fp8 rung
-CHECKED = [("near-aligned", "qk-norm"), ("fp8-rollout", "fp8-weights")]
+# (rung, lever): a build-time trainer lever on the bf16 rung, a per-call kernel lever on the fp8 rung,
+# the MoE layer through vLLM's MoE ops on the MoE rung (fp8 and filters: the rollout's own contract)
+CHECKED = [("near-aligned", "qk-norm"), ("fp8-rollout", "fp8-weights"), ("fp8-plus-filters-moe", "mlp")]
 
 
 def _rollout_zero(run):

@@ -30,7 +30,8 @@ Trainer side, as Megatron modules or kernels:
   model dtype (Megatron's torch norm keeps fp32 weights and rounds once);
 - ``trainer-engine-attention``: core attention through vLLM's own CPU attention kernel;
 - ``trainer-engine-{qkv,o-proj}-gemm``, ``trainer-engine-mlp``, ``trainer-engine-lm-head``: the
-  GEMMs (and the MLP's SiLU x up) through vLLM's own CPU ops on the trainer's weights;
+  GEMMs through vLLM's own CPU ops on the trainer's weights (on an MoE model the MLP lever runs the
+  router and the experts through vLLM's MoE ops: moe_kernel.py);
 - ``trainer-engine-embedding``: the embedding lookup through vLLM's embedding op;
 - ``trainer-fp8-weights`` / ``trainer-fp8-activations``: the trainer's linears compute with the
   rollout's quantised operands (e4m3 weight blocks / activation groups, harness.embedded.fp8) where
@@ -62,7 +63,10 @@ SWITCHES: dict[str, tuple[str, str]] = {
     "trainer-engine-qkv-gemm": (TRAINER, "the QKV projection through vLLM's CPU GEMM dispatch"),
     "trainer-engine-attention": (TRAINER, "EngineKernelAttention (vLLM's CPU attention kernel; Megatron's torch-math backward)"),
     "trainer-engine-o-proj-gemm": (TRAINER, "the attention output projection through vLLM's CPU GEMM dispatch"),
-    "trainer-engine-mlp": (TRAINER, "the MLP's GEMMs through vLLM's CPU GEMM dispatch and its SiLU x up through vLLM's SiluAndMul"),
+    "trainer-engine-mlp": (
+        TRAINER,
+        "the MLP's GEMMs through vLLM's CPU GEMM dispatch; on an MoE layer its router and experts through vLLM's MoE ops",
+    ),
     "trainer-engine-lm-head": (TRAINER, "the LM-head GEMM through vLLM's LM-head op (UnquantizedEmbeddingMethod.apply)"),
     "trainer-fp8-weights": (TRAINER, "the linears' weights as the rollout quantises them (e4m3, 128x128 blocks) where it does"),
     "trainer-fp8-activations": (TRAINER, "the linears' inputs as the rollout quantises them (e4m3, 1x128 groups) where it does"),

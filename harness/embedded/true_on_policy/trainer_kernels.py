@@ -16,7 +16,8 @@ and row-parallel linears then reads the switches at every call:
   or the small-GEMM kernel, as the engine's layer of that shape runs), with a torch-math backward.
 With no switch on for the layer, the call goes to what was there before (Megatron's own GEMM, or a
 numerical control installed before it). ``trainer-engine-embedding`` routes Megatron's word
-embedding through vLLM's embedding op (TP=1).
+embedding through vLLM's embedding op (TP=1). On an MoE model the MLP lever replaces the whole MoE
+layer (router and experts) by vLLM's MoE ops (moe_kernel.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def configure_rollout(*, fp8_rollout: bool) -> None:
     """Whether the rollout quantises to fp8: the fp8 switches are no-ops where it does not."""
     global _rollout_fp8
     _rollout_fp8 = bool(fp8_rollout)
+
+
+def rollout_fp8() -> bool:
+    return _rollout_fp8
 
 
 def mark(model, hf_config) -> None:
@@ -165,6 +170,9 @@ def install() -> None:
             cls._forward_impl = _forward_impl(cls._forward_impl)
     if not getattr(VocabParallelEmbedding.forward, "_embedded_lever", False):
         VocabParallelEmbedding.forward = _embedding_forward(VocabParallelEmbedding.forward)
+    from harness.embedded.true_on_policy import moe_kernel
+
+    moe_kernel.install()  # the MLP lever on an MoE layer: router and experts through vLLM's MoE ops
     _installed = True
 
 
