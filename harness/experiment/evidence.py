@@ -66,7 +66,9 @@ class Probes:
         return self._boundary[run.id]
 
     def drift_budget(self, rung_id: str, runs: list[Run]):
-        """The rung's drift budget over these runs (its seeds): RungBudget or BudgetNotMeasured."""
+        """The rung's drift budget over these runs (its first budget.seeds seeds): RungBudget or BudgetNotMeasured."""
+        if self.knobs.levers is not None:
+            runs = runs[: self.knobs.levers.budget.seeds]
         key = (rung_id, tuple(run.id for run in runs))
         if key not in self._budget:
             from harness.experiment.budget_scores import rung_budget

@@ -143,3 +143,25 @@ def test_the_gather_lever_reads_the_same_number_megatrons_cross_entropy_does():
     native = lp.vocab_parallel_logprobs(logits, targets, 1.0)
     row = lp.vocab_parallel_logprobs(logits, targets, 1.0, gather_row=True)
     assert torch.equal(native, row)
+
+
+def test_every_budget_expectation_is_what_the_design_seeds_measured():
+    """An expected budget answer is the one tools/budget_design.py measured on the design seeds, at a
+    margin of at least the design's target (the design seeds are as many as the budget re-scores);
+    a not-expected one is one the design could not decide that far from the share."""
+    from harness.spec.design_file import load_design
+
+    target = load_design(DEFAULT_KNOBS_DIR).target_margin_se
+    measured = KNOBS.levers.measured.get("rungs") or {}
+    assert len(KNOBS.levers.measured.get("seeds") or []) == KNOBS.levers.budget.seeds, "the design measured as many seeds as the budget uses"
+    for rung, expected in KNOBS.levers.budget.expect.items():
+        design = measured.get(rung)
+        assert design is not None, f"knobs/levers.yaml: budget.expect.{rung} has no measurement below the marker (tools/budget_design.py --write)"
+        if expected.verdict == "not-expected":
+            assert design["margin_se"] is None or design["margin_se"] < target, (
+                f"{rung}: decided at {design['margin_se']} SE on the design seeds: expect it"
+            )
+            continue
+        assert design["verdict"] == expected.verdict, f"{rung}: expected {expected.verdict}, the design measured {design['verdict']}"
+        assert expected.boundary is None or expected.boundary in design["localised"], f"{rung}: {expected.boundary} not localised on the design seeds"
+        assert design["margin_se"] >= target, f"{rung}: {design['margin_se']} SE on the design seeds, under the target {target}"
