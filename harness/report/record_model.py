@@ -265,8 +265,12 @@ class ExperimentRecord(_Entry):
         return self.outcomes.get(test.nodeid) if test is not None else None
 
     def to_data(self) -> dict:
-        """The JSON object on disk (keys as always written; NaN kept, as json.dumps writes it)."""
-        return self.model_dump(by_alias=True)
+        """The JSON object on disk (keys as always written; NaN kept, as json.dumps writes it). A record
+        without drift budgets is written without the key, as records were before it existed."""
+        data = self.model_dump(by_alias=True)
+        if not data.get("budgets"):
+            data.pop("budgets", None)
+        return data
 
 
 ENTRY_MODELS: dict[str, type[BaseModel]] = {
