@@ -99,7 +99,10 @@ LAYER_SPEC = (
 )
 # Switches that need the engine's sampler in the trainer's process (colocate, TP=1).
 IN_PROCESS_ENGINE = ("engine-reference-filter", "engine-reference-log-softmax")
-_on: frozenset[str] = frozenset()
+# Until a run configures its own (harness.embedded.loop does before it builds anything), the process
+# holds the true-on-policy set: a model built with the lever layer spec outside a run (a test, a tool)
+# is the true-on-policy model, as it always was.
+_on: frozenset[str] = frozenset(TRUE_ON_POLICY)
 
 
 def expand(names) -> frozenset[str]:
