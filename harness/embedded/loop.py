@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from harness.embedded import capture, dumps, factory, fp8, numeric_faults, operator_calls, weight_digest
+from harness.embedded import capture, dumps, factory, fp8, linear_operator, numeric_faults, operator_calls, weight_digest
 from harness.embedded import logprobs as lp
 from harness.embedded import true_on_policy as true_on_policy_mode
 from harness.embedded.data import load_prompts, tokenizer_hash
@@ -69,7 +69,7 @@ def expected_operators(settings) -> list[dict]:
         from harness.embedded.true_on_policy.engine_settings import ROUNDED_RESIDUAL
 
         out.append({"side": operator_calls.ROLLOUT, "pass": operator_calls.ENGINE_NORM, "operator": ROUNDED_RESIDUAL})
-    return out
+    return out + linear_operator.expected_operators(settings.linear_operator)
 
 
 class EmbeddedRun:
@@ -80,6 +80,7 @@ class EmbeddedRun:
         self.trainer_version = 0
         self._shard_rows: list[dict] = []
         self._recompute_counted: dict[str, int] = {}  # the trainer's recompute tokens per operator, up to the last step
+        self._linear_counted: dict[str, int] = {}  # the trainer's linear-operator rows per operator, up to the last step
 
     # ---------------------------------------------------------------- build
     def build(self, store_path: str) -> None:
@@ -116,6 +117,8 @@ class EmbeddedRun:
         if s.faults.rollout_fp8_weight_scale and not s.fp8:
             # Without fp8 no weight block has a scale to read back wrong: the control would do nothing.
             raise InputError("--embedded-inject rollout-fp8-weight-scale: needs --vllm-quantization fp8 (the rollout holds no fp8 weights to scale)")
+        if s.faults.rollout_fp8_weight_bits and not s.fp8:
+            raise InputError("--embedded-inject rollout-fp8-weight-bits: needs --vllm-quantization fp8 (the rollout holds no fp8 weights to round)")
         hf_state = {}
         for f in sorted(self.model_dir.glob("*.safetensors")):
             hf_state.update(load_file(str(f)))
@@ -129,6 +132,12 @@ class EmbeddedRun:
         # the kernel levers wrap what the controls installed (a lever replaces its layer's kernel, control included)
         trainer_kernels.configure_rollout(fp8_rollout=s.fp8)
         trainer_kernels.install_if_needed(s.levers)
+        if s.linear_operator != linear_operator.NATIVE:
+            if experts:
+                raise InputError(
+                    f"--embedded-linear-operator {s.linear_operator}: dense models only (the engine runs the experts through its fused-MoE method)"
+                )
+            linear_operator.install_in_trainer(s.linear_operator, fp8_rollout=s.fp8)  # after the levers and controls: it wraps them
         self.policy = Policy(
             self.hf_config,
             hf_state,
@@ -174,6 +183,7 @@ class EmbeddedRun:
             return_routed_experts=s.routing_replay or bool(num_experts(self.hf_config) and s.colocate and s.tp == 1),
             routed_experts_required=s.routing_replay,
             logprob_operator=s.logprob_operator,
+            linear_operator=s.linear_operator,
         )
         if s.output_dir:
             Path(s.output_dir).mkdir(parents=True, exist_ok=True)
@@ -408,12 +418,12 @@ class EmbeddedRun:
         if server_peak is not None:
             perf["perf/rollout_peak_memory_gb"] = server_peak
         counted = self._operator_calls(rollout_id)
-        return StepReport(
-            rollout=rollout_metrics,
-            steps=step_metrics,
-            perf=perf,
-            extra_lines=[dict(backend=counted["requested"], actual=counted["ran"], dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
-        )
+        decisions = [dict(backend=counted["requested"], actual=counted["ran"], dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)]
+        if s.linear_operator != linear_operator.NATIVE:
+            decisions.append(
+                dict(op=linear_operator.DECISION_OP, requested=s.linear_operator, ran=counted["linear"], dtype=self.policy.dtype_name, tp=s.tp)
+            )
+        return StepReport(rollout=rollout_metrics, steps=step_metrics, perf=perf, extra_lines=decisions)
 
     def _operator_calls(self, rollout_id: int) -> dict:
         """Both sides' counted operator calls so far, written to operator_calls.json (operator_calls.py);
@@ -441,7 +451,14 @@ class EmbeddedRun:
         step = {op: v["tokens"] - self._recompute_counted.get(op, 0) for op, v in recompute.items()}
         self._recompute_counted = {op: v["tokens"] for op, v in recompute.items()}
         requested = next(e["operator"] for e in expected if e["side"] == operator_calls.TRAINER)
-        return {"requested": requested, "ran": {op: n for op, n in sorted(step.items()) if n > 0}}
+        linear = record[operator_calls.TRAINER]["passes"].get(linear_operator.LINEAR_PASS, {})
+        linear_step = {op: v["tokens"] - self._linear_counted.get(op, 0) for op, v in linear.items()}
+        self._linear_counted = {op: v["tokens"] for op, v in linear.items()}
+        return {
+            "requested": requested,
+            "ran": {op: n for op, n in sorted(step.items()) if n > 0},
+            "linear": {op: n for op, n in sorted(linear_step.items()) if n > 0},
+        }
 
     @staticmethod
     def _merge_path(spec) -> str:

@@ -34,6 +34,12 @@ bf16 to find the smallest size a boundary's envelope lets through (tools/control
   with their block's scale and read back with F x that scale, as an engine holding a stale or
   mis-loaded weight scale does. Boundary: layer.0.attention (its q/k/v projections are the first
   quantised linears), rollout side; only with the fp8 rollout (--vllm-quantization fp8).
+- ``rollout-fp8-weight-bits:N`` (harness/embedded/fp8.py): the fp8 rollout's weights rounded to N
+  mantissa bits (1 or 2) in their block's scaled domain instead of e4m3's 3, as an engine whose
+  weight quantiser drops mantissa bits does. Boundary: the fp8-weights boundary of every quantised
+  linear (the lever ``fp8-weights``, the candidate ``fp8-block-linear``'s), rollout side; only with
+  the fp8 rollout. The trainer quantises the weights it sends, so the control is set in its process
+  and a trainer-side path that quantises alike (that lever) reads the same rounded weights.
 """
 
 from __future__ import annotations
@@ -317,4 +323,5 @@ def install(faults, *, engine_in_process: bool) -> list[str]:
     # the trainer quantises the weights it sends to an fp8 engine (fp8.quantize_state_dict): the wrong
     # scale is set here, in the trainer's process, whatever the engine's mode; 1.0 (none) resets it
     fp8.set_weight_scale_factor(faults.rollout_fp8_weight_scale or 1.0)
+    fp8.set_weight_mantissa_bits(faults.rollout_fp8_weight_bits or None)
     return problems

@@ -16,6 +16,7 @@ import numpy as np
 from harness.judge import outcome as outcomes
 from harness.judge import stats
 from harness.judge.candidate_execution import Execution
+from harness.judge.candidate_gate import candidate_kind, gate_label
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks
 from harness.judge.ladder import effect_of_interest
@@ -72,8 +73,10 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs, files: PairFi
     problems = []
     a, b = dict(baseline.spec.flags), dict(candidate.spec.flags)
     operator_flags = set(knobs.ab.operator_path_flags.flags)
-    # A mitigation may change the loss and the trajectory, never the sampled tokens (checked below).
-    allowed = operator_flags | set(knobs.ab.mitigation_flags.flags)
+    # A mitigation may change the loss and the trajectory, never the sampled tokens (checked below);
+    # a planted fault is a negative control's one change (harness.judge.candidate_gate names it so).
+    planted = set(knobs.ab.planted_fault_flags.flags) if knobs.ab.planted_fault_flags else set()
+    allowed = operator_flags | set(knobs.ab.mitigation_flags.flags) | planted
     # Prompts are compared by content below: the same file at another path is the same workload.
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"}
     sampling = differing & set(knobs.ab.sampling_contract_flags.flags)
@@ -175,6 +178,12 @@ def _compare(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tupl
     return diff, mean_a, mean_b
 
 
+def paired_metric(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
+    """Any metric's candidate-minus-baseline interval as the gate's questions judge theirs (paired step
+    by step, over the pairs), with the two means and, when no interval can be judged, the reason."""
+    return _judged(baseline, candidate, metric, knobs)
+
+
 def _judged(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
     """_compare after the completeness check; when no interval can be judged, the reason why."""
     incomplete = _incomplete(baseline, candidate, metric, knobs)
@@ -201,8 +210,14 @@ def drift_reduced(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
     if diff is None:
         return Answer(question, False, why, {"outcome": "not judged"})
     judged = outcomes.judge_outcome(diff, effect_of_interest(knobs, a), knobs.threshold("bootstrap_confidence"))
-    message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), {judged.describe()}: {DRIFT_VERDICTS[judged.direction]}"
+    # What kind of change the candidate is decides what its outcome may be called (never "the
+    # operator reduced drift" for a contract change or a planted fault).
+    kind = candidate_kind(_replicates(baseline)[0].spec.flags, _replicates(candidate)[0].spec.flags, knobs)
+    label = gate_label(kind, judged.direction)
+    message = f"{label}: abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), {judged.describe()}: {DRIFT_VERDICTS[judged.direction]}"
     evidence = {
+        "candidate_kind": kind.as_dict(),
+        "gate_label": label,
         "baseline_mean": a,
         "candidate_mean": b,
         "ci": [judged.low, judged.high],

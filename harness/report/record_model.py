@@ -1,7 +1,8 @@
 """The experiment record as typed objects: one model the writer builds and the page reads.
 
     ExperimentRecord   experiment.json: session, rows, rungs, ab, environment, worst_tokens,
-                       outcomes, answers, budgets, min_margin_se (harness.report.experiment_record writes it)
+                       outcomes, answers, budgets, readiness, candidate, min_margin_se
+                       (harness.report.experiment_record writes it)
 
 The fields are the keys written to disk, so a record written before these models loads unchanged.
 The entries we write are `extra="forbid"`: a misspelt key fails where it is built or read, not as a
@@ -213,11 +214,34 @@ class DriftBudget(_Entry):
     test: TestRef
 
 
+class Readiness(_Entry):
+    """One of the seed's readiness criteria (harness.judge.readiness): its verdict and its numbers."""
+
+    id: str
+    seed_text: str
+    verdict: str  # met | not met | not checked
+    expected: str  # met | not met | not-expected (knobs/readiness.yaml)
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    target: str  # the make target whose session decided it
+    test: TestRef
+
+
+class CandidatePair(_Entry):
+    """One A/B pair of the candidate operator or its negative control (harness.experiment.candidate_ab)."""
+
+    name: str
+    label: str  # the gate's words for it (harness.judge.candidate_gate.gate_label)
+    data: dict[str, Any] = Field(default_factory=dict)  # PairAnswer.as_dict(): runs, contract, drift, reward, performance
+    target: str
+    test: TestRef
+
+
 class Answer(_Entry):
     """One judged answer with its margin (harness.report.answers)."""
 
     key: str
-    kind: Literal["ladder", "acceptance", "ab", "budget"]
+    kind: Literal["ladder", "acceptance", "ab", "budget", "readiness", "candidate"]
     expected: str | None  # None: an answer without a statistic (a record check)
     observed: str
     margin: Margin | None = None
@@ -251,6 +275,8 @@ class ExperimentRecord(_Entry):
     outcomes: dict[str, str] = Field(default_factory=dict)  # test node id -> passed / failed / skipped / not reported
     answers: list[Answer] = Field(default_factory=list)
     budgets: list[DriftBudget] = Field(default_factory=list)
+    readiness: list[Readiness] = Field(default_factory=list)
+    candidate: list[CandidatePair] = Field(default_factory=list)
     min_margin_se: float | None = None
     _path: str | None = PrivateAttr(default=None)  # the file it was loaded from
 
@@ -281,4 +307,6 @@ ENTRY_MODELS: dict[str, type[BaseModel]] = {
     "worst_tokens": WorstTokens,
     "answers": Answer,
     "budgets": DriftBudget,
+    "readiness": Readiness,
+    "candidate": CandidatePair,
 }

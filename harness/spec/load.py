@@ -31,7 +31,9 @@ from harness.spec.values import flag_value_problems
 
 if TYPE_CHECKING:
     from harness.spec.budget import RunBudgets
+    from harness.spec.candidate_file import CandidateFile
     from harness.spec.levers import LeverFile
+    from harness.spec.readiness_file import ReadinessFile
     from harness.spec.site import Site
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -61,6 +63,10 @@ class Knobs:
     sets: dict = field(default_factory=dict)
     # One lever per boundary and the drift budget's policy (levers.yaml); None where the file is absent.
     levers: LeverFile | None = None
+    # The candidate operator's A/B and negative control (candidate.yaml); None where the file is absent.
+    candidate: CandidateFile | None = None
+    # The seed's readiness criteria and the mismatch knobs (readiness.yaml); None where the file is absent.
+    readiness: ReadinessFile | None = None
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
@@ -283,7 +289,27 @@ def load_knobs(root: Path) -> Knobs:
     )
     _check_flag_values(knobs)
     _check_links(knobs)
-    return knobs
+    return _with_candidate_and_readiness(root, knobs)
+
+
+def _with_candidate_and_readiness(root: Path, knobs: Knobs) -> Knobs:
+    """candidate.yaml and readiness.yaml, each optional, parsed and linked to the rest of the spec."""
+    from dataclasses import replace
+
+    from harness.spec.candidate_file import CANDIDATE_FILE, CandidateFile
+    from harness.spec.candidate_load import check_candidate, check_readiness
+    from harness.spec.readiness_file import READINESS_FILE, ReadinessFile
+
+    found = {}
+    for name, file, model, check in (
+        ("candidate", CANDIDATE_FILE, CandidateFile, check_candidate),
+        ("readiness", READINESS_FILE, ReadinessFile, check_readiness),
+    ):
+        path = root / file
+        if path.exists():
+            found[name] = parse_file(path, model)
+            check(found[name], _relative(path), knobs)
+    return replace(knobs, **found) if found else knobs
 
 
 def _load_budgets(path: Path, stages: dict[str, Stage]):

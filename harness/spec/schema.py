@@ -309,6 +309,11 @@ class ABFile(Strict):
     # training trajectory, never the sampled-token contract, and the record names them.
     mitigation_flags: FlagList
     sampling_contract_flags: FlagList
+    # Which log-prob the trainer computes for a sampled token (the processed-logprob replay): a candidate
+    # changing one is a contract change, never an operator result (harness.judge.candidate_gate).
+    logprob_contract_flags: FlagList | None = None
+    # Planted faults a negative control may switch on (its one change; it must come out "increased").
+    planted_fault_flags: FlagList | None = None
     # question name (harness.judge.ab.QUESTIONS) -> the backends where it gates; absent: everywhere.
     gated_on: dict[str, GatedBackends] = Field(default_factory=dict)
 
