@@ -54,7 +54,37 @@ def _short(answer) -> dict | None:
     }
 
 
-def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
+def pairs_needed(answer, baseline, candidate, knobs, design) -> dict | None:
+    """How many pairs the drift answer's observed outcome needs to reach the design's target margin
+    (harness.judge.design.needed_pairs on the design pairs' per-step differences)."""
+    import numpy as np
+
+    from harness.judge import stats
+    from harness.judge.design import needed_pairs, side_variance
+    from harness.judge.ladder import effect_of_interest
+    from harness.judge.verdict import after_warmup
+    from harness.records.metric_names import ABS_DIFF
+
+    outcome = (answer.evidence or {}).get("outcome") if answer else None
+    if outcome not in ("up", "down", "flat"):
+        return None
+    warmup = int(knobs.threshold("warmup_steps"))
+    means, within, steps = [], [], 0
+    for a, b in zip(baseline, candidate):
+        sa, va = after_warmup(a.series(ABS_DIFF), warmup)
+        sb, vb = after_warmup(b.series(ABS_DIFF), warmup)
+        common = sorted(set(sa) & set(sb))
+        diff = np.asarray([dict(zip(sb, vb))[s] - dict(zip(sa, va))[s] for s in common])
+        means.append(float(diff.mean()))
+        within.append(stats.block_bootstrap_mean_se(diff) ** 2)
+        steps = len(common)
+    side = side_variance(means, within, steps)
+    effect = effect_of_interest(knobs, answer.evidence["baseline_mean"])
+    need = needed_pairs(outcome, side, effect, design.target_margin.value, 1 - knobs.threshold("bootstrap_confidence"))
+    return {"outcome": outcome, "pairs_needed": need.seeds, "margin_at_design_pairs": round(need.margin_at_measured, 2), "target": need.target}
+
+
+def measure(knobs, runs_dir: Path, seeds: list[int], design) -> dict:
     from harness.experiment.candidate_ab import NEGATIVE_CONTROL, gather, judge_mixed_paths, judge_pair
     from harness.experiment.runs import LaunchSettings, RunSource
 
@@ -67,6 +97,7 @@ def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
         print(f"{name}: {answer.label}", flush=True)
         if answer.drift is not None:
             print(f"  drift: {answer.drift.message}\n  reward: {answer.reward.message}", flush=True)
+            print(f"  drift sample: {pairs_needed(answer.drift, baseline, candidate, knobs, design)}", flush=True)
             for row in answer.performance:
                 print(f"  {row.text()}", flush=True)
         out[name] = {
@@ -74,6 +105,7 @@ def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
             "contract": answer.contract,
             "drift": _short(answer.drift),
             "reward": _short(answer.reward),
+            "drift_sample": pairs_needed(answer.drift, baseline, candidate, knobs, design),
             "performance": {
                 row.figure.key: [None if row.baseline is None else round(row.baseline, 4), None if row.candidate is None else round(row.candidate, 4)]
                 for row in answer.performance
@@ -98,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": dt.date.today().isoformat(),
         "machine": f"{_cpu()}, {len(os.sched_getaffinity(0))} cores",
         "seeds": seeds,
-        "pairs": measure(knobs, args.runs_dir, seeds),
+        "pairs": measure(knobs, args.runs_dir, seeds, design),
     }
     if args.write:
         path = args.knobs / CANDIDATE_FILE
