@@ -84,6 +84,14 @@ def pairs_needed(answer, baseline, candidate, knobs, design) -> dict | None:
     return {"outcome": outcome, "pairs_needed": need.seeds, "margin_at_design_pairs": round(need.margin_at_measured, 2), "target": need.target}
 
 
+def _paired(answer) -> dict | None:
+    data = answer.paired_data()
+    if data is None or "not_checked" in data:
+        return data
+    keep = ("delta", "low", "high", "se", "parent_mean", "child_mean", "sequences", "tokens", "outcome", "effect_of_interest")
+    return {k: (float(f"{data[k]:.4g}") if isinstance(data[k], float) else data[k]) for k in keep}
+
+
 def measure(knobs, runs_dir: Path, seeds: list[int], design) -> dict:
     from harness.experiment.candidate_ab import NEGATIVE_CONTROL, gather, judge_mixed_paths, judge_pair
     from harness.experiment.runs import LaunchSettings, RunSource
@@ -98,6 +106,7 @@ def measure(knobs, runs_dir: Path, seeds: list[int], design) -> dict:
         if answer.drift is not None:
             print(f"  drift: {answer.drift.message}\n  reward: {answer.reward.message}", flush=True)
             print(f"  drift sample: {pairs_needed(answer.drift, baseline, candidate, knobs, design)}", flush=True)
+            print(f"  paired: {answer.paired.summary() if answer.paired is not None else None}", flush=True)
             for row in answer.performance:
                 print(f"  {row.text()}", flush=True)
         out[name] = {
@@ -106,6 +115,7 @@ def measure(knobs, runs_dir: Path, seeds: list[int], design) -> dict:
             "drift": _short(answer.drift),
             "reward": _short(answer.reward),
             "drift_sample": pairs_needed(answer.drift, baseline, candidate, knobs, design),
+            "paired": _paired(answer),
             "performance": {
                 row.figure.key: [None if row.baseline is None else round(row.baseline, 4), None if row.candidate is None else round(row.candidate, 4)]
                 for row in answer.performance

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.experiment.evidence import contract_problems, fetch_many, replicate_sets
+from harness.experiment.paired_scores import paired_delta
 from harness.judge import ab
 from harness.judge.ab_performance import performance_half
 from harness.judge.candidate_gate import MixedPathsAnswer, candidate_kind, gate_label, mixed_paths
@@ -38,11 +39,23 @@ class PairAnswer:
     drift: ab.Answer | None = None
     reward: ab.Answer | None = None
     performance: list = field(default_factory=list)
+    # The same tokens scored by both configurations (harness.judge.paired, the judging seed's pair):
+    # PairedDelta, or NotChecked with the reason (a filter rung's rollout side cannot be re-scored).
+    paired: object = None
     findings: list[str] = field(default_factory=list)  # what differs from knobs/candidate.yaml's expectation
 
     @property
     def outcome(self) -> str | None:
         return (self.drift.evidence or {}).get("outcome") if self.drift else None
+
+    @property
+    def paired_outcome(self) -> str | None:
+        return self.paired.outcome.direction if hasattr(self.paired, "outcome") else None
+
+    def paired_data(self) -> dict | None:
+        if self.paired is None:
+            return None
+        return self.paired.as_dict() if hasattr(self.paired, "as_dict") else {"not_checked": self.paired.reason}
 
     def as_dict(self) -> dict:
         return {
@@ -58,6 +71,7 @@ class PairAnswer:
             "drift": None if self.drift is None else {"message": self.drift.message, **self.drift.evidence},
             "reward": None if self.reward is None else {"message": self.reward.message, **self.reward.evidence},
             "performance": [row.as_dict() for row in self.performance],
+            "paired": self.paired_data(),
             "findings": self.findings,
         }
 
@@ -101,6 +115,7 @@ def judge_pair(name: str, knobs: Knobs, baseline: list[Run], candidate: list[Run
     answer.drift = ab.drift_reduced(baseline, candidate, knobs)
     answer.reward = ab.reward_preserved(baseline, candidate, knobs)
     answer.performance = performance_half(baseline, candidate, knobs)
+    answer.paired = paired_delta(candidate[0], baseline[0], knobs)
     answer.label = gate_label(kind, answer.outcome)
     answer.findings = _findings(name, answer, knobs, backend)
     return answer
@@ -119,6 +134,9 @@ def _findings(name: str, answer: PairAnswer, knobs: Knobs, backend: str) -> list
     findings = []
     if expected.drift != "not-expected" and answer.outcome != expected.drift:
         findings.append(f"drift: expected {expected.drift} (knobs/candidate.yaml: {expected.design}), got {answer.drift.message}")
+    if expected.paired_drift != "not-expected" and answer.paired_outcome != expected.paired_drift:
+        got = answer.paired.summary() if answer.paired is not None else "not measured"
+        findings.append(f"paired drift on the same tokens: expected {expected.paired_drift} (knobs/candidate.yaml: {expected.design}), got {got}")
     if expected.reward_preserved != "not-expected" and answer.reward.passed != expected.reward_preserved:
         findings.append(f"reward preserved: expected {expected.reward_preserved}, got {answer.reward.message}")
     return findings
@@ -128,10 +146,20 @@ def judge_mixed_paths(knobs: Knobs, answers: dict[str, PairAnswer], backend: str
     """The seed's A/B question 4 from the bf16 and fp8 pairs' drift answers, and what differs from its expectation."""
     chosen = knobs.candidate.mixed_paths
     bf16, fp8 = answers[chosen.bf16], answers[chosen.fp8]
-    evidence = [pair.drift.evidence if pair.drift else {"outcome": "not judged"} for pair in (bf16, fp8)]
-    answer = mixed_paths(*evidence)
+    answer = mixed_paths(*(_mixed_evidence(pair) for pair in (bf16, fp8)))
     expected = chosen.expect.get(backend)
     findings = []
     if expected not in (None, "not-expected") and answer.answer != expected:
         findings.append(f"BF16/FP8 mixed paths: expected {expected} (knobs/candidate.yaml mixed_paths: {chosen.design}), got {answer.message}")
     return answer, findings
+
+
+def _mixed_evidence(pair: PairAnswer) -> dict:
+    """A pair's drift evidence for question 4: the paired per-token delta on the same tokens where it was
+    measured (fixed semantics, the sampling noise cancelled), else the A/B's drift answer over the pairs."""
+    if pair.paired_outcome is not None:
+        data = pair.paired_data()
+        return {"outcome": data["outcome"], "baseline_mean": data["parent_mean"], "candidate_mean": data["child_mean"], "measured_by": "paired delta"}
+    if pair.drift is not None:
+        return {**pair.drift.evidence, "measured_by": "A/B over the pairs"}
+    return {"outcome": "not judged"}

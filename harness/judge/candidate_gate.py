@@ -110,8 +110,8 @@ class MixedPathsAnswer:
 
 
 def mixed_paths(bf16: dict, fp8: dict) -> MixedPathsAnswer:
-    """bf16, fp8: each pair's drift evidence (harness.judge.ab.drift_reduced's: outcome, baseline_mean,
-    candidate_mean). yes: the candidate increases drift on either path (beyond the effect of interest);
+    """bf16, fp8: each pair's drift evidence (outcome, baseline_mean, candidate_mean, and what measured
+    it: the paired per-token delta or the A/B's drift answer). yes: the candidate increases drift on either path (beyond the effect of interest);
     no: both paths decided and neither increased; inconclusive otherwise (not checked, never a no)."""
     outcomes = {"bf16": bf16.get("outcome"), "fp8": fp8.get("outcome")}
 
@@ -125,6 +125,7 @@ def mixed_paths(bf16: dict, fp8: dict) -> MixedPathsAnswer:
             "relative_change": relative(e),
             "baseline_mean": e.get("baseline_mean"),
             "candidate_mean": e.get("candidate_mean"),
+            "measured_by": e.get("measured_by"),
         }
         for path, e in (("bf16", bf16), ("fp8", fp8))
     }

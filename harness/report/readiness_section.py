@@ -83,7 +83,16 @@ def _pair(entry: CandidatePair, record: ExperimentRecord) -> str:
         parts.append(f"<p class='fail'>A/B rejected: {_esc('; '.join(data['contract']))}</p>")
     for key in ("drift", "reward"):
         if data.get(key):
-            parts.append(f"<p class='small'>{key}: {_esc(data[key]['message'])}</p>")
+            parts.append(f"<p class='small'>{key} (the A/B over the pairs): {_esc(data[key]['message'])}</p>")
+    paired = data.get("paired")
+    if paired and "not_checked" in paired:
+        parts.append(f"<p class='small'>paired per-token delta: not checked: {_esc(paired['not_checked'])}</p>")
+    elif paired:
+        parts.append(
+            f"<p class='small'>paired per-token delta on the baseline's tokens (both configurations score them): "
+            f"{paired['parent_mean']:.4g} -> {paired['child_mean']:.4g}, {paired['delta']:+.3g} [{paired['low']:+.3g}, {paired['high']:+.3g}] "
+            f"over {paired['sequences']} sequences: {_esc(paired['outcome'])}</p>"
+        )
     if data.get("performance"):
         parts.append(_performance(data["performance"]))
     if data.get("findings"):

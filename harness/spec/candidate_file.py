@@ -23,7 +23,10 @@ DriftOutcome = Literal["down", "flat", "up", "not-expected"]
 class PairExpectation(Strict):
     """What a pair is expected to answer on one backend, written from the design seeds."""
 
-    drift: DriftOutcome  # the drift question's outcome (harness.judge.outcome); not-expected: reported with its margin only
+    drift: DriftOutcome  # the A/B's drift question over the pairs (harness.judge.outcome); not-expected: reported with its margin only
+    # The paired per-token delta on the judging seed's baseline tokens, both configurations scoring them
+    # (harness.judge.paired); not-expected where it cannot be measured (a filter rung) or is not decided.
+    paired_drift: DriftOutcome = "not-expected"
     reward_preserved: bool | Literal["not-expected"] = "not-expected"  # the reward question's answer
     design: str = Field(min_length=10)  # what the design seeds measured, and with which tool
     reason: str = Field(min_length=10)
