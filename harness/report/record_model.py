@@ -292,10 +292,12 @@ class ExperimentRecord(_Entry):
 
     def to_data(self) -> dict:
         """The JSON object on disk (keys as always written; NaN kept, as json.dumps writes it). A record
-        without drift budgets is written without the key, as records were before it existed."""
+        without drift budgets, readiness criteria or candidate pairs is written without those keys, as
+        records were before they existed."""
         data = self.model_dump(by_alias=True)
-        if not data.get("budgets"):
-            data.pop("budgets", None)
+        for key in ("budgets", "readiness", "candidate"):
+            if not data.get(key):
+                data.pop(key, None)
         return data
 
 
