@@ -13,7 +13,10 @@ input, the attention context, is not in the capture and is left out.) Each linea
 into the rollout's form (e4m3 128x128 blocks per HF tensor where the rollout quantises:
 harness.embedded.fp8), and every operator of the registry's linear boundary runs on the same tensors:
 
-- error against the fp64 reference on the held weight, in the output's units and in bf16 ulps;
+- error against the fp64 reference on the held weight, in the output's units, in bf16 ulps, and as a
+  ratio to the candidate's contract bound (its one output rounding and an fp32 running sum over K:
+  |y - ref| <= ulp(ref) + gamma(K - 1) sum_k |x_k w_k|, gamma(n) = n u / (1 - n u), u = 2^-24; the
+  reference's own rounding adds the other half ulp);
 - batch invariance: rows computed alone and inside the batch reversed, compared bitwise with the batch's;
 - the train-rollout gap at this boundary on the same input rows, each side batching as it does (the
   trainer all of a step's rows in one micro-batch, the engine one request's rows at a time): natively
@@ -60,6 +63,7 @@ class BenchRow:
     max_abs_error: float
     mean_abs_error: float
     max_ulps: float  # the largest error in units of the reference's bf16 ulp
+    max_bound_ratio: float  # the largest error over the candidate's contract bound (<= 1: within it)
     invariance_rows: int
     invariance_differing: int
     median_seconds: float
@@ -141,6 +145,15 @@ def _ulp(x: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(x, dtype=torch.float32), exponent - 8)
 
 
+def _contract_bound(x: torch.Tensor, weight: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """ulp(ref) + gamma(K - 1) x sum_k |x_k w_k| per output (module docstring)."""
+    unit = 2.0**-24
+    k = x.shape[-1]
+    gamma = (k - 1) * unit / (1 - (k - 1) * unit)
+    magnitude = (x.double().abs() @ weight.double().abs().T).float()
+    return _ulp(reference) + gamma * magnitude
+
+
 def _invariance(op, x: torch.Tensor, weight: torch.Tensor, together: torch.Tensor) -> tuple[int, int]:
     """(rows checked, rows whose result alone or inside the reversed batch differs bitwise from the batch's)."""
     picks = torch.linspace(0, x.shape[0] - 1, min(INVARIANCE_ROWS, x.shape[0])).long().unique()
@@ -189,6 +202,7 @@ def bench_capture(path: Path, candidate: str) -> LinearBench:
     for item in inputs:
         reference = registry.get(REFERENCE).linear(item.x, item.held_weight).float()
         ulp = _ulp(reference)
+        bound = _contract_bound(item.x, item.held_weight, reference)
         for name in names:
             op = registry.get(name)
             weight = item.trainer_weight if name == TRAINER_NATIVE else item.held_weight
@@ -196,7 +210,16 @@ def bench_capture(path: Path, candidate: str) -> LinearBench:
             error = (got.float() - reference).abs()
             checked, differing = _invariance(op, item.x, weight, got)
             row = BenchRow(
-                name, item.name, item.x.shape[0], float(error.max()), float(error.mean()), float((error / ulp).max()), checked, differing, 0.0
+                name,
+                item.name,
+                item.x.shape[0],
+                float(error.max()),
+                float(error.mean()),
+                float((error / ulp).max()),
+                float((error / bound).max()),
+                checked,
+                differing,
+                0.0,
             )
             row.median_seconds = _timed(op, item.x, weight)
             bench.rows.append(row)

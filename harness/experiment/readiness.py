@@ -111,7 +111,9 @@ def _bench(knobs: Knobs, runs, mode: str) -> dict:
     chosen = knobs.candidate
     pair = chosen.pairs[next(iter(chosen.pairs))]
     run = runs(pair.stage, pair.rung, mode)
-    captures = sorted(Path(run.path / "dumps").glob("capture_*.pt"))
+    captures = sorted(
+        Path(run.path / "dumps").glob("capture_*.pt"), key=lambda p: int(p.stem.split("_")[1]) if p.stem.split("_")[1].isdigit() else 1 << 30
+    )
     if not captures:
         raise LookupError(f"run {run.id} ({pair.rung} at {pair.stage}) kept no capture bundle (dumps/capture_N.pt)")
     return bench_capture(captures[0], chosen.operator).as_dict()

@@ -85,12 +85,13 @@ def test_drift_localised_by_any_budget_rung_or_the_budgets_numbers_say_none_is()
     assert checks.drift_localised(unmeasured, KNOBS).evidence["verdict"] == "not checked"
 
 
-def _bench(differing=0, ulps=1.0, gap=0.0):
+def _bench(differing=0, ratio=0.5, gap=0.0):
     row = {
         "operator": "fp8-block-linear",
         "linear": "layer.0.qkv",
         "rows": 100,
-        "max_ulps": ulps,
+        "max_ulps": 2.0,
+        "max_bound_ratio": ratio,
         "invariance_rows": 16,
         "invariance_differing": differing,
     }
@@ -105,7 +106,11 @@ def _bench(differing=0, ulps=1.0, gap=0.0):
 
 def test_candidate_on_fixed_tensors_keeps_its_contract_or_is_not_met():
     assert checks.candidate_testable_with_fixed_tensors(checks.ReadinessEvidence(bench=_bench(), candidate="fp8-block-linear"), KNOBS).passed
-    for bench, words in ((_bench(differing=3), "rows differ"), (_bench(ulps=4.0), "ulp"), (_bench(gap=1e-3), "train-rollout gap")):
+    for bench, words in (
+        (_bench(differing=3), "rows differ"),
+        (_bench(ratio=1.5), "times its contract's bound"),
+        (_bench(gap=1e-3), "train-rollout gap"),
+    ):
         verdict = checks.candidate_testable_with_fixed_tensors(checks.ReadinessEvidence(bench=bench, candidate="fp8-block-linear"), KNOBS)
         assert verdict.evidence["verdict"] == "not met" and words in verdict.message
     absent = checks.ReadinessEvidence(bench=_bench(), candidate="another-operator")
