@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = args.source
     if path.is_dir():
-        found = sorted((path / "dumps").glob("capture_*.pt"))
+        found = sorted((path / "dumps").glob("capture_*.pt"), key=lambda p: int(p.stem.split("_")[1]) if p.stem.split("_")[1].isdigit() else 1 << 30)
         if not found:
             print(f"error: {path}: no dumps/capture_N.pt", file=sys.stderr)
             return 2
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{bench.source} (FP8 rollout: {bench.quantized}; {bench.machine})")
     for row in bench.rows:
         print(
-            f"{row.operator:24} {row.linear:16} {row.rows:5} rows  max error {row.max_abs_error:.3g} ({row.max_ulps:.3g} ulp)  "
+            f"{row.operator:24} {row.linear:16} {row.rows:5} rows  max error {row.max_abs_error:.3g} ({row.max_ulps:.3g} ulp, "
+            f"{row.max_bound_ratio:.3g}x the candidate's bound)  "
             f"batch-variant {row.invariance_differing}/{row.invariance_rows}  {row.median_seconds * 1e3:.2f} ms"
         )
     for name, gap in bench.native_gap.items():

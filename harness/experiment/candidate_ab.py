@@ -159,7 +159,14 @@ def _mixed_evidence(pair: PairAnswer) -> dict:
     measured (fixed semantics, the sampling noise cancelled), else the A/B's drift answer over the pairs."""
     if pair.paired_outcome is not None:
         data = pair.paired_data()
-        return {"outcome": data["outcome"], "baseline_mean": data["parent_mean"], "candidate_mean": data["child_mean"], "measured_by": "paired delta"}
+        return {
+            "outcome": data["outcome"],
+            "ci": [data["low"], data["high"]],
+            "effect_of_interest": data["effect_of_interest"],
+            "baseline_mean": data["parent_mean"],
+            "candidate_mean": data["child_mean"],
+            "measured_by": "paired delta",
+        }
     if pair.drift is not None:
         return {**pair.drift.evidence, "measured_by": "A/B over the pairs"}
     return {"outcome": "not judged"}

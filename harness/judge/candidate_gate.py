@@ -110,29 +110,45 @@ class MixedPathsAnswer:
 
 
 def mixed_paths(bf16: dict, fp8: dict) -> MixedPathsAnswer:
-    """bf16, fp8: each pair's drift evidence (outcome, baseline_mean, candidate_mean, and what measured
-    it: the paired per-token delta or the A/B's drift answer). yes: the candidate increases drift on either path (beyond the effect of interest);
-    no: both paths decided and neither increased; inconclusive otherwise (not checked, never a no)."""
-    outcomes = {"bf16": bf16.get("outcome"), "fp8": fp8.get("outcome")}
+    """bf16, fp8: each pair's drift evidence: `ci` (candidate minus baseline), `effect_of_interest`,
+    the means, and what measured it (the paired per-token delta or the A/B's drift answer). The
+    question is one-sided: does the candidate increase drift beyond the effect of interest E?
+      yes           on either path the interval lies above +E (the drift answer's "up");
+      no            on both paths the interval's upper end lies below +E (an increase of interest is
+                    ruled out, whether the path's drift went down, stayed flat, or its decrease is not decided);
+      inconclusive  otherwise (an interval reaches past +E, or a path was not measured): not checked."""
 
-    def relative(e: dict) -> float | None:
+    def judged(e: dict) -> dict:
         a, b = e.get("baseline_mean"), e.get("candidate_mean")
-        return (b - a) / a if a and b is not None else None
-
-    evidence = {
-        path: {
-            "outcome": outcomes[path],
-            "relative_change": relative(e),
-            "baseline_mean": e.get("baseline_mean"),
-            "candidate_mean": e.get("candidate_mean"),
+        ci, effect = e.get("ci"), e.get("effect_of_interest")
+        state = "not measured"
+        if ci is not None and effect is not None:
+            state = "increased" if ci[0] > effect else ("not increased" if ci[1] < effect else "not decided")
+        return {
+            "state": state,
+            "outcome": e.get("outcome"),
+            "ci": ci,
+            "effect_of_interest": effect,
+            "relative_change": (b - a) / a if a and b is not None else None,
+            "baseline_mean": a,
+            "candidate_mean": b,
             "measured_by": e.get("measured_by"),
         }
-        for path, e in (("bf16", bf16), ("fp8", fp8))
-    }
-    shown = "; ".join(f"{path}: {evidence[path]['outcome']} ({(evidence[path]['relative_change'] or 0):+.0%})" for path in ("bf16", "fp8"))
-    increased = [path for path, o in outcomes.items() if o == "up"]
+
+    evidence = {"bf16": judged(bf16), "fp8": judged(fp8)}
+    shown = "; ".join(
+        f"{path}: {e['state']} ({(e['relative_change'] or 0):+.0%}, {e['measured_by'] or 'not measured'})" for path, e in evidence.items()
+    )
+    states = {path: e["state"] for path, e in evidence.items()}
+    increased = [path for path, state in states.items() if state == "increased"]
     if increased:
-        return MixedPathsAnswer(MIXED_YES, f"yes: drift increased on the {' and '.join(increased)} path ({shown})", evidence)
-    if all(o in ("down", "flat") for o in outcomes.values()):
-        return MixedPathsAnswer(MIXED_NO, f"no: neither path's drift increased ({shown})", evidence)
-    return MixedPathsAnswer(MIXED_INCONCLUSIVE, f"inconclusive: a path's answer is not decided ({shown}); not checked", evidence)
+        return MixedPathsAnswer(
+            MIXED_YES, f"yes: drift increased beyond the effect of interest on the {' and '.join(increased)} path ({shown})", evidence
+        )
+    if all(state == "not increased" for state in states.values()):
+        return MixedPathsAnswer(MIXED_NO, f"no: an increase of interest is ruled out on both paths ({shown})", evidence)
+    return MixedPathsAnswer(
+        MIXED_INCONCLUSIVE,
+        f"inconclusive: a path's interval reaches past the effect of interest or was not measured ({shown}); not checked",
+        evidence,
+    )

@@ -64,12 +64,29 @@ def test_a_sampling_contract_change_is_rejected_before_any_drift_words():
     assert gate_label(kind, "down").startswith("contract change, not judged")
 
 
+E = 1.5e-4
+
+
+def _path(low: float, high: float) -> dict:
+    return {
+        "ci": [low, high],
+        "effect_of_interest": E,
+        "baseline_mean": 1.5e-3,
+        "candidate_mean": 1.5e-3 + (low + high) / 2,
+        "measured_by": "paired delta",
+    }
+
+
 @pytest.mark.parametrize(
     "bf16, fp8, expected",
-    [("flat", "down", "no"), ("flat", "flat", "no"), ("up", "down", "yes"), ("flat", "up", "yes"), ("inconclusive", "down", "inconclusive")],
+    [
+        (_path(-1e-5, 1e-5), _path(-1.8e-3, -0.7e-3), "no"),  # flat and down
+        (_path(-1e-5, 1e-5), _path(-1.8e-3, -1e-4), "no"),  # a decrease not decided still rules an increase out
+        (_path(2e-4, 4e-4), _path(-1.8e-3, -0.7e-3), "yes"),  # bf16 up
+        (_path(-1e-5, 1e-5), _path(1e-4, 6e-4), "inconclusive"),  # fp8's interval reaches past +E
+        (_path(-1e-5, 1e-5), {"outcome": "not judged"}, "inconclusive"),
+    ],
 )
 def test_mixed_paths_answers_from_both_pairs(bf16, fp8, expected):
-    answer = mixed_paths(
-        {"outcome": bf16, "baseline_mean": 1.5e-3, "candidate_mean": 1.5e-3}, {"outcome": fp8, "baseline_mean": 5.5e-3, "candidate_mean": 4e-3}
-    )
+    answer = mixed_paths(bf16, fp8)
     assert answer.answer == expected, answer.message
