@@ -4,8 +4,9 @@
 Session's `readiness` check, which pytest's tests/acceptance/test_readiness.py and `python -m harness
 baseline` ask): only what the criterion needs is gathered (harness.judge.readiness.NEEDS), from runs
 the main job makes anyway (the P1 ladder, the drift budgets, the P3 A/B pair), so the criteria add
-re-judging, not runs. Evidence that cannot be gathered is named in `problems`; its criterion is then
-not checked, never met.
+re-judging, not runs. A run the source cannot give fails the check (SpecError, as for every check);
+evidence a found run cannot provide is named in `problems`, and its criterion is then not checked,
+never met.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from harness.judge.acceptance import record_is_complete
 from harness.judge.expectations import bound_findings
 from harness.judge.verdict import Verdict, after_warmup
 from harness.records.metric_names import ABS_DIFF
-from harness.spec import Knobs, SpecError
+from harness.spec import Knobs
 from harness.spec.resolve import resolve
 
 NEAR_ALIGNED = "near-aligned"
@@ -160,9 +161,12 @@ def gather(check: str, knobs: Knobs, runs, mode: str, probes) -> checks.Readines
         if need == "bench" and knobs.candidate is None:
             ev.problems[need] = "knobs/ has no candidate.yaml: no candidate operator to bench"
             continue
+        # A run the source cannot give fails the check as every other check's does (its one line
+        # says which run); evidence a found run cannot provide (no capture, a budget the judge cannot
+        # compute) leaves the criterion not checked, with the reason.
         try:
             setattr(ev, need, gatherers[need]())
-        except (LookupError, OSError, SpecError, ValueError) as err:
+        except (LookupError, OSError, ValueError) as err:
             ev.problems[need] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
     return ev
 
