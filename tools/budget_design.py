@@ -1,0 +1,98 @@
+"""The drift budget on the design seeds: what each budget rung answers there, before any judged run.
+
+    flock /tmp/vime-heavy.lock .venv/bin/python tools/budget_design.py [--write]
+
+For each rung of knobs/levers.yaml budget.rungs, its P1 colocate runs at the design seeds
+(knobs/design.yaml seeds.design .. + design_count - 1, never judged by the main job) are found or
+launched (harness.experiment.runs.RunSource, the tests' launcher), re-scored under every lever
+setting (harness.experiment.budget_scores) and judged (harness.judge.budget), and printed. The
+expectations in budget.expect are written from these answers, by hand, with their reasons; --write
+records the measured answers below the marker of knobs/levers.yaml (`measured:`) so that every
+expectation names what it came from. The judging seeds never enter: the main job judges them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import DEFAULT_KNOBS_DIR, DEFAULT_RUNS_DIR  # noqa: E402
+from harness.spec import load_knobs  # noqa: E402
+from harness.spec.design_file import load_design  # noqa: E402
+from harness.spec.levers import LEVERS_FILE  # noqa: E402
+
+MARKER = "# --- measured by tools/budget_design.py: do not edit by hand below this line ---\n"
+MODE = "colocate"
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
+    from harness.experiment.budget_scores import seed_scores
+    from harness.experiment.runs import LaunchSettings, RunSource
+    from harness.judge.budget import answer_margin, judge_budget
+
+    source = RunSource(knobs, "embedded", runs_dir, launch=LaunchSettings(session_started=time.time()))
+    stage = knobs.levers.budget.stage
+    out = {}
+    for rung in knobs.levers.budget.rungs:
+        runs = source.many([(stage, rung, MODE, {"seed": seed}) for seed in seeds])
+        started = time.monotonic()
+        budget = judge_budget(rung, seed_scores(runs, knobs.levers), knobs.levers, knobs)
+        print(budget.text(), flush=True)
+        margin = answer_margin(budget)
+        out[rung] = {
+            "verdict": budget.verdict,
+            "boundary": budget.boundary,
+            "localised": [row.lever for row in budget.levers if row.localisation == "localised"],
+            "margin_se": None if margin is None else round(margin.se_units, 2),
+            "drift": float(f"{budget.drift:.4g}"),
+            "residual_all_levers": round(budget.residual.value, 4),
+            "add_one": {row.lever: [round(row.add.value, 4), round(row.add.low, 4), round(row.add.high, 4)] for row in budget.levers},
+            "leave_one_out": {
+                row.lever: [round(row.loo.value, 4), round(row.loo.low, 4), round(row.loo.high, 4)] for row in budget.levers if row.loo
+            },
+            "runs": list(budget.runs),
+            "replay": {run: {k: v for k, v in r.items() if k != "scorer_seconds"} for run, r in budget.replay.items()},
+            "seconds": round(time.monotonic() - started, 1),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--knobs", type=Path, default=DEFAULT_KNOBS_DIR)
+    parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR)
+    parser.add_argument("--write", action="store_true", help=f"record the answers below the marker of knobs/{LEVERS_FILE}")
+    args = parser.parse_args(argv)
+    knobs, design = load_knobs(args.knobs), load_design(args.knobs)
+    seeds = list(range(design.seeds.design, design.seeds.design + design.seeds.design_count))
+    measured = {
+        "date": dt.date.today().isoformat(),
+        "machine": f"{_cpu()}, {len(__import__('os').sched_getaffinity(0))} cores",
+        "seeds": seeds,
+        "rungs": measure(knobs, args.runs_dir, seeds),
+    }
+    if args.write:
+        path = args.knobs / LEVERS_FILE
+        head = path.read_text().split(MARKER)[0]
+        path.write_text(head + MARKER + yaml.safe_dump({"measured": measured}, sort_keys=False, width=110))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
