@@ -59,9 +59,8 @@ def pairs_needed(answer, baseline, candidate, knobs, design) -> dict | None:
     (harness.judge.design.needed_pairs on the design pairs' per-step differences)."""
     import numpy as np
 
-    from harness.judge import stats
+    from harness.judge import variance
     from harness.judge.design import needed_pairs, side_variance
-    from harness.judge.ladder import effect_of_interest
     from harness.judge.verdict import after_warmup
     from harness.records.metric_names import ABS_DIFF
 
@@ -76,11 +75,11 @@ def pairs_needed(answer, baseline, candidate, knobs, design) -> dict | None:
         common = sorted(set(sa) & set(sb))
         diff = np.asarray([dict(zip(sb, vb))[s] - dict(zip(sa, va))[s] for s in common])
         means.append(float(diff.mean()))
-        within.append(stats.block_bootstrap_mean_se(diff) ** 2)
+        within.append(variance.run_noise(diff, "paired difference").variance)
         steps = len(common)
     side = side_variance(means, within, steps)
-    effect = effect_of_interest(knobs, answer.evidence["baseline_mean"])
-    need = needed_pairs(outcome, side, effect, design.target_margin.value, 1 - knobs.threshold("bootstrap_confidence"))
+    effect = answer.evidence["effect_of_interest"]  # the gate's own band for this pair (harness.judge.effects)
+    need = needed_pairs(outcome, side, effect, design.target_margin_se, 1 - knobs.threshold("bootstrap_confidence"))
     return {"outcome": outcome, "pairs_needed": need.seeds, "margin_at_design_pairs": round(need.margin_at_measured, 2), "target": need.target}
 
 

@@ -210,7 +210,7 @@ def score(argv: list[str], job: dict) -> dict:
     from harness.embedded.loop import EmbeddedRun
     from harness.embedded.megatron_model import hf_to_megatron, load_into
     from harness.embedded.settings import from_flags
-    from harness.embedded.true_on_policy import engine_settings, trainer_kernels
+    from harness.embedded.true_on_policy import engine_settings, kernel_patches
 
     values, _ = flag_table.parse(argv)
     s = scoring_settings(from_flags(values))
@@ -220,7 +220,7 @@ def score(argv: list[str], job: dict) -> dict:
     t0 = time.perf_counter()
     try:
         run.build(os.path.join(tempfile.mkdtemp(prefix="lever-store-"), "store"))
-        trainer_kernels.install()  # after the run's numerical controls (build installed them)
+        kernel_patches.install()  # after the run's numerical controls (build installed them)
         engine_settings.install_sampler_references()
         model = _engine_model(run.engine)
         initial = run.policy.full_hf_state()  # version 0, as the run's build made it (the engine holds it, fp8-quantised where it quantises)

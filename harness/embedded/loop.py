@@ -27,7 +27,7 @@ from harness.embedded.policy import LogprobSpec, Policy, micro_batches
 from harness.embedded.rollout import collect, prompt_batch
 from harness.embedded.samples import Sample, TrainerView, fingerprint
 from harness.embedded.settings import Settings
-from harness.embedded.true_on_policy import trainer_kernels
+from harness.embedded.true_on_policy import kernel_patches, trainer_kernels
 from harness.layout.sample_mean import micro_batch_share
 from harness.layout.token_shift import response_loss_mask
 
@@ -131,7 +131,7 @@ class EmbeddedRun:
             raise InputError(problems[0])
         # the kernel levers wrap what the controls installed (a lever replaces its layer's kernel, control included)
         trainer_kernels.configure_rollout(fp8_rollout=s.fp8)
-        trainer_kernels.install_if_needed(s.levers)
+        kernel_patches.install_if_needed(s.levers)
         if s.linear_operator != linear_operator.NATIVE:
             if experts:
                 raise InputError(

@@ -30,6 +30,7 @@ from harness.judge.budget import ALL, NATIVE, SeedScores, add_key, loo_key
 from harness.judge.paired import trainer_flags
 from harness.records.atomic import atomic_write_json
 from harness.records.runload import Run
+from harness.spec.backends import backend
 from harness.spec.levers import LeverFile
 
 CACHE_DIR = "budget"
@@ -56,7 +57,7 @@ def settings(levers: LeverFile) -> list[dict]:
 
 
 def _not_measured_reason(run: Run) -> str | None:
-    if run.spec.backend != "embedded":
+    if not backend(run.spec.backend).trainer_in_repo:
         return f"run {run.id} ran on backend {run.spec.backend!r}; only the embedded backend's configuration can be rebuilt and re-scored here"
     if trainer_flags(run) is None:
         return f"run {run.id} records no embedded trainer command (argv.json)"

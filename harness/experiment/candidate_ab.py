@@ -20,6 +20,7 @@ from harness.judge.ab_performance import performance_half
 from harness.judge.candidate_gate import MixedPathsAnswer, candidate_kind, gate_label, mixed_paths
 from harness.records.runload import Run
 from harness.spec import Knobs
+from harness.spec.backends import backend as backend_of
 from harness.spec.candidate_file import REPORTED
 
 NEGATIVE_CONTROL = "negative-control"
@@ -89,7 +90,7 @@ def pair_flags(knobs: Knobs, name: str) -> tuple[str, str, dict]:
 
 def replicates(knobs: Knobs, backend: str) -> int:
     chosen = knobs.candidate.replicates
-    return chosen.embedded if backend == "embedded" else chosen.cluster
+    return getattr(chosen, backend_of(backend).replicate_section)
 
 
 def gather(knobs: Knobs, name: str, fetcher: Callable[[str], Callable[..., Run]], count: int, seeds: list[int] | None = None):

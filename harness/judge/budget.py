@@ -11,9 +11,8 @@ and ``loo:X`` (every operator lever but X). Per lever X, as shares of the rung's
     interaction    I_X = L_X - A_X                   what X's share depends on the other boundaries
 
 Each is a ratio of means of paired per-sequence differences; its standard error is the public
-estimator's (harness.judge.stats.hierarchical_diff_ci: seeds as replicates, each seed's sequences as
-its series) applied to the linearised terms z_i = (x_i - share * d_i(native)) / D, the differences as
-one side and zero as the other. The interval is share +/- t(df) x SE.
+estimator's (harness.judge.variance.side_estimate: seeds as replicates, each seed's sequences as
+its series) applied to the linearised terms z_i = (x_i - share * d_i(native)) / D. The interval is share +/- t(df) x SE.
 
 Localisation (the rung's "candidate operator" answer): the drift is localised to boundary X when
 aligning X alone removes at least the pre-registered share q (knobs/levers.yaml
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.judge import stats
+from harness.judge import stats, variance
 from harness.judge.margin import Margin, bound_margin
 from harness.spec import Knobs
 from harness.spec.levers import LeverFile
@@ -176,9 +175,10 @@ class BudgetInputError(ValueError):
 
 # ---------------------------------------------------------------- the numbers
 def paired_interval(by_seed: list[np.ndarray], confidence: float) -> stats.DiffCI:
-    """The mean (over seeds, of each seed's mean) of paired per-sequence values, with the public
-    estimator's interval: the values as one side, zero as the other."""
-    return stats.hierarchical_diff_ci([np.zeros_like(v) for v in by_seed], by_seed, confidence=confidence)
+    """The mean (over seeds, of each seed's mean) of paired per-sequence values, with the judge's one
+    estimator's interval (harness.judge.variance: the seeds' spread and each seed's batch-means SE)."""
+    side = variance.side_estimate(by_seed, name="paired values")
+    return stats.DiffCI.around(side.mean, side.se, side.df, confidence, max(side.batches), max(side.batches))
 
 
 def _share(numerators: list[np.ndarray], natives: list[np.ndarray], confidence: float) -> Estimate:

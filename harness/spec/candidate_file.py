@@ -45,7 +45,7 @@ class PairExpectation(Strict):
 
     @model_validator(mode="after")
     def _report_when_reported(self) -> PairExpectation:
-        if (self.report is None) == (not self.reported()):
+        if (self.report is None) == bool(self.reported()):
             raise ValueError("report: a named report (knobs/reports.yaml) is given exactly when an answer is reported")
         return self
 

@@ -170,16 +170,7 @@ def install() -> None:
             cls._forward_impl = _forward_impl(cls._forward_impl)
     if not getattr(VocabParallelEmbedding.forward, "_embedded_lever", False):
         VocabParallelEmbedding.forward = _embedding_forward(VocabParallelEmbedding.forward)
-    from harness.embedded.true_on_policy import moe_kernel
-
-    moe_kernel.install()  # the MLP lever on an MoE layer: router and experts through vLLM's MoE ops
-    _installed = True
+    _installed = True  # the MoE layers' patch is moe_kernel's (kernel_patches installs both)
 
 
 KERNEL_SWITCHES = ("trainer-engine-embedding", "trainer-fp8-weights", "trainer-fp8-activations", *sorted(set(GEMM_SWITCH.values())))
-
-
-def install_if_needed(on) -> None:
-    """Install the patches when a switch that needs them is on (a native run keeps Megatron's classes as they are)."""
-    if set(on) & set(KERNEL_SWITCHES):
-        install()
