@@ -33,11 +33,11 @@ MARKER = "# --- measured by tools/budget_design.py: do not edit by hand below th
 MODE = "colocate"
 
 
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+def _machine() -> str:
+    from harness.records.environment import cpu_and_memory
+
+    cpu = cpu_and_memory()
+    return f"{cpu['model']}, {cpu['cores']} cores, {cpu['isa']}"
 
 
 def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(design.seeds.design, design.seeds.design + design.seeds.design_count))
     measured = {
         "date": dt.date.today().isoformat(),
-        "machine": f"{_cpu()}, {len(__import__('os').sched_getaffinity(0))} cores",
+        "machine": _machine(),
         "seeds": seeds,
         "rungs": measure(knobs, args.runs_dir, seeds),
     }
