@@ -33,6 +33,14 @@ MARKER = "# --- measured by tools/budget_design.py: do not edit by hand below th
 MODE = "colocate"
 
 
+def _commit() -> str:
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "harness"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return head + (" (harness/ with uncommitted changes)" if dirty else "")
+
+
 def _machine() -> str:
     from harness.records.environment import cpu_and_memory
 
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(design.seeds.design, design.seeds.design + design.seeds.design_count))
     measured = {
         "date": dt.date.today().isoformat(),
+        "commit": _commit(),
         "machine": _machine(),
         "seeds": seeds,
         "rungs": measure(knobs, args.runs_dir, seeds),

@@ -17,6 +17,7 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.report.answers import is_expected
 from harness.report.results_bench import bench_section
+from harness.report.results_budget import budget_section
 from harness.report.results_calibration import calibration_section, controls_section, design_section
 from harness.report.results_format import cell, clock, interval, num, record_line, signed
 from harness.report.results_records import (
@@ -221,6 +222,7 @@ def build_page(root: Path = REPO_ROOT) -> str:
         design_section(root),
         calibration_section(root),
         controls_section(root),
+        budget_section(root),
         bench_section(root),
     ]
     text = "\n\n".join("\n".join(section) for section in sections) + "\n"
