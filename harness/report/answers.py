@@ -21,7 +21,7 @@ def is_expected(entry: Answer) -> bool:
 
 
 def answer_entry(key: str, kind: str, expected: str | None, observed: str, margin: dict | None, test: TestRef, note: str = "") -> Answer:
-    """kind: ladder / acceptance / ab. expected: the pre-registered answer, "not-expected" (reported
+    """kind: ladder / acceptance / ab / budget. expected: the pre-registered answer, "not-expected" (reported
     only, knobs/design.yaml says why), or None where the answer has no statistic (a record check)."""
     return Answer(key=key, kind=kind, expected=expected, observed=observed, margin=margin, note=note, test=test)
 

@@ -155,6 +155,8 @@ def main_job_section(root: Path) -> list[str]:
     lines += _answers(
         record, "ab", "The A/B gate", "The candidates against the baseline at P3 (knobs/ab.yaml): the seed's questions, each with its figures."
     )
+    if any(a.kind == "budget" for a in record.answers):
+        lines += ["", *_answers(record, "budget", "Where the drift lives", "Each budget rung's localisation by intervention (knobs/levers.yaml).")]
     return lines
 
 
