@@ -20,11 +20,17 @@ pytestmark = pytest.mark.attribution
 
 # (fault, rung) -> the lever of knobs/levers.yaml whose boundary it is planted at, localised there on
 # the calibration seed 7001 (add-one share, SE past the share): rollout-lse at bf16 size on the bf16
-# rung (73%, +92 SE) and the fp8 rung (44%, +37 SE); the fp8 weights read back at twice their scale (95%, +12 SE).
+# rung (73%, +92 SE) and the fp8 rung (44%, +37 SE); the fp8 weights read back at twice their scale (95%,
+# +12 SE); at fp8 e4m3's 3 mantissa bits (the smallest size the budget localises each at), the trainer's
+# attention softmax (88%, +7.3 SE) and MLP reduction (46%, +7.7 SE) on the bf16 rung and its LM-head GEMM
+# on the fp8 rung (71%, +14 SE). At bf16 size those three stay under the share (docs/results.md).
 LOCALISED_ON_CALIBRATION = {
     ("rollout-lse-bf16", "near-aligned"): "log-softmax",
     ("rollout-lse-bf16", "fp8-rollout"): "log-softmax",
     ("rollout-fp8-weight-scale:2", "fp8-rollout"): "fp8-weights",
+    ("trainer-softmax-bits:3", "near-aligned"): "attention-prefill",
+    ("trainer-tp-reduce-bits:3", "near-aligned"): "mlp",
+    ("trainer-lm-head-bits:3", "fp8-rollout"): "lm-head",
 }
 
 
