@@ -42,8 +42,8 @@ test: setup-browser
 # size on a bf16, an fp8, a filter and an MoE rung (30 rollouts each, calibration seed 7001), each
 # localised by intervention (the budget) and by the envelope table; then the budget rungs at the
 # design seeds (tools/budget_design.py: what knobs/levers.yaml's expectations come from). Writes
-# reports/controls-budget/control_sizes.{json,md}. About half an hour on 2 cores.
-CONTROLS := $(PY) tools/control_sizes.py --budget --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls-budget
+# reports/controls/budget/control_sizes.{json,md}. About half an hour on 2 cores.
+CONTROLS := $(PY) tools/control_sizes.py --budget --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/budget
 controls: setup
 	$(CONTROLS) --rung near-aligned --rung fp8-rollout --inject none --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
 		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16

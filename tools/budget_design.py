@@ -33,11 +33,19 @@ MARKER = "# --- measured by tools/budget_design.py: do not edit by hand below th
 MODE = "colocate"
 
 
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+def _commit() -> str:
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "harness"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return head + (" (harness/ with uncommitted changes)" if dirty else "")
+
+
+def _machine() -> str:
+    from harness.records.environment import cpu_and_memory
+
+    cpu = cpu_and_memory()
+    return f"{cpu['model']}, {cpu['cores']} cores, {cpu['isa']}"
 
 
 def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
@@ -54,11 +62,15 @@ def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
         budget = judge_budget(rung, seed_scores(runs, knobs.levers), knobs.levers, knobs)
         print(budget.text(), flush=True)
         margin = answer_margin(budget)
+        seeds_needed = _seeds_needed(budget, knobs)
         out[rung] = {
             "verdict": budget.verdict,
             "boundary": budget.boundary,
             "localised": [row.lever for row in budget.levers if row.localisation == "localised"],
             "margin_se": None if margin is None else round(margin.se_units, 2),
+            # the design's rule (harness.judge.design.needed_pairs): seeds for the judged margin to reach
+            # the target with the seeds' own spread, R - 1 degrees of freedom and the SE's scatter
+            "seeds_needed": seeds_needed,
             "drift": float(f"{budget.drift:.4g}"),
             "residual_all_levers": round(budget.residual.value, 4),
             "add_one": {row.lever: [round(row.add.value, 4), round(row.add.low, 4), round(row.add.high, 4)] for row in budget.levers},
@@ -72,6 +84,23 @@ def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
     return out
 
 
+def _seeds_needed(budget, knobs) -> int | str:
+    """Seeds the rung's answer needs (its deciding lever: the one localised to, else the nearest to the
+    share), by the design rule the other questions are sized with: each seed's share against the
+    share's threshold is one pair, the pairs' spread counted, R - 1 degrees of freedom always, the
+    judge's SE at its 95% quantile; the budget's decision needs min_margin_se SE, no interval on top."""
+    from harness.judge.design import MAX_SEEDS, needed_pairs, side_variance
+    from harness.spec.design_file import load_design
+
+    operators = [row for row in budget.levers if row.kind == "operator"]
+    row = budget.lever(budget.boundary) if budget.boundary else max(operators, key=lambda r: r.add.value)
+    sign = 1.0 if row.add.value > budget.min_share else -1.0
+    values = [sign * (row.by_seed[s]["add"].value - budget.min_share) for s in budget.seeds]
+    within = [row.by_seed[s]["add"].se ** 2 for s in budget.seeds]
+    need = needed_pairs("up", side_variance(values, within, 1), 0.0, load_design(knobs.root).target_margin_se, 1.0, budget.min_margin_se)
+    return need.seeds if need.seeds is not None else f"more than {MAX_SEEDS}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--knobs", type=Path, default=DEFAULT_KNOBS_DIR)
@@ -82,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(design.seeds.design, design.seeds.design + design.seeds.design_count))
     measured = {
         "date": dt.date.today().isoformat(),
-        "machine": f"{_cpu()}, {len(__import__('os').sched_getaffinity(0))} cores",
+        "commit": _commit(),
+        "machine": _machine(),
         "seeds": seeds,
         "rungs": measure(knobs, args.runs_dir, seeds),
     }

@@ -309,7 +309,12 @@ def _numerical_step(
         )
         return
     judgement.evidence["drift_budget"] = {"rung": drifting_rung, "verdict": budget.verdict, "boundary": budget.boundary, "reason": budget.reason}
-    judgement.evidence["witnesses"] = _witnesses(budget, table, knobs)
+    witnesses = judgement.evidence["witnesses"] = _witnesses(budget, table, knobs)
+    if witnesses["agree"] is not None:  # the second witness, in the record beside the decision
+        said = "agrees" if witnesses["agree"] else f"disagrees: {witnesses['disagreement']}"
+        judgement.reasons.append(
+            f"second witness, {drifting.id}'s boundary table: {table.status}{f' at {table.boundary}' if table.boundary else ''}; it {said}"
+        )
     if budget.verdict == LOCALISED:
         judgement.drift_class = "candidate-operator"
         judgement.reasons.append(f"the delta survives aligned semantics and framework checks; {drifting_rung}'s drift budget: {budget.reason}")
@@ -320,9 +325,6 @@ def _numerical_step(
     else:
         judgement.drift_class = "undecided"
         judgement.reasons.append(f"undecided: {drifting_rung}'s drift budget is {budget.reason}")
-    disagreement = judgement.evidence["witnesses"]["disagreement"]
-    if disagreement:
-        judgement.reasons.append(f"second witness disagrees: {disagreement}")
 
 
 def _witness_text(table: BoundaryResult) -> str:
