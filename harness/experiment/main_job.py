@@ -99,10 +99,12 @@ def run_main_job(source: RunSource, knobs: Knobs, mode: str = "colocate", stage:
 
 
 def print_outcomes(session: Session) -> dict[str, int]:
-    """One line per check (and the first line of why it failed or was skipped); the counts."""
+    """One line per check, then why it was skipped (the first line) or failed (every line: the first is
+    the judgement, the findings that failed it follow); the counts."""
     for nodeid, outcome in session.outcomes.items():
         why = session.messages.get(nodeid, "")
-        print(f"{outcome.upper():7} {nodeid}" + (f"\n        {why.splitlines()[0]}" if why else ""))
+        shown = why.splitlines() if outcome == "failed" else why.splitlines()[:1]
+        print(f"{outcome.upper():7} {nodeid}" + "".join(f"\n        {line.strip()}" for line in shown))
     counts = {o: list(session.outcomes.values()).count(o) for o in ("passed", "failed", "skipped")}
     print(", ".join(f"{n} {o}" for o, n in counts.items()))
     for path, why in NOT_JUDGED_HERE.items():
