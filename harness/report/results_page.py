@@ -30,6 +30,7 @@ from harness.report.results_records import (
     SweepRecord,
     load_committed,
 )
+from harness.spec.sweep_ledger import load_ledger
 
 __all__ = ["BENCH_PAGE", "MAX_LINES", "PAGE", "ResultsRecordError", "build_bench_page", "build_page", "check_page", "write_page"]
 
@@ -215,6 +216,13 @@ def sweep_section(root: Path) -> list[str]:
     ]
     for row in record.rows:
         lines.append(f"| {row.key} | {row.expected or '—'} | {row.held} of {row.seeds} | {signed(row.min_margin, 1)} | {'; '.join(row.missed)} |")
+    # Why an offset did not hold, as knobs/sweep_ledger.yaml records it (the table shows the answer, which
+    # may match its expectation while a bound of the same check failed).
+    ledger = {entry.offset: entry for entry in load_ledger(root / "knobs").spent}
+    missed = [o for o in record.offsets if o in ledger and not str(ledger[o].result).startswith("main job exit 0")]
+    if missed:
+        lines += ["", "Offsets that did not hold (knobs/sweep_ledger.yaml):", ""]
+        lines += [f"- {o:+d}: {' '.join(str(ledger[o].result).split())}" for o in missed]
     return lines + ([f"\nProblems: {'; '.join(record.problems)}"] if record.problems else [])
 
 
