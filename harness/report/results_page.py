@@ -88,7 +88,8 @@ def _ladder(record: JobRecord) -> list[str]:
         means = [m.mean for m in _seed_means(record, r.rung) if m.mean is not None]
         mean, seeds = (sum(means) / len(means), len(means)) if means else (r.mean, "1")
         versus = "root" if r.parent is None else f"{signed(r.delta)} {interval(r.delta_ci)} ({num(100 * r.confidence if r.confidence else None)}%)"
-        expected_class = ", ".join(str(c) for c in r.expected_class)
+        # No expected class (a reported one): a dash, as for every other answer not expected.
+        expected_class = ", ".join(str(c) for c in r.expected_class if c is not None) or "—"
         # A root has no parent to differ from: its file bounds its level, and its test holds the bounds.
         answer = "— (a root)" if r.parent is None else f"{r.observed or '—'} ({r.expected or '—'})"
         lines.append(
