@@ -18,6 +18,7 @@ from harness import DEFAULT_KNOBS_DIR
 from harness.attribution import envelope_calibration as cal
 from harness.spec import SpecError, load_knobs
 from harness.spec.calibration_file import CALIBRATION_FILE, load_calibration
+from harness.spec.design_file import load_design
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -212,13 +213,17 @@ def _knobs_copy(tmp_path: Path, first: int) -> Path:
     return root
 
 
+_NEXT_SWEEP = load_design(DEFAULT_KNOBS_DIR).seeds
+
+
 @pytest.mark.parametrize(
     ("first", "key"),
     [
         (2027, "seeds.judging"),  # a replicate of the judging seed
         (2030, "seeds.judging"),  # the A/B's fifth pair
         (1233, "seeds.design"),  # 1233..1234 reaches the design seed
-        (2629, "seeds.sweep_offsets (+600)"),
+        # a seed of the next confirmatory range (knobs/design.yaml; it moves as sweeps spend offsets)
+        (_NEXT_SWEEP.judging + _NEXT_SWEEP.sweep_offsets[0] + 3, f"seeds.sweep_offsets ({_NEXT_SWEEP.sweep_offsets[0]:+d})"),
     ],
 )
 def test_calibration_seeds_that_a_judged_or_design_run_uses_are_an_error(tmp_path, first, key):
