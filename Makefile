@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup setup-browser baseline test lint report clean-runs
+.PHONY: setup setup-browser baseline candidate test controls lint report clean-runs
 
 setup:
 	python3 tools/setup_env.py
@@ -20,14 +20,37 @@ baseline: setup
 	$(PYTEST) -m "p1 or acceptance or (p3 and ab)" --mode=colocate --alluredir=reports/allure-results --clean-alluredir; \
 	status=$$?; $(PY) -m harness report && exit $$status
 
-# Every test of the suite. Its own record goes to reports/selftest/ (Allure results, summary,
+# The candidate operator's A/B (knobs/candidate.yaml): its pairs under fixed semantics (the
+# recommended baseline, fp8-rollout, near-aligned), the negative control in the same gate, and the
+# seed's A/B question 4 (BF16/FP8 mixed paths). Six pairs a side do not fit the main job's time, so
+# they run here, with a record and page of their own: reports/candidate/experiment/index.html (the
+# last line printed). The main job's page says which answers come from this target.
+candidate: setup
+	$(PYTEST) -m candidate --mode=colocate --alluredir=reports/candidate/allure-results --clean-alluredir; \
+	status=$$?; $(PY) -m harness report --results reports/candidate/allure-results --out reports/candidate/allure-report && exit $$status
+
+# Every test of the suite but the candidate operator's A/B (make candidate). Its own record goes to reports/selftest/ (Allure results, summary,
 # experiment record), so it never overwrites the experiment's. Two pytest-xdist workers: the test
 # bodies are mostly one process each, and two keep a 2-core machine busy beside the planned runs
 # (both workers launch the plan; a per-run lock makes each run once). TEST_WORKERS=0 runs every
 # test in one process.
 TEST_WORKERS ?= 2
 test: setup-browser
-	$(PYTEST) -n $(TEST_WORKERS) --alluredir=reports/selftest/allure-results --clean-alluredir
+	$(PYTEST) -n $(TEST_WORKERS) -m "not candidate" --alluredir=reports/selftest/allure-results --clean-alluredir
+
+# What of the drift budget does not fit the main job (docs/controls.md): the planted faults at bf16
+# size on a bf16, an fp8, a filter and an MoE rung (30 rollouts each, calibration seed 7001), each
+# localised by intervention (the budget) and by the envelope table; then the budget rungs at the
+# design seeds (tools/budget_design.py: what knobs/levers.yaml's expectations come from). Writes
+# reports/controls/budget/control_sizes.{json,md}. About half an hour on 2 cores.
+CONTROLS := $(PY) tools/control_sizes.py --budget --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/budget
+controls: setup
+	$(CONTROLS) --rung near-aligned --rung fp8-rollout --inject none --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
+		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16
+	$(CONTROLS) --rung fp8-rollout --inject rollout-fp8-weight-scale:2
+	$(CONTROLS) --rung top-p --rung fp8-plus-filters --inject none --inject rollout-filter-bf16
+	$(CONTROLS) --rung moe-bf16 --rung fp8-plus-filters-moe --inject none --inject trainer-expert-bf16
+	$(PY) tools/budget_design.py
 
 # Lint and format check (pyproject.toml [tool.ruff]); CI runs it before the tests.
 lint: setup

@@ -43,7 +43,9 @@ from harness.spec import SpecError, load_knobs  # noqa: E402
 
 OUT_DIR = ROOT / "reports" / "controls"
 STAGE, MODE, NUM_ROLLOUT = "p1", "colocate", 3  # the controls' runs in tests/attribution/test_boundaries_on_runs.py
-RUNGS = ("near-aligned", "fp8-rollout", "fp32-floor")
+RUNGS = ("near-aligned", "fp8-rollout", "fp32-floor", "top-p", "fp8-plus-filters", "fp8-plus-filters-moe", "moe-bf16")
+# Rungs named here but not in knobs/ladder: a rung run with flags set (the MoE model at bf16, no filters).
+VARIANTS = {"moe-bf16": ("fp8-plus-filters-moe", {"vllm-quantization": None, "rollout-top-p": 1.0, "rollout-top-k": -1})}
 NONE = "none"
 # the boundary each control is planted at (harness/embedded/numeric_faults.py)
 PLANTED = {
@@ -51,6 +53,19 @@ PLANTED = {
     "trainer_softmax_bits": "layer.0.attention",
     "trainer_tp_reduce_bits": "layer.0.mlp",
     "rollout_fp8_weight_scale": "layer.0.attention",
+    "trainer_lm_head_bits": "logits",
+    "rollout_filter_bits": "processed_logprob",
+    "trainer_expert_bits": "layer.0.mlp",
+}
+# the lever of knobs/levers.yaml whose boundary each control is planted at: the drift budget's answer
+LEVER = {
+    "rollout_lse_bits": "log-softmax",
+    "trainer_softmax_bits": "attention-prefill",
+    "trainer_tp_reduce_bits": "mlp",
+    "rollout_fp8_weight_scale": "fp8-weights",
+    "trainer_lm_head_bits": "lm-head",
+    "rollout_filter_bits": "sampler-filter",
+    "trainer_expert_bits": "mlp",
 }
 # the engine each control is planted in: the side the own-input check should name
 PLANTED_SIDE = {
@@ -58,6 +73,9 @@ PLANTED_SIDE = {
     "trainer_softmax_bits": "trainer",
     "trainer_tp_reduce_bits": "trainer",
     "rollout_fp8_weight_scale": "rollout",
+    "trainer_lm_head_bits": "trainer",
+    "rollout_filter_bits": "rollout",
+    "trainer_expert_bits": "trainer",
 }
 console = Console(stderr=True)
 
@@ -124,6 +142,39 @@ def measure(run, knobs, planted: str | None) -> dict:
     }
 
 
+def lever_of(canonical: str) -> str | None:
+    """The lever a control's boundary belongs to (None for none)."""
+    if canonical == NONE:
+        return None
+    faults = parse(canonical)
+    return next(lever for f, lever in LEVER.items() if getattr(faults, f))
+
+
+def measure_budget(run, knobs, lever: str | None) -> dict:
+    """The run's drift budget (the re-score of its own tokens, harness.judge.budget) and where it
+    localises the drift: the planted lever's add-one share with its interval and margin."""
+    from harness.experiment.budget_scores import seed_scores
+    from harness.judge.budget import judge_budget
+
+    budget = judge_budget(run.spec.rung or run.id, seed_scores([run], knobs.levers), knobs.levers, knobs)
+    operators = [row for row in budget.levers if row.kind == "operator"]
+    top = max(operators, key=lambda row: row.add.value)
+    planted = budget.lever(lever) if lever else None
+    return {
+        "verdict": budget.verdict,
+        "boundary": budget.boundary,
+        "localised_levers": [row.lever for row in operators if row.localisation == "localised"],
+        "planted_lever": lever,
+        "planted_add_one": None if planted is None else [planted.add.value, planted.add.low, planted.add.high],
+        "planted_margin_se": None if planted is None else planted.margin.se_units,
+        "largest_add_one": {"lever": top.lever, "share": top.add.value},
+        "drift": budget.drift,
+        "sequences": budget.sequences,
+        "min_share": budget.min_share,
+        "replay": budget.replay.get(run.id),
+    }
+
+
 def _machine() -> str:
     from harness.records.environment import cpu_and_memory
 
@@ -148,12 +199,22 @@ def load_results(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minutes: float, results: dict) -> list[str]:
+def launch(
+    knobs,
+    runs_dir: Path,
+    rung_injects: list[tuple[str, str]],
+    max_minutes: float,
+    results: dict,
+    *,
+    num_rollout: int = NUM_ROLLOUT,
+    seed=None,
+    budget=False,
+) -> list[str]:
     """Run (or reuse) and measure each (rung, inject), one at a time; none started after max_minutes."""
     from harness.experiment.runs import LaunchSettings, RunSource
 
     source = RunSource(knobs, "embedded", runs_dir, launch=LaunchSettings(session_started=time.time()))
-    seed = calibration_seed(knobs)
+    seed = calibration_seed(knobs) if seed is None else seed
     started, failed = time.monotonic(), []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
@@ -166,13 +227,20 @@ def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minut
                 progress.advance(task)
                 continue
             progress.update(task, description=f"running {label}")
-            # On the first calibration seed (knobs/calibration.yaml): a control's size is measured on a seed
-            # no judged run uses, never on the judging seed the ladder's classes are decided at.
-            overrides = {"num-rollout": NUM_ROLLOUT, "seed": seed} | ({} if canonical == NONE else {"embedded-inject": canonical})
+            # On a calibration seed (knobs/calibration.yaml): a control's size is measured on a seed no
+            # judged run uses, never on the judging seed the ladder's classes are decided at.
+            overrides = (
+                {"num-rollout": num_rollout}
+                | ({} if canonical == NONE else {"embedded-inject": canonical})
+                | ({} if seed is None else {"seed": seed})
+            )
             t0 = time.monotonic()
             try:
-                run = source(STAGE, rung, MODE, **overrides)
+                ladder_rung, variant = VARIANTS.get(rung, (rung, {}))
+                run = source(STAGE, ladder_rung, MODE, **variant, **overrides)
                 entry = measure(run, knobs, planted)
+                if budget:
+                    entry["budget"] = measure_budget(run, knobs, lever_of(canonical))
             except Exception as err:  # noqa: BLE001 - one failed run is reported and the rest still run
                 failed.append(f"{label}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
                 progress.console.print(f"[red]{failed[-1]}")
@@ -180,12 +248,13 @@ def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minut
                 continue
             results[run.id] = {
                 "rung": rung,
-                "seed": seed,
                 "control": name,
                 "inject": canonical,
                 "size": size_of(canonical),
                 "planted": planted,
                 "run": run.id,
+                "seed": run.spec.flag("seed"),
+                "num_rollout": num_rollout,
                 "date": dt.date.today().isoformat(),
                 "machine": _machine(),
                 "commit": _commit(),
@@ -195,7 +264,7 @@ def launch(knobs, runs_dir: Path, rung_injects: list[tuple[str, str]], max_minut
             r = results[run.id]
             progress.console.print(
                 f"{label}: {run.id} localised {r['localised'] or 'none'}, {planted or '-'} {_x(r['ratio_at_planted'])}, "
-                f"class {r['class']} ({r['seconds']:.0f} s)"
+                f"class {r['class']} ({r['seconds']:.0f} s)" + (f"; budget: {_budget_text(r['budget'])}" if "budget" in r else "")
             )
             progress.advance(task)
     return failed
@@ -217,6 +286,39 @@ def remeasure(knobs, runs_dir: Path, results: dict) -> list[str]:
                 entry.update(measure(RunDir(path).load(), knobs, entry["planted"]), remeasured=dt.date.today().isoformat())
             progress.advance(task)
     return missing
+
+
+def _budget_text(b: dict | None) -> str:
+    if not b:
+        return "not measured"
+    planted = b.get("planted_add_one")
+    share = (
+        "-"
+        if planted is None
+        else f"{planted[0]:+.1%} [{planted[1]:+.1%}, {planted[2]:+.1%}] ({b['planted_margin_se']:+.1f} SE from {b['min_share']:.0%})"
+    )
+    return f"{b['verdict']}{' to ' + b['boundary'] if b['boundary'] else ''}; {b.get('planted_lever') or '-'} {share}"
+
+
+def budget_markdown(results: dict) -> str:
+    """The drift budget's answer on each control run that measured it (the second method)."""
+    head = (
+        "| rung | control | size | seed | rollouts | planted lever | its add-one share [95%] | margin from the share | verdict | "
+        "largest add-one | run |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = []
+    for r in sorted((r for r in results.values() if r.get("budget")), key=lambda r: (r["rung"], r["control"], r["inject"])):
+        b = r["budget"]
+        planted = b.get("planted_add_one")
+        share = "-" if planted is None else f"{planted[0]:+.1%} [{planted[1]:+.1%}, {planted[2]:+.1%}]"
+        margin = "-" if b.get("planted_margin_se") is None else f"{b['planted_margin_se']:+.1f} SE"
+        verdict = b["verdict"] + (f" to {b['boundary']}" if b["boundary"] else "")
+        top = b["largest_add_one"]
+        lines.append(
+            f"| {r['rung']} | {r['control']} | {r['size']} | {r.get('seed', '-')} | {r.get('num_rollout', '-')} | {b.get('planted_lever') or '-'} | "
+            f"{share} | {margin} | {verdict} | {top['lever']} {top['share']:+.1%} | {r['run']} |"
+        )
+    return "\n".join([head, *lines])
 
 
 def _x(ratio) -> str:
@@ -290,6 +392,13 @@ def main(argv: list[str] | None = None) -> int:
         help="launch nothing: recompute every recorded entry's table from its run directory (wrap in the heavy lock)",
     )
     parser.add_argument("--max-minutes", type=float, default=6.0, help="start no run after this many minutes (the heavy lock's hold)")
+    parser.add_argument(
+        "--num-rollout", type=int, default=NUM_ROLLOUT, help=f"rollouts a control run makes (default {NUM_ROLLOUT}; the budget wants 30)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the runs' seed (default: the stage's; knobs/calibration.yaml names the calibration seeds)"
+    )
+    parser.add_argument("--budget", action="store_true", help="also measure each run's drift budget (localisation by intervention)")
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory (k: thresholds.boundary_envelope_k)")
     parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where the runs live (default: reports/runs, as the tests')")
     parser.add_argument("--out", default=str(OUT_DIR), help="where control_sizes.json and control_sizes.md are written")
@@ -319,16 +428,20 @@ def main(argv: list[str] | None = None) -> int:
         (out / "control_sizes.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     elif not args.report:
         pairs = [(rung, inject) for rung in (args.rung or ["near-aligned"]) for inject in args.inject]
-        failed = launch(knobs, Path(args.runs_dir).resolve(), pairs, args.max_minutes, results)
+        failed = launch(
+            knobs, Path(args.runs_dir).resolve(), pairs, args.max_minutes, results, num_rollout=args.num_rollout, seed=args.seed, budget=args.budget
+        )
         (out / "control_sizes.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     table = markdown(results, knobs.threshold("boundary_envelope_k"), knobs.threshold("boundary_own_k"))
     (out / "control_sizes.md").write_text(
         "# Numerical controls by size (tools/control_sizes.py)\n\n"
         f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope; own ratio = a side's "
         "mean |y - f64(x)| / mean |f_declared(x) - f64(x)| on its own inputs; 'localised at k' recomputes the first boundary beyond k, "
-        "or a side beyond k_own, from the recorded ratios.\n\n" + table + "\n"
+        "or a side beyond k_own, from the recorded ratios.\n\n" + table + "\n\n"
+        "## The drift budget on the same runs (localisation by intervention)\n\n" + budget_markdown(results) + "\n"
     )
     print(table)
+    print(budget_markdown(results))
     return 1 if failed else 0
 
 

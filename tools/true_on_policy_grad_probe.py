@@ -67,10 +67,10 @@ def build(config, hf_state, bf16: bool, levers_off):
     from harness.embedded import true_on_policy as top
     from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into
 
-    top.configure(levers_off or frozenset())
+    top.configure(top.switches_on(true_on_policy=True, without=levers_off or (), levers=()))
     model = build_gpt(config, bf16=bf16, tp=1, true_on_policy=levers_off is not None)
     load_into(model, hf_to_megatron(hf_state, config, 1, 0))
-    top.configure(frozenset())
+    top.configure(top.TRUE_ON_POLICY)
     return model
 
 

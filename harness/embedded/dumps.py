@@ -134,6 +134,24 @@ def probe_bundle(directory: Path, rollout_id: int, probes: list[dict], lm_head: 
     return path
 
 
+# The rollouts whose weights a run keeps for the drift budget's re-score (harness.embedded.lever_score):
+# every second rollout from the first the judge uses (after its warm-up), 14 of a 30-rollout run.
+WEIGHTS_FIRST, WEIGHTS_EVERY = 2, 2
+
+
+def weights_due(rollout_id: int) -> bool:
+    return rollout_id >= WEIGHTS_FIRST and (rollout_id - WEIGHTS_FIRST) % WEIGHTS_EVERY == 0
+
+
+def weights(directory: Path, rollout_id: int, hf_state: dict, version: int) -> Path:
+    """`weights_{rollout_id}.pt`: the trainer's HF state dict at weight version `version`, the weights
+    the engine generated rollout `rollout_id` with (fp8-quantised on the way in, where it quantises)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"weights_{rollout_id}.pt"
+    _save({"rollout_id": rollout_id, "weight_version": version, "weights": hf_state}, path)
+    return path
+
+
 def vocab_shards(directory: Path, rollout_id: int, rank: int, tp_size: int, rows: list[dict], merge_path: str, temperature: float) -> Path:
     """Under TP, each rank's vocab shard of the probe samples' logits / T (fp32, the merge's input),
     one file per rank: `vocab_shards_{rollout_id}_{rank}.pt`, read by probe 5."""

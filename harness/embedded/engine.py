@@ -14,12 +14,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.embedded import fp8, logprob_operator, operator_calls, true_on_policy, vllm_cpu_fixes, weight_digest
+from harness.embedded import fp8, linear_operator, logprob_operator, operator_calls, true_on_policy, vllm_cpu_fixes, weight_digest
 from harness.embedded.true_on_policy import engine_settings as true_on_policy_engine
 
 fp8.install_from_env()  # a spawned engine process re-imports this module: keep its fp8 emulation
 vllm_cpu_fixes.install_from_env()
 logprob_operator.install_from_env()
+linear_operator.install_from_env()
 true_on_policy.install_from_env()
 
 # vLLM resolves this name in each worker process before the model is loaded (engine argument
@@ -43,6 +44,7 @@ class EngineConfig:
     fp8: bool
     log_path: Path | None = None
     logprob_operator: str = "native"  # --embedded-logprob-operator: the sampled tokens' log-prob path
+    linear_operator: str = "native"  # --embedded-linear-operator: the decoder's linears (harness.embedded.linear_operator)
     true_on_policy: bool = False  # --embedded-true-on-policy: harness.embedded.true_on_policy.engine_settings
     # R3: return each completion's routed experts (harness.embedded.routed_capture: vLLM's own
     # enable_return_routed_experts needs Model Runner V2, which vllm-cpu 0.32 cannot start)
@@ -98,12 +100,16 @@ class InProcessEngine:
         # returns (operator_calls.py); a TP=2 engine core re-installs it from the environment.
         os.environ[logprob_operator.ENV_FLAG] = cfg.logprob_operator
         logprob_operator.install_in_vllm(cfg.logprob_operator)
+        os.environ[linear_operator.ENV_FLAG] = cfg.linear_operator
+        linear_operator.install_in_vllm(cfg.linear_operator)  # before the engine loads (and packs) its weights
         true_on_policy_kwargs = {}
         if cfg.true_on_policy:
             os.environ[true_on_policy.ENV_FLAG] = "1"  # a spawned engine core registers the norm too
             os.environ.update(true_on_policy_engine.env())
             true_on_policy_engine.register_rounded_residual_norm()
             true_on_policy_kwargs = true_on_policy_engine.llm_kwargs()
+            if any(true_on_policy.lever_on(name) for name in true_on_policy.IN_PROCESS_ENGINE):
+                true_on_policy_engine.install_sampler_references()  # the sampler runs in this process (checked in settings)
         from vllm import LLM
 
         self.multiprocess = multiprocess

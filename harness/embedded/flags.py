@@ -125,8 +125,16 @@ FLAGS: list[Flag] = [
     Flag("embedded-inject", str, None),
     Flag("embedded-replay-processed-logprobs", None, False),
     Flag("embedded-logprob-operator", str, "native", _H, "the selected-log-prob operator of both engines (harness/embedded/logprob_operator.py)"),
+    Flag(
+        "embedded-linear-operator",
+        str,
+        "native",
+        _H,
+        "the linear operator of both engines at the fp8-weights boundary (harness/embedded/linear_operator.py)",
+    ),
     Flag("embedded-true-on-policy", None, False, _H, "trainer log-probs bitwise equal to the engine's (docs/true-on-policy.md)"),
     Flag("embedded-true-on-policy-without", str, None, _H, "levers switched off, comma-separated (controls; docs/true-on-policy.md)"),
+    Flag("embedded-levers", str, None, _H, "lever switches on, comma-separated: one boundary aligned, the rest native (docs/attribution.md)"),
     Flag("embedded-output-dir", str, None),
     Flag("embedded-probe-samples", _int, 2),
 ]

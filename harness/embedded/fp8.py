@@ -26,6 +26,7 @@ BLOCK = 128
 ENV_FLAG = "EMBEDDED_FP8_ACTIVATIONS"
 ANNOUNCEMENT = "embedded fp8: activation emulation active in pid"
 _weight_scale_factor = 1.0  # the wrong-scale control's F (set_weight_scale_factor); 1.0: no control
+_weight_mantissa_bits: int | None = None  # the weight-bits control's N (set_weight_mantissa_bits); None: e4m3's own
 QUANTIZED_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 EMULATION_NOTE = (
@@ -50,15 +51,35 @@ def set_weight_scale_factor(factor: float) -> None:
     _weight_scale_factor = float(factor)
 
 
+def _round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x rounded to `bits` explicit mantissa bits, to nearest with ties to even (exponent kept)."""
+    mantissa, exponent = torch.frexp(x)  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    steps = 2.0 ** (bits + 1)
+    return torch.ldexp(torch.round(mantissa * steps) / steps, exponent)
+
+
+def set_weight_mantissa_bits(bits: int | None) -> None:
+    """The weight-bits control: every later ``quantize_weight_blockwise`` rounds its e4m3 values to
+    ``bits`` mantissa bits (fewer than e4m3's 3) in the block's scaled domain; None: no control."""
+    global _weight_mantissa_bits
+    if bits is not None and not 1 <= bits < 3:
+        raise ValueError(f"bits={bits}: expected 1 or 2 mantissa bits (e4m3 has 3)")
+    _weight_mantissa_bits = bits
+
+
 def quantize_weight_blockwise(w: torch.Tensor) -> torch.Tensor:
     """e4m3 round trip with one scale per 128x128 block (edges: partial blocks); read back with
-    the wrong-scale control's factor x the scale when one is set."""
+    the wrong-scale control's factor x the scale when one is set, and its values rounded to the
+    weight-bits control's mantissa bits when that is set."""
     rows, cols = w.shape
     pr, pc = -rows % BLOCK, -cols % BLOCK
     padded = torch.nn.functional.pad(w.float(), (0, pc, 0, pr))
     blocks = padded.view(padded.shape[0] // BLOCK, BLOCK, padded.shape[1] // BLOCK, BLOCK)
     amax = blocks.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-12)
     deq = _round_e4m3(blocks, amax / E4M3_MAX)
+    if _weight_mantissa_bits is not None:  # the e4m3 values (scaled domain) with fewer mantissa bits
+        scale = amax / E4M3_MAX
+        deq = _round_to_bits(deq / scale, _weight_mantissa_bits) * scale
     if _weight_scale_factor != 1.0:  # quantised with the block's scale, read back with F x it
         deq = deq * _weight_scale_factor
     return deq.view_as(padded)[:rows, :cols].to(w.dtype)

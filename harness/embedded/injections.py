@@ -10,8 +10,11 @@
 - ``rollout-lse-bits:N`` / ``trainer-softmax-bits:N`` / ``trainer-tp-reduce-bits:N``: numerical
   controls at one operator boundary, rounding to N mantissa bits (1..23; N = 7 is bf16, and
   ``rollout-lse-bf16`` / ``trainer-softmax-bf16`` / ``trainer-tp-reduce-bf16`` name N = 7);
+  ``trainer-lm-head-bits:N`` / ``rollout-filter-bits:N`` / ``trainer-expert-bits:N`` (``-bf16``: N = 7):
+  the LM-head GEMM, the sampler's top-p filter kernel and one MoE expert's down projection at N bits;
   ``rollout-fp8-weight-scale:F``: the fp8 rollout's weights read back with F x their block scale
-  (F > 0, not 1) (harness/embedded/numeric_faults.py, docs/controls.md).
+  (F > 0, not 1); ``rollout-fp8-weight-bits:N``: the fp8 rollout's weights rounded to N mantissa
+  bits (1 or 2) instead of e4m3's 3 (harness/embedded/numeric_faults.py, docs/controls.md).
 """
 
 from __future__ import annotations
@@ -25,10 +28,15 @@ SIZED = {
     "rollout-lse-bits": ("rollout_lse_bits", "rollout-lse-bf16"),
     "trainer-softmax-bits": ("trainer_softmax_bits", "trainer-softmax-bf16"),
     "trainer-tp-reduce-bits": ("trainer_tp_reduce_bits", "trainer-tp-reduce-bf16"),
+    "trainer-lm-head-bits": ("trainer_lm_head_bits", "trainer-lm-head-bf16"),
+    "rollout-filter-bits": ("rollout_filter_bits", "rollout-filter-bf16"),
+    "trainer-expert-bits": ("trainer_expert_bits", "trainer-expert-bf16"),
 }
 BF16_BITS = 7
 MAX_BITS = 23  # fp32's mantissa: N = 23 rounds nothing
 FP8_WEIGHT_SCALE = "rollout-fp8-weight-scale"
+FP8_WEIGHT_BITS = "rollout-fp8-weight-bits"
+E4M3_BITS = 3  # e4m3's explicit mantissa bits: the weight-bits control rounds to fewer
 ALIASES = {alias: name for name, (_, alias) in SIZED.items()}
 
 NAMES = (
@@ -40,6 +48,7 @@ NAMES = (
     *ALIASES,
     *SIZED,
     FP8_WEIGHT_SCALE,
+    FP8_WEIGHT_BITS,
 )
 
 
@@ -53,7 +62,11 @@ class Injections:
     rollout_lse_bits: int = 0  # 0: off; else the mantissa bits of the control
     trainer_softmax_bits: int = 0
     trainer_tp_reduce_bits: int = 0
+    trainer_lm_head_bits: int = 0
+    rollout_filter_bits: int = 0
+    trainer_expert_bits: int = 0
     rollout_fp8_weight_scale: float = 0.0  # 0: off; else F
+    rollout_fp8_weight_bits: int = 0  # 0: off (e4m3's own 3 bits); else N < 3
 
     def name_of(self, field: str) -> str:
         """The name a sized control is given by: its bf16 alias at N = 7 (the name the control has
@@ -77,6 +90,8 @@ class Injections:
         out += [self.name_of(field) for field, _ in SIZED.values() if getattr(self, field)]
         if self.rollout_fp8_weight_scale:
             out.append(f"{FP8_WEIGHT_SCALE}:{self.rollout_fp8_weight_scale:g}")
+        if self.rollout_fp8_weight_bits:
+            out.append(f"{FP8_WEIGHT_BITS}:{self.rollout_fp8_weight_bits}")
         return out
 
 
@@ -112,6 +127,12 @@ def parse(value: str | None) -> Injections:
             kwargs[SIZED[name][0]] = _bits(item, arg)
         elif name == FP8_WEIGHT_SCALE:
             kwargs["rollout_fp8_weight_scale"] = _scale(item, arg)
+        elif name == FP8_WEIGHT_BITS:
+            if not arg.isdigit() or not 1 <= int(arg) < E4M3_BITS:
+                raise FlagError(
+                    f"--embedded-inject {item}: expected {FP8_WEIGHT_BITS}:N with N mantissa bits in 1..{E4M3_BITS - 1} (e4m3 has {E4M3_BITS})"
+                )
+            kwargs["rollout_fp8_weight_bits"] = int(arg)
         elif arg:
             raise FlagError(f"--embedded-inject {item}: {name} takes no argument")
         elif name in ALIASES:

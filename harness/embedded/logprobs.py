@@ -32,10 +32,18 @@ def _tp():
     return parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_group()
 
 
-def vocab_parallel_logprobs(logits_shard: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+def vocab_parallel_logprobs(logits_shard: torch.Tensor, targets: torch.Tensor, temperature: float, gather_row: bool = False) -> torch.Tensor:
+    """Megatron's vocab-parallel cross entropy, negated. ``gather_row`` (the gather lever, TP=1): the
+    same max, sum of exps and log, subtracted from the whole row and the target read from that row
+    with ``gather``, as the engine reads its log-softmax row, instead of Megatron's gather of the
+    target's logit before the subtraction."""
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
     scaled = logits_shard.float() / temperature
+    if gather_row and _tp()[0] == 1:
+        shifted = scaled - scaled.max(dim=-1, keepdim=True).values
+        row = shifted - shifted.exp().sum(dim=-1, keepdim=True).log()
+        return row.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return -vocab_parallel_cross_entropy(scaled, targets)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from harness.embedded import capture, dumps, factory, fp8, numeric_faults, operator_calls, weight_digest
+from harness.embedded import capture, dumps, factory, fp8, linear_operator, numeric_faults, operator_calls, weight_digest
 from harness.embedded import logprobs as lp
 from harness.embedded import true_on_policy as true_on_policy_mode
 from harness.embedded.data import load_prompts, tokenizer_hash
@@ -27,6 +27,7 @@ from harness.embedded.policy import LogprobSpec, Policy, micro_batches
 from harness.embedded.rollout import collect, prompt_batch
 from harness.embedded.samples import Sample, TrainerView, fingerprint
 from harness.embedded.settings import Settings
+from harness.embedded.true_on_policy import kernel_patches, trainer_kernels
 from harness.layout.sample_mean import micro_batch_share
 from harness.layout.token_shift import response_loss_mask
 
@@ -55,7 +56,7 @@ def expected_operators(settings) -> list[dict]:
     show every one of them (harness/judge/candidate_execution.py). Flags only; nothing is counted here."""
     if settings.logprob_operator != lp.NATIVE:
         trainer = rollout = settings.logprob_operator
-    elif settings.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"):
+    elif "trainer-engine-log-softmax" in settings.levers:
         trainer, rollout = lp.TRUE_ON_POLICY, lp.NATIVE
     else:
         trainer, rollout = (lp.REPLAY if settings.replay_processed else lp.NATIVE), lp.NATIVE
@@ -64,11 +65,11 @@ def expected_operators(settings) -> list[dict]:
         {"side": operator_calls.TRAINER, "pass": operator_calls.TRAINING, "operator": trainer},
         {"side": operator_calls.ROLLOUT, "pass": operator_calls.SAMPLER, "operator": rollout},
     ]
-    if settings.true_on_policy and true_on_policy_mode.lever_on("engine-rounded-residual"):
+    if "engine-rounded-residual" in settings.levers:
         from harness.embedded.true_on_policy.engine_settings import ROUNDED_RESIDUAL
 
         out.append({"side": operator_calls.ROLLOUT, "pass": operator_calls.ENGINE_NORM, "operator": ROUNDED_RESIDUAL})
-    return out
+    return out + linear_operator.expected_operators(settings.linear_operator)
 
 
 class EmbeddedRun:
@@ -79,6 +80,7 @@ class EmbeddedRun:
         self.trainer_version = 0
         self._shard_rows: list[dict] = []
         self._recompute_counted: dict[str, int] = {}  # the trainer's recompute tokens per operator, up to the last step
+        self._linear_counted: dict[str, int] = {}  # the trainer's linear-operator rows per operator, up to the last step
 
     # ---------------------------------------------------------------- build
     def build(self, store_path: str) -> None:
@@ -115,16 +117,27 @@ class EmbeddedRun:
         if s.faults.rollout_fp8_weight_scale and not s.fp8:
             # Without fp8 no weight block has a scale to read back wrong: the control would do nothing.
             raise InputError("--embedded-inject rollout-fp8-weight-scale: needs --vllm-quantization fp8 (the rollout holds no fp8 weights to scale)")
+        if s.faults.rollout_fp8_weight_bits and not s.fp8:
+            raise InputError("--embedded-inject rollout-fp8-weight-bits: needs --vllm-quantization fp8 (the rollout holds no fp8 weights to round)")
         hf_state = {}
         for f in sorted(self.model_dir.glob("*.safetensors")):
             hf_state.update(load_file(str(f)))
         torch.manual_seed(s.seed)
-        true_on_policy_mode.configure(s.true_on_policy_without)  # before the policy and engine are built
+        true_on_policy_mode.configure(s.levers)  # before the policy and engine are built
         init_distributed(self.tp_rank, s.tp, store_path)
         init_model_parallel(s.tp, s.seed)
         problems = numeric_faults.install(s.faults, engine_in_process=s.colocate and s.tp == 1)  # before the engine binds its sampler
         if problems:
             raise InputError(problems[0])
+        # the kernel levers wrap what the controls installed (a lever replaces its layer's kernel, control included)
+        trainer_kernels.configure_rollout(fp8_rollout=s.fp8)
+        kernel_patches.install_if_needed(s.levers)
+        if s.linear_operator != linear_operator.NATIVE:
+            if experts:
+                raise InputError(
+                    f"--embedded-linear-operator {s.linear_operator}: dense models only (the engine runs the experts through its fused-MoE method)"
+                )
+            linear_operator.install_in_trainer(s.linear_operator, fp8_rollout=s.fp8)  # after the levers and controls: it wraps them
         self.policy = Policy(
             self.hf_config,
             hf_state,
@@ -136,6 +149,7 @@ class EmbeddedRun:
             weight_decay=s.weight_decay,
             clip_grad=s.clip_grad,
             true_on_policy=s.true_on_policy,
+            lever_spec=bool(s.levers & set(true_on_policy_mode.LAYER_SPEC)),
         )
         self.sampling = SamplingSpec(
             n=s.n_samples,
@@ -163,12 +177,13 @@ class EmbeddedRun:
             seed=s.seed,
             fp8=s.fp8,
             log_path=Path(s.output_dir) / "vllm_server.log" if s.output_dir else None,
-            true_on_policy=s.true_on_policy,
+            true_on_policy=true_on_policy_mode.any_on(true_on_policy_mode.ENGINE),
             # R3 needs the rollout's routing; on any colocated MoE run it is captured anyway, so the
             # dumps (and the audit) can say where the trainer routed a token differently.
             return_routed_experts=s.routing_replay or bool(num_experts(self.hf_config) and s.colocate and s.tp == 1),
             routed_experts_required=s.routing_replay,
             logprob_operator=s.logprob_operator,
+            linear_operator=s.linear_operator,
         )
         if s.output_dir:
             Path(s.output_dir).mkdir(parents=True, exist_ok=True)
@@ -205,7 +220,8 @@ class EmbeddedRun:
             replay=self.s.replay_processed,
             target_shift=1 if f.token_shift else 0,
             slice_shift=-1 if f.mask_off_by_one else 0,
-            true_on_policy=self.s.true_on_policy and true_on_policy_mode.lever_on("trainer-engine-log-softmax"),
+            true_on_policy="trainer-engine-log-softmax" in self.s.levers,
+            gather_row="trainer-engine-gather" in self.s.levers,
             operator=self.s.logprob_operator,
         )
 
@@ -310,6 +326,7 @@ class EmbeddedRun:
             kv = self.engine.kv_cache_usage()
         samples = self._share(samples)
         weights = self._weights_digest(engine_weights, samples)
+        self._keep_weights(rollout_id, samples)
 
         spec = self._logprob_spec()
         t0 = time.perf_counter()
@@ -401,12 +418,12 @@ class EmbeddedRun:
         if server_peak is not None:
             perf["perf/rollout_peak_memory_gb"] = server_peak
         counted = self._operator_calls(rollout_id)
-        return StepReport(
-            rollout=rollout_metrics,
-            steps=step_metrics,
-            perf=perf,
-            extra_lines=[dict(backend=counted["requested"], actual=counted["ran"], dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)],
-        )
+        decisions = [dict(backend=counted["requested"], actual=counted["ran"], dtype=self.policy.dtype_name, tp=s.tp, fallback_tokens=fallback)]
+        if s.linear_operator != linear_operator.NATIVE:
+            decisions.append(
+                dict(op=linear_operator.DECISION_OP, requested=s.linear_operator, ran=counted["linear"], dtype=self.policy.dtype_name, tp=s.tp)
+            )
+        return StepReport(rollout=rollout_metrics, steps=step_metrics, perf=perf, extra_lines=decisions)
 
     def _operator_calls(self, rollout_id: int) -> dict:
         """Both sides' counted operator calls so far, written to operator_calls.json (operator_calls.py);
@@ -434,7 +451,14 @@ class EmbeddedRun:
         step = {op: v["tokens"] - self._recompute_counted.get(op, 0) for op, v in recompute.items()}
         self._recompute_counted = {op: v["tokens"] for op, v in recompute.items()}
         requested = next(e["operator"] for e in expected if e["side"] == operator_calls.TRAINER)
-        return {"requested": requested, "ran": {op: n for op, n in sorted(step.items()) if n > 0}}
+        linear = record[operator_calls.TRAINER]["passes"].get(linear_operator.LINEAR_PASS, {})
+        linear_step = {op: v["tokens"] - self._linear_counted.get(op, 0) for op, v in linear.items()}
+        self._linear_counted = {op: v["tokens"] for op, v in linear.items()}
+        return {
+            "requested": requested,
+            "ran": {op: n for op, n in sorted(step.items()) if n > 0},
+            "linear": {op: n for op, n in sorted(linear_step.items()) if n > 0},
+        }
 
     @staticmethod
     def _merge_path(spec) -> str:
@@ -469,6 +493,17 @@ class EmbeddedRun:
         if weights["differing"]:
             log.warning("weights differ between the engine and the trainer in %s", ", ".join(weights["differing"][:5]))
         return weights
+
+    def _keep_weights(self, rollout_id: int, samples: list[Sample]) -> None:
+        """The weights this rollout was generated with, for the drift budget's re-score (dumps.weights_due
+        rollouts; TP=1, where the trainer holds them whole). Not kept when the engine holds another
+        version than the trainer (a stale-weights fault): they would not be the sampling weights."""
+        directory = Path(self.s.save_train).parent if self.s.save_train else None
+        if directory is None or self.s.tp != 1 or not dumps.weights_due(rollout_id):
+            return
+        if any(x.rollout_weight_version != self.trainer_version for x in samples):
+            return
+        dumps.weights(directory, rollout_id, self.policy.full_hf_state(), self.trainer_version)
 
     def _probe_dir(self, rollout_id: int) -> Path | None:
         """Probe bundles go next to the train dumps (else into the output dir); None: no probes."""

@@ -20,10 +20,26 @@ bf16 to find the smallest size a boundary's envelope lets through (tools/control
   side. The order alone, with partials kept at the declared precision, is inside the envelope
   (measured 0.5x on an fp32-floor capture, docs/attribution.md): a reordered reduction is a fault
   only where its partials leave the declared precision.
+- ``trainer-lm-head-bits:N``: Megatron's output layer (the LM-head GEMM) as ``TP_RANKS`` partial GEMMs
+  over slices of the hidden dimension, each partial and each running sum at N bits (the tp-reduce
+  control's arithmetic, at the LM head). Boundary: logits, trainer side.
+- ``rollout-filter-bits:N``: vLLM's top-k/top-p filter kernel keeps its top-p running sum of the
+  sorted probabilities at N bits (every partial sum rounded, as a kernel accumulating in bf16 does
+  at N = 7): small probabilities are swamped, the cumulative lags, and the kept set shrinks.
+  Boundary: processed_logprob, rollout side; only with top-p (it changes nothing without filters).
+- ``trainer-expert-bits:N``: on an MoE model, expert 0's down projection (linear_fc2) in every MoE
+  layer of the trainer computed as the tp-reduce control computes an MLP's (4 partial GEMMs, partials
+  and sums at N bits); every other expert is Megatron's own. Boundary: layer.0.mlp, trainer side.
 - ``rollout-fp8-weight-scale:F`` (harness/embedded/fp8.py): the rollout's fp8 weights are quantised
   with their block's scale and read back with F x that scale, as an engine holding a stale or
   mis-loaded weight scale does. Boundary: layer.0.attention (its q/k/v projections are the first
   quantised linears), rollout side; only with the fp8 rollout (--vllm-quantization fp8).
+- ``rollout-fp8-weight-bits:N`` (harness/embedded/fp8.py): the fp8 rollout's weights rounded to N
+  mantissa bits (1 or 2) in their block's scaled domain instead of e4m3's 3, as an engine whose
+  weight quantiser drops mantissa bits does. Boundary: the fp8-weights boundary of every quantised
+  linear (the lever ``fp8-weights``, the candidate ``fp8-block-linear``'s), rollout side; only with
+  the fp8 rollout. The trainer quantises the weights it sends, so the control is set in its process
+  and a trainer-side path that quantises alike (that lever) reads the same rounded weights.
 """
 
 from __future__ import annotations
@@ -186,6 +202,97 @@ def _install_trainer_softmax(bits: int) -> None:
     _patch(FusedScaleMaskSoftmax, "forward_torch_softmax", make)
 
 
+def cumsum_at_bits(probs: torch.Tensor, bits: int) -> torch.Tensor:
+    """Cumulative sum along the last dim with every running sum rounded to ``bits`` mantissa bits."""
+    out = torch.empty_like(probs, dtype=torch.float32)
+    total = torch.zeros(probs.shape[:-1], dtype=torch.float32)
+    for j in range(probs.shape[-1]):
+        total = round_mantissa(total + probs[..., j].float(), bits)
+        out[..., j] = total
+    return out
+
+
+def filter_at_bits(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None, bits: int) -> torch.Tensor:
+    """vLLM's apply_top_k_top_p_pytorch (ascending sort, top-k by the k-th value, top-p by the
+    cumulative of the sorted probabilities), its top-p cumulative kept at ``bits``."""
+    if p is None and k is None:
+        return logits
+    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
+    if k is not None:
+        kth = logits_sort.gather(1, (logits_sort.size(1) - k.to(torch.long)).unsqueeze(dim=1))
+        logits_sort.masked_fill_(logits_sort < kth, -float("inf"))
+    if p is not None:
+        probs_sum = cumsum_at_bits(logits_sort.softmax(dim=-1), bits)
+        top_p_mask = probs_sum <= 1 - p.unsqueeze(dim=1)
+        top_p_mask[:, -1] = False
+        logits_sort.masked_fill_(top_p_mask, -float("inf"))
+    return logits.scatter(dim=-1, index=logits_idx, src=logits_sort)
+
+
+def _install_rollout_filter(bits: int) -> None:
+    from vllm.v1.sample.ops import topk_topp_sampler as sampler_ops
+
+    if not hasattr(sampler_ops, "_embedded_original_filter"):
+        sampler_ops._embedded_original_filter = sampler_ops.apply_top_k_top_p
+    sampler_ops.apply_top_k_top_p = lambda logits, k, p: filter_at_bits(logits, k, p, bits)
+
+
+EXPERT_MARK = "_embedded_expert_control"
+
+
+def _install_trainer_expert(bits: int) -> None:
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.tensor_parallel.layers import RowParallelLinear
+
+    def make_init(original_init):
+        def init(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            for layer in self.decoder.layers:
+                experts = getattr(getattr(layer.mlp, "experts", None), "local_experts", None)
+                if experts:
+                    setattr(experts[0].linear_fc2, EXPERT_MARK, True)
+
+        return init
+
+    def make_forward(original_forward):
+        def forward_impl(self, input, weight, *args, **kwargs):
+            if getattr(self, EXPERT_MARK, False):
+                return row_parallel_reordered(input, weight, _work_dtype(bits), bits=bits)
+            return original_forward(self, input, weight, *args, **kwargs)
+
+        return forward_impl
+
+    _patch(GPTModel, "__init__", make_init)
+    _patch(RowParallelLinear, "_forward_impl", make_forward)
+
+
+LM_HEAD_MARK = "_embedded_lm_head_control"
+
+
+def _install_trainer_lm_head(bits: int) -> None:
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+
+    def make_init(original_init):
+        def init(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            if getattr(self, "output_layer", None) is not None:
+                setattr(self.output_layer, LM_HEAD_MARK, True)
+
+        return init
+
+    def make_forward(original_forward):
+        def forward_impl(self, input, weight, *args, **kwargs):
+            if getattr(self, LM_HEAD_MARK, False):
+                return row_parallel_reordered(input, weight, _work_dtype(bits), bits=bits)
+            return original_forward(self, input, weight, *args, **kwargs)
+
+        return forward_impl
+
+    _patch(GPTModel, "__init__", make_init)
+    _patch(ColumnParallelLinear, "_forward_impl", make_forward)
+
+
 def install(faults, *, engine_in_process: bool) -> list[str]:
     """Install the numerical controls the faults ask for; returns one line per problem (empty: fine)."""
     from harness.embedded import fp8
@@ -202,7 +309,19 @@ def install(faults, *, engine_in_process: bool) -> list[str]:
         _install_trainer_softmax(faults.trainer_softmax_bits)
     if faults.trainer_tp_reduce_bits:
         _install_trainer_tp_reduce(faults.trainer_tp_reduce_bits)
+    if faults.trainer_lm_head_bits:
+        _install_trainer_lm_head(faults.trainer_lm_head_bits)
+    if faults.trainer_expert_bits:
+        _install_trainer_expert(faults.trainer_expert_bits)
+    if faults.rollout_filter_bits:
+        if not engine_in_process:
+            problems.append(
+                f"--embedded-inject {faults.name_of('rollout_filter_bits')}: needs vLLM's sampler in the trainer's process (--colocate, TP=1)"
+            )
+        else:
+            _install_rollout_filter(faults.rollout_filter_bits)
     # the trainer quantises the weights it sends to an fp8 engine (fp8.quantize_state_dict): the wrong
     # scale is set here, in the trainer's process, whatever the engine's mode; 1.0 (none) resets it
     fp8.set_weight_scale_factor(faults.rollout_fp8_weight_scale or 1.0)
+    fp8.set_weight_mantissa_bits(faults.rollout_fp8_weight_bits or None)
     return problems

@@ -16,6 +16,7 @@ from harness.embedded import logprobs as lp
 from harness.embedded.megatron_cpu import causal_mask, on_cpu
 from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into, megatron_to_hf
 from harness.embedded.routing import RoutingReplay
+from harness.embedded.true_on_policy import trainer_kernels
 from harness.embedded.true_on_policy.logprobs import engine_logprobs
 from harness.layout.token_shift import response_gather_positions
 
@@ -30,6 +31,7 @@ class LogprobSpec:
     slice_shift: int = 0  # injected mask-off-by-one: -1 (response slice read one position early)
     operator: str = "native"  # --embedded-logprob-operator (harness.embedded.logprob_operator)
     true_on_policy: bool = False  # --embedded-true-on-policy: log-probs as the engine computes them
+    gather_row: bool = False  # lever trainer-engine-gather: the target read from a full log-prob row, as the engine reads it
 
 
 def micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -60,12 +62,15 @@ class Policy:
         weight_decay: float,
         clip_grad: float,
         true_on_policy: bool = False,
+        lever_spec: bool = False,
     ) -> None:
         self.hf_config, self.tp, self.tp_rank, self.clip_grad = hf_config, tp, tp_rank, clip_grad
         self.bf16 = bf16
         # Which kernel adds the products of the bf16 GEMMs on this CPU (harness/embedded/bf16_gemm.py).
         self.gemm_route = bf16_gemm.route(bf16=bf16, true_on_policy=true_on_policy)
-        self.model = build_gpt(hf_config, bf16=bf16, tp=tp, true_on_policy=true_on_policy)
+        # The lever layer spec (true_on_policy.layer_spec) wherever a trainer lever switch is on.
+        self.model = build_gpt(hf_config, bf16=bf16, tp=tp, true_on_policy=true_on_policy or lever_spec)
+        trainer_kernels.mark(self.model, hf_config)  # each linear's role, for the kernel levers (inert unless one is on)
         load_into(self.model, hf_to_megatron(hf_state, hf_config, tp, tp_rank))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         # Megatron keeps fp32 main params for a bf16 model; AdamW steps those and copies back.
@@ -130,7 +135,7 @@ class Policy:
                 fallback = int(outside.sum())
                 ran = lp.REPLAY
             else:
-                values = lp.vocab_parallel_logprobs(selected, targets_t, spec.temperature)
+                values = lp.vocab_parallel_logprobs(selected, targets_t, spec.temperature, gather_row=spec.gather_row)
                 ran = lp.NATIVE
             # Counted after the operator returned, with the tokens it returned (operator_calls.py):
             # the run's proof that this path ran, in this pass.
@@ -148,7 +153,7 @@ class Policy:
                     extra["logits_shard"] = selected.detach().float() / spec.temperature
         sizes = [r for _, _, r in seqs]
         extra["split"] = sizes
-        if self.routing.routers:
+        if self.routing.routers and self.routing.used:  # (the MLP lever's MoE path runs no Megatron router)
             extra["used_experts"] = [self.routing.used_experts(len(seqs), i, len(t)) for i, (t, _, _) in enumerate(seqs)]
         return list(torch.split(values, sizes)), extra
 

@@ -27,9 +27,9 @@ import sys
 import traceback
 
 TRAINER_MODULE = "harness.embedded.train"
-# What a child may run: the trainer, and the paired scorer (it builds the same engine and model from
+# What a child may run: the trainer, the paired scorer and the lever re-scorer (they build the same engine and model from
 # the same imports). Anything else is refused: the server runs nothing it was not built for.
-MODULES = (TRAINER_MODULE, "harness.embedded.paired_score")
+MODULES = (TRAINER_MODULE, "harness.embedded.paired_score", "harness.embedded.lever_score")
 REQUEST_LIMIT = 1 << 20
 
 

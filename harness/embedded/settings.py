@@ -48,8 +48,10 @@ class Settings:
     save_train: str | None
     replay_processed: bool
     logprob_operator: str = "native"  # --embedded-logprob-operator (harness.embedded.logprob_operator)
+    linear_operator: str = "native"  # --embedded-linear-operator (harness.embedded.linear_operator)
     true_on_policy: bool  # --embedded-true-on-policy (harness.embedded.true_on_policy)
     true_on_policy_without: frozenset[str]  # --embedded-true-on-policy-without: levers switched off
+    levers: frozenset[str] = frozenset()  # every lever switch on: the true-on-policy set less its without, plus --embedded-levers
     output_dir: str | None
     probe_samples: int
     faults: injections.Injections
@@ -60,15 +62,30 @@ class Settings:
 
 
 def _true_on_policy_without(v: dict) -> frozenset[str]:
-    from harness.embedded.true_on_policy import LEVERS
+    from harness.embedded.true_on_policy import expand
 
     names = frozenset(n.strip() for n in (v["embedded-true-on-policy-without"] or "").split(",") if n.strip())
     if names and not v["embedded-true-on-policy"]:
         raise FlagError("--embedded-true-on-policy-without needs --embedded-true-on-policy")
-    unknown = sorted(names - set(LEVERS))
-    if unknown:
-        raise FlagError(f"--embedded-true-on-policy-without {unknown[0]}: not a lever; the levers are {sorted(LEVERS)}")
-    return names
+    try:
+        return expand(names)
+    except ValueError as err:
+        raise FlagError(f"--embedded-true-on-policy-without: {err}") from None
+
+
+def _levers(v: dict) -> frozenset[str]:
+    """Every switch the flags turn on (harness.embedded.true_on_policy.switches_on)."""
+    from harness.embedded.true_on_policy import IN_PROCESS_ENGINE, switches_on
+
+    names = [n.strip() for n in (v["embedded-levers"] or "").split(",") if n.strip()]
+    try:
+        on = switches_on(true_on_policy=v["embedded-true-on-policy"], without=_true_on_policy_without(v), levers=names)
+    except ValueError as err:
+        raise FlagError(f"--embedded-levers: {err}") from None
+    needs_engine_here = sorted(on & set(IN_PROCESS_ENGINE))
+    if needs_engine_here and not (v["colocate"] and v["tensor-model-parallel-size"] == 1):
+        raise FlagError(f"--embedded-levers {needs_engine_here[0]}: needs vLLM's sampler in the trainer's process (--colocate, TP=1)")
+    return on
 
 
 def from_flags(v: dict) -> Settings:
@@ -90,6 +107,7 @@ def from_flags(v: dict) -> Settings:
     if v["embedded-probe-samples"] < 0:
         raise FlagError("--embedded-probe-samples must be >= 0")
     _check_logprob_operator(v)
+    _check_linear_operator(v)
     dynamic = v["use-dynamic-batch-size"]
     if dynamic and not v["max-tokens-per-gpu"]:
         raise FlagError("--use-dynamic-batch-size requires --max-tokens-per-gpu (as in VIME)")
@@ -134,8 +152,10 @@ def from_flags(v: dict) -> Settings:
         save_train=v["save-debug-train-data"],
         replay_processed=v["embedded-replay-processed-logprobs"],
         logprob_operator=v["embedded-logprob-operator"],
+        linear_operator=v["embedded-linear-operator"],
         true_on_policy=v["embedded-true-on-policy"],
         true_on_policy_without=_true_on_policy_without(v),
+        levers=_levers(v),
         output_dir=v["embedded-output-dir"],
         probe_samples=v["embedded-probe-samples"],
         faults=injections.parse(v["embedded-inject"]),
@@ -153,3 +173,26 @@ def _check_logprob_operator(v: dict) -> None:
     for other in ("embedded-replay-processed-logprobs", "embedded-true-on-policy"):
         if name != NATIVE and v.get(other):
             raise FlagError(f"--embedded-logprob-operator {name} with --{other}: each replaces the trainer's log-prob path; choose one")
+
+
+# Lever switches that replace the kernel of the same linear layers the linear operator computes.
+_LINEAR_LEVERS = ("trainer-fp8-weights", "trainer-engine-qkv-gemm", "trainer-engine-o-proj-gemm", "trainer-engine-mlp")
+
+
+def _check_linear_operator(v: dict) -> None:
+    from harness.embedded.linear_operator import NATIVE, LinearOperatorChoiceError, resolve
+
+    name = v["embedded-linear-operator"]
+    try:
+        resolve(name)
+    except LinearOperatorChoiceError as err:
+        raise FlagError(str(err)) from None
+    if name == NATIVE:
+        return
+    clash = sorted(set(_levers(v)) & set(_LINEAR_LEVERS))
+    if clash:
+        raise FlagError(f"--embedded-linear-operator {name} with the lever {clash[0]}: each replaces the trainer's linear kernel; choose one")
+    if v["tensor-model-parallel-size"] != 1 or not v["colocate"]:
+        raise FlagError(
+            f"--embedded-linear-operator {name}: supported with --colocate and TP=1 (the engine's linears are wrapped in the trainer's process)"
+        )

@@ -17,7 +17,7 @@ import tempfile
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
-from harness.embedded import bf16_gemm, fp8, logprob_operator, record, threads, vllm_cpu_fixes  # noqa: E402
+from harness.embedded import bf16_gemm, fp8, linear_operator, logprob_operator, record, threads, vllm_cpu_fixes  # noqa: E402
 from harness.embedded import flags as flag_table  # noqa: E402
 from harness.embedded import logprobs as lp  # noqa: E402
 from harness.embedded import true_on_policy as true_on_policy_mode  # noqa: E402
@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
                 emulation=emulation,
                 deviations=deviations,
                 injections=settings.faults.names(),
-                true_on_policy=true_on_policy_mode.record(settings.true_on_policy_without) if settings.true_on_policy else None,
+                true_on_policy=true_on_policy_mode.record(settings.levers) if settings.levers else None,
             ),
         )
 
@@ -149,6 +149,15 @@ def main(argv: list[str]) -> int:
             if report is None:
                 continue
             for decision in report.extra_lines:
+                if decision.get("op") == linear_operator.DECISION_OP:
+                    linear_operator.execution_decision(
+                        logging.getLogger("harness.embedded"),
+                        requested=decision["requested"],
+                        ran=decision["ran"],
+                        dtype=decision["dtype"],
+                        tp=decision["tp"],
+                    )
+                    continue
                 lp.execution_decision(
                     logging.getLogger("harness.embedded"),
                     backend=decision["backend"],

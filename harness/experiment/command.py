@@ -104,7 +104,47 @@ def _common(parser: argparse.ArgumentParser, out: Path) -> None:
     parser.add_argument("--out", default=str(out), help=f"where the record, summary and page go (default: {out})")
 
 
+def cmd_budget(args: argparse.Namespace, knobs) -> int:
+    """The drift budget of the runs given (one run a seed, one rung), printed (--json: one object)."""
+    import json
+    import sys
+
+    from harness.experiment.budget_scores import NotMeasured, seed_scores
+    from harness.judge.budget import BudgetInputError, judge_budget
+    from harness.records.rundir import RunDir
+
+    if knobs.levers is None:
+        raise SpecError(f"{args.knobs}: no levers.yaml: no lever table to budget with")
+    runs = [RunDir(Path(path)).load() for path in [args.run_dir, *args.more_runs]]
+    try:
+        budget = judge_budget(runs[0].spec.rung or runs[0].id, seed_scores(runs, knobs.levers), knobs.levers, knobs)
+    except (NotMeasured, BudgetInputError) as why:
+        print(f"drift budget not measured: {why}", file=sys.stderr)
+        return 1
+    print(json.dumps(budget.as_dict(), indent=2) if args.json else budget.text())
+    return 0
+
+
+def extend_attribute(subparsers) -> None:
+    """`python -m harness attribute RUN_DIR [RUN_DIR ...] --budget`: the runs' drift budget by
+    intervention (harness.judge.budget), one run a seed of one rung, instead of the probes. The
+    attribute command is attribution's (harness.attribution.command, registered first); the budget
+    composes attribution's runs with the judge, so its option is added from this layer."""
+    from harness.spec import load_knobs
+
+    parser = subparsers.choices["attribute"]
+    parser.add_argument("more_runs", nargs="*", metavar="RUN_DIR", help="with --budget: the rung's runs at further seeds")
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="print the drift budget instead of the probes: each lever alone and all but it, on the runs' own tokens (docs/attribution.md)",
+    )
+    probes = parser.get_default("func")
+    parser.set_defaults(func=lambda args: cmd_budget(args, load_knobs(Path(args.knobs))) if args.budget else probes(args))
+
+
 def register(subparsers) -> None:
+    extend_attribute(subparsers)
     paragraphs = __doc__.split("\n\n")
     judge = subparsers.add_parser(
         "judge",

@@ -32,6 +32,7 @@ class Probes:
     _framework: Callable | None = None
     _contract: dict = field(default_factory=dict)
     _boundary: dict = field(default_factory=dict)
+    _budget: dict = field(default_factory=dict)
 
     def framework_messages(self, run: Run) -> tuple[list[str], list[str]]:
         """(failed, not checked) messages of probes 1 (sample/token identity) and 2 (model state)."""
@@ -63,6 +64,17 @@ class Probes:
 
             self._boundary[run.id] = boundary_status(run, self.knobs)
         return self._boundary[run.id]
+
+    def drift_budget(self, rung_id: str, runs: list[Run]):
+        """The rung's drift budget over these runs (its first budget.seeds seeds): RungBudget or BudgetNotMeasured."""
+        if self.knobs.levers is not None:
+            runs = runs[: self.knobs.levers.budget.seeds]
+        key = (rung_id, tuple(run.id for run in runs))
+        if key not in self._budget:
+            from harness.experiment.budget_scores import rung_budget
+
+            self._budget[key] = rung_budget(rung_id, runs, self.knobs)
+        return self._budget[key]
 
 
 def paired_for(backend: str, knobs: Knobs) -> Callable | None:
@@ -123,12 +135,14 @@ def judge_rung(
     paired: Callable[[Run, Run], object] | None = None,
     boundary_check: Callable[[Run], tuple[str, str, str | None]] | None = None,
     framework_not_checked: Callable[[Run], list[str]] | None = None,
+    drift_budget: Callable[[str, list[Run]], object] | None = None,
 ):
     """Gather a rung's evidence, then judge it (harness.judge.ladder.measure, then harness.judge.drift_class.classify). `fetch(rung_id, **overrides)`
     returns a run at the same stage and mode; `replicates` is how many seeds a side is judged on;
     `framework_checks(run)` returns the failed framework probes' messages and `framework_not_checked(run)`
     those that could not run; `contract_check(run)` is probe 6, (status, verdict); `boundary_check(run)`
-    the boundary table, (status, reason, boundary); `paired(child, parent)` the paired per-token delta.
+    the boundary table, (status, reason, boundary); `paired(child, parent)` the paired per-token delta;
+    `drift_budget(rung_id, runs)` the rung's drift budget over its seeds' runs.
     Each is asked only for the runs the judgement reaches; a source not given is "not checked"."""
     children = [fetch(rung.id)]
     parents: list[Run] = []
@@ -137,7 +151,9 @@ def judge_rung(
     measured = ladder.measure(rung, knobs, children, parents, holm)
     if measured.problems:
         return measured
-    evidence = RungEvidence(contract_probe=contract_check is not None, boundary_table=boundary_check is not None)
+    evidence = RungEvidence(
+        contract_probe=contract_check is not None, boundary_table=boundary_check is not None, drift_budget=drift_budget is not None
+    )
     if framework_checks is not None:
         evidence.framework = {
             run.id: FrameworkResult(tuple(framework_checks(run)), tuple(framework_not_checked(run)) if framework_not_checked else None)
@@ -157,6 +173,8 @@ def judge_rung(
                 evidence.boundary[need.key] = BoundaryResult(*boundary_check(runs[need.key]))
             elif need.kind == "replay":
                 evidence.replay[need.key] = fetch(need.key, **{knobs.classification.semantic_replay.flag: True})
+            elif need.kind == "budget":
+                evidence.budget[need.key] = drift_budget(need.key, children if need.key == rung.id else parents)
     raise AssertionError(f"{rung.id}: the judgement still needs {judgement.needs} after every round of evidence")
 
 
@@ -173,6 +191,7 @@ def judge_ladder_rung(rung, knobs: Knobs, fetch: Callable[..., Run], probes: Pro
         paired=paired_for(backend, knobs),
         boundary_check=probes.boundary_check,
         framework_not_checked=probes.framework_not_checked,
+        drift_budget=probes.drift_budget,
     )
 
 
@@ -295,3 +314,15 @@ def _seeds(fetch: Callable[..., Run], rung: str, seed: int, offsets) -> list[Run
         except LookupError:
             break
     return runs
+
+
+def drift_budget_answer(rung_id: str, knobs: Knobs, fetch: Callable[..., Run], probes: Probes, replicates: int):
+    """A budget rung's drift budget over its runs at every replicate seed, and what differs from its
+    pre-registered answer: (RungBudget or BudgetNotMeasured, its expectation or None, findings; no
+    findings: as expected). The main job's budget check, pytest's and the Session's alike."""
+    from harness.judge.budget import expectation_findings
+
+    (runs,) = replicate_sets([rung_id], fetch, min(replicates, knobs.levers.budget.seeds) if knobs.levers else replicates)
+    budget = probes.drift_budget(rung_id, runs)
+    expected = knobs.levers.budget.expect.get(rung_id) if knobs.levers else None
+    return budget, expected, expectation_findings(budget, expected)

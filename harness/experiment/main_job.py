@@ -30,6 +30,8 @@ LADDER_TEST = "tests/ladder/test_ladder.py::test_rung_against_parent"
 ACCEPTANCE_TEST = "tests/acceptance/test_acceptance.py::test_criterion"
 AB_TESTS = "tests/ab/test_ab_gate.py"
 EXECUTED_TEST = "tests/ab/test_candidate_executed.py::test_candidate_executed_on_both_engines"
+BUDGET_TEST = "tests/attribution/test_drift_budget.py::test_drift_budget"
+READINESS_TEST = "tests/acceptance/test_readiness.py::test_readiness"
 # Tests of the main job's selection that are not answers of the experiment (node id prefixes), and
 # why: a reader of the command's answer must not take it for the whole session's.
 NOT_JUDGED_HERE = {
@@ -42,7 +44,7 @@ NOT_JUDGED_HERE = {
 
 def is_main_job_check(nodeid: str) -> bool:
     """A node id of one of the Session's checks (at any stage), as pytest names it."""
-    prefixes = (LADDER_TEST, ACCEPTANCE_TEST, f"{AB_TESTS}::", EXECUTED_TEST)
+    prefixes = (LADDER_TEST, ACCEPTANCE_TEST, f"{AB_TESTS}::", EXECUTED_TEST, BUDGET_TEST, READINESS_TEST)
     return nodeid.startswith(prefixes) and not any(nodeid.startswith(prefix) for prefix in NOT_JUDGED_HERE)
 
 
@@ -63,9 +65,13 @@ def main_job_checks(knobs: Knobs, backend: str, mode: str = "colocate", stage: s
             checks.append((nodeid, "ab_question" if runs_here else None, (question, name)))
     checks.append((f"{AB_TESTS}::test_consistent_between_colocate_and_non_colocate", "mode_consistency", ()))
     checks += [(f"{ACCEPTANCE_TEST}[{criterion.id}]", "criterion", (criterion,)) for criterion in knobs.acceptance.criteria]
+    if knobs.readiness is not None:  # ready for Blackwell operator work? (harness.judge.readiness)
+        checks += [(f"{READINESS_TEST}[{criterion.id}]", "readiness", (criterion,)) for criterion in knobs.readiness.criteria]
     for case in rung_cases(knobs, mode, backend):
         if case.stage == stage:
             checks.append((f"{LADDER_TEST}[{case.id}]", None if skip_reason(knobs, case.rung, backend) else "rung", (case,)))
+    if knobs.levers is not None and knobs.levers.budget.stage == stage:  # where the drift lives (harness.judge.budget)
+        checks += [(f"{BUDGET_TEST}[{rung_id}]", "budget", (rung_id,)) for rung_id in knobs.levers.budget.rungs]
     return checks
 
 

@@ -136,6 +136,98 @@ class Recorder:
         else:  # a ladder root: the configuration everything above it is measured from
             self.record_experiment("environment", record_entries.environment_entry(run, f"ladder root {case.stage}:{case.rung.id}"))
 
+    def budget(self, rung_id: str, budget, expected) -> None:
+        """A rung's drift budget (harness.judge.budget) and its localisation answer."""
+        from harness.judge.budget import RungBudget, answer_margin
+        from harness.report.record_model import DriftBudget
+
+        title = f"Drift budget of {rung_id} (where the drift lives, by intervention)"
+        test = self._test(title)
+        if isinstance(budget, RungBudget):
+            entry = DriftBudget(
+                rung=rung_id, verdict=budget.verdict, boundary=budget.boundary, reason=budget.reason, data=budget.as_dict(), test=test
+            )
+            margin = answer_margin(budget)
+            observed = budget.verdict + (f" to {budget.boundary}" if budget.boundary else "")
+        else:
+            reason = getattr(budget, "reason", str(budget))
+            entry = DriftBudget(rung=rung_id, verdict="not measured", reason=reason, test=test)
+            margin, observed = None, "not measured"
+        self.record_experiment("budgets", entry)
+        report = expected.report if expected is not None else None
+        shown = None if expected is None or report else expected.verdict + (f" to {expected.boundary}" if expected.boundary else "")
+        note = entry.reason if not report else f"{expected.reason.strip()} Observed: {entry.reason}"
+        self.record_experiment(
+            "answers",
+            answer_entry(f"budget/{rung_id}", "budget", shown, observed, margin.as_dict() if margin else None, test, note, report=report),
+        )
+
+    # Which Makefile target's selection decides each kind of answer (its marker): the main job holds the
+    # readiness criteria (acceptance), `make candidate` the candidate operator's pairs (candidate).
+    TARGETS = {"readiness": "make baseline", "candidate": "make candidate"}
+
+    def readiness(self, criterion, verdict) -> None:
+        """One readiness criterion (harness.judge.readiness) and its answer."""
+        from harness.report.record_model import Readiness
+
+        test = self._test(criterion.seed_text)
+        state = verdict.evidence.get("verdict", "not checked")
+        entry = Readiness(
+            id=criterion.id,
+            seed_text=criterion.seed_text,
+            verdict=state,
+            expected=criterion.expect,
+            message=verdict.message,
+            evidence=verdict.evidence,
+            target=self.TARGETS["readiness"],
+            test=test,
+        )
+        self.record_experiment("readiness", entry)
+        self.record_experiment(
+            "answers",
+            answer_entry(f"readiness/{criterion.id}", "readiness", criterion.expect, state, None, test, verdict.message, report=criterion.report),
+        )
+
+    def candidate_pair(self, answer) -> None:
+        """One candidate pair (harness.experiment.candidate_ab.PairAnswer): its entry, its answer, its rows."""
+        from harness.experiment.candidate_ab import NEGATIVE_CONTROL, expectation
+        from harness.report.record_model import CandidatePair
+        from harness.spec.candidate_file import REPORTED
+
+        title = f"Candidate operator A/B: {answer.name}" if answer.name != NEGATIVE_CONTROL else "Candidate operator A/B: negative control"
+        test = self._test(title)
+        self.record_experiment(
+            "candidate", CandidatePair(name=answer.name, label=answer.label, data=answer.as_dict(), target=self.TARGETS["candidate"], test=test)
+        )
+        expected = expectation(self.knobs, answer.name, self.backend)
+        shown = None if expected is None else expected.drift
+        report = expected.report if expected is not None and expected.drift == REPORTED else None
+        observed = answer.outcome or ("rejected" if answer.contract else "not judged")
+        margin = (answer.drift.evidence or {}).get("margin") if answer.drift else None
+        self.record_experiment(
+            "answers", answer_entry(f"candidate/{answer.name}/drift", "candidate", shown, observed, margin, test, answer.label, report=report)
+        )
+        if answer.baseline and answer.candidate:
+            notes = "; ".join(row.text() for row in answer.performance[:4])
+            row = summary_row_from_run(answer.candidate[0], f"candidate {answer.name}", parent=answer.baseline[0], notes=notes, knobs=self.knobs)
+            self._row(row, "ab-candidate", title)
+
+    def candidate_mixed_paths(self, answer, bf16, fp8) -> None:
+        """The seed's A/B question 4 (harness.judge.candidate_gate.mixed_paths) from two candidate pairs."""
+        from harness.report.record_model import CandidatePair
+
+        test = self._test("Does the candidate introduce numerical drift under BF16/FP8 mixed paths?")
+        data = {"answer": answer.answer, "message": answer.message, "evidence": answer.evidence, "pairs": {"bf16": bf16.name, "fp8": fp8.name}}
+        self.record_experiment(
+            "candidate", CandidatePair(name="mixed-paths", label=answer.message, data=data, target=self.TARGETS["candidate"], test=test)
+        )
+        chosen = self.knobs.candidate.mixed_paths
+        expected = chosen.expect.get(self.backend)
+        report = chosen.report if expected == "reported" else None
+        self.record_experiment(
+            "answers", answer_entry("candidate/mixed-paths", "candidate", expected, answer.answer, None, test, answer.message, report=report)
+        )
+
     def smoke(self, stage: str, rung, run) -> None:
         row = summary_row_from_run(run, f"{stage}:{rung.id}", notes="smoke", knobs=self.knobs)
         self._row(row, "smoke", f"{rung.title} [{stage} smoke]")

@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.experiment.evidence import Probes, acceptance_context, contract_problems, family_levels, judge_ladder_rung, replicate_sets
+from harness.experiment.evidence import (
+    Probes,
+    acceptance_context,
+    contract_problems,
+    drift_budget_answer,
+    family_levels,
+    judge_ladder_rung,
+    replicate_sets,
+)
 from harness.experiment.plan import ab_replicates, mode_pairs
 from harness.experiment.recorder import Recorder
 from harness.judge import ab
@@ -91,6 +99,7 @@ class Session:
         self.backend = self.runs.backend
         self.probes = Probes(self.knobs)
         self._families: dict = {}
+        self._candidate_answers: dict = {}  # pair name -> harness.experiment.candidate_ab.PairAnswer
         if self.recorder_for is None:
             self.recorder_for = self._own_recorder
 
@@ -239,6 +248,82 @@ class Session:
             expected=held,
         )
         _act_on(held)
+
+    # ------------------------------------------------------------------ the drift budget
+    # Wiring of harness.judge.budget into the main job: one step, one call (drift_budget_answer).
+    def budget(self, record: Recorder, rung_id: str) -> None:
+        """Where a budget rung's drift lives, by intervention (knobs/levers.yaml): its runs re-scored
+        under each lever, the drift shared out and localised, held to its pre-registered answer."""
+        stage = self.knobs.levers.budget.stage
+        if self.mode not in self.knobs.stages[stage].modes:
+            raise Skipped(f"the budget's stage {stage} runs {', '.join(self.knobs.stages[stage].modes)} only, not --mode={self.mode}")
+        replicates = self.knobs.stages[stage].replicate_count(self.backend)
+        budget, expected, findings = drift_budget_answer(rung_id, self.knobs, self.fetch(stage), self.probes, replicates)
+        record.budget(rung_id, budget, expected)
+        if findings:
+            raise Failed(f"drift budget of {rung_id}: " + "; ".join(findings))
+        if expected is None or expected.verdict == "reported":
+            report, why = (expected.report, expected.reason) if expected else ("not-sized-on-embedded", "no expectation in knobs/levers.yaml")
+            raise Skipped(f"drift budget of {rung_id} reported in {report!r} (knobs/reports.yaml): {why.strip()}")
+
+    # ------------------------------------------------------------------ ready for operator work?
+    # Wiring of harness.judge.readiness into the main job: one step, one call (readiness_answer).
+    def readiness(self, record: Recorder, criterion) -> None:
+        """One of the seed's readiness criteria (knobs/readiness.yaml), on runs the main job makes anyway."""
+        from harness.experiment.readiness import readiness_answer
+
+        stage = self.knobs.readiness.stage
+        if self.mode not in self.knobs.stages[stage].modes:
+            raise Skipped(f"the readiness stage {stage} runs {', '.join(self.knobs.stages[stage].modes)} only, not --mode={self.mode}")
+        verdict = readiness_answer(criterion, self.knobs, self.runs, self.mode, self.probes)
+        record.readiness(criterion, verdict)
+        state = verdict.evidence.get("verdict")
+        if criterion.expect == "reported":
+            raise Skipped(f"{criterion.id} reported in {criterion.report!r} (knobs/reports.yaml): {criterion.reason.strip()}")
+        if state != criterion.expect:
+            raise Failed(
+                f"{criterion.seed_text}\n  expected {criterion.expect} (knobs/readiness.yaml: {criterion.design.strip()})\n  -> {verdict.message}"
+            )
+
+    # ------------------------------------------------------------------ the candidate operator (make candidate)
+    def candidate_pair(self, record: Recorder, name: str) -> None:
+        """One pair of knobs/candidate.yaml (or its negative control) through the gate, held to its expectation."""
+        answer = self._candidate_answer(name)
+        record.candidate_pair(answer)
+        if answer.contract:
+            raise Failed("A/B rejected:\n  " + "\n  ".join(answer.contract))
+        if answer.findings:
+            raise Failed(f"{answer.label}\n  " + "\n  ".join(answer.findings))
+        from harness.experiment.candidate_ab import expectation
+
+        expected = expectation(self.knobs, name, self.backend)
+        if expected is None or expected.holds_nothing():
+            report, why = (expected.report, expected.reason) if expected else ("not-sized-on-embedded", "no expectation in knobs/candidate.yaml")
+            raise Skipped(f"{answer.label}: every answer reported in {report!r} (knobs/reports.yaml): {why.strip()}")
+
+    def candidate_mixed_paths(self, record: Recorder) -> None:
+        """The seed's A/B question 4 from the candidate's bf16 and fp8 pairs."""
+        from harness.experiment.candidate_ab import judge_mixed_paths
+
+        chosen = self.knobs.candidate.mixed_paths
+        answers = {name: self._candidate_answer(name) for name in (chosen.bf16, chosen.fp8)}
+        answer, findings = judge_mixed_paths(self.knobs, answers, self.backend)
+        record.candidate_mixed_paths(answer, answers[chosen.bf16], answers[chosen.fp8])
+        if findings:
+            raise Failed("\n  ".join(findings))
+        if chosen.expect.get(self.backend) in (None, "reported"):
+            raise Skipped(
+                f"BF16/FP8 mixed paths reported in {chosen.report or 'not-sized-on-embedded'!r} (knobs/reports.yaml): {chosen.reason.strip()}"
+            )
+
+    def _candidate_answer(self, name: str):
+        """A candidate pair's runs gathered and judged once per session (the mixed-paths answer reuses them)."""
+        from harness.experiment.candidate_ab import gather, judge_pair, replicates
+
+        if name not in self._candidate_answers:
+            baseline, candidate = gather(self.knobs, name, self.fetch, replicates(self.knobs, self.backend))
+            self._candidate_answers[name] = judge_pair(name, self.knobs, baseline, candidate, self.backend)
+        return self._candidate_answers[name]
 
     def _candidate_flags(self, name: str | None) -> dict | None:
         return None if name is None else dict(self.knobs.ab.candidates[name].set)

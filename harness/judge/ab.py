@@ -16,6 +16,7 @@ import numpy as np
 from harness.judge import outcome as outcomes
 from harness.judge import stats, variance
 from harness.judge.candidate_execution import Execution
+from harness.judge.candidate_gate import candidate_kind, gate_label
 from harness.judge.completeness import series_problems
 from harness.judge.decisions import fallbacks
 from harness.judge.effects import ab_question, mode_question, pair_prior, question_effect
@@ -76,8 +77,10 @@ def contract_problems(baseline: Run, candidate: Run, knobs: Knobs, files: PairFi
     problems = []
     a, b = dict(baseline.spec.flags), dict(candidate.spec.flags)
     operator_flags = set(knobs.ab.operator_path_flags.flags)
-    # A mitigation may change the loss and the trajectory, never the sampled tokens (checked below).
-    allowed = operator_flags | set(knobs.ab.mitigation_flags.flags)
+    # A mitigation may change the loss and the trajectory, never the sampled tokens (checked below);
+    # a planted fault is a negative control's one change (harness.judge.candidate_gate names it so).
+    planted = set(knobs.ab.planted_fault_flags.flags) if knobs.ab.planted_fault_flags else set()
+    allowed = operator_flags | set(knobs.ab.mitigation_flags.flags) | planted
     # Prompts are compared by content below: the same file at another path is the same workload.
     # Where a run's metrics and dumps go is not its workload (harness.spec.run_identity).
     differing = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"prompt-data"} - NOT_WHAT_RUNS
@@ -191,6 +194,12 @@ def _compare(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tupl
     return variance.paired_diff_ci(pairs, confidence, prior), mean_a, mean_b
 
 
+def paired_metric(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
+    """Any metric's candidate-minus-baseline interval as the gate's questions judge theirs (paired step
+    by step, over the pairs), with the two means and, when no interval can be judged, the reason."""
+    return _judged(baseline, candidate, metric, knobs)
+
+
 def _judged(baseline: Side, candidate: Side, metric: str, knobs: Knobs) -> tuple[stats.DiffCI | None, float, float, str]:
     """_compare after the completeness check; when no interval can be judged, the reason why."""
     incomplete = _incomplete(baseline, candidate, metric, knobs)
@@ -218,8 +227,14 @@ def drift_reduced(baseline: Side, candidate: Side, knobs: Knobs) -> Answer:
         return Answer(question, False, why, {"outcome": "not judged"})
     band = question_effect(knobs, ab_question(candidate_name(*_first_pair(baseline, candidate), knobs), "drift-reduced"), a)
     judged = outcomes.judge_outcome(diff, band.value, knobs.threshold("bootstrap_confidence"))
-    message = f"abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), {judged.describe()}: {DRIFT_VERDICTS[judged.direction]}"
+    # What kind of change the candidate is decides what its outcome may be called (never "the
+    # operator reduced drift" for a contract change or a planted fault).
+    kind = candidate_kind(_replicates(baseline)[0].spec.flags, _replicates(candidate)[0].spec.flags, knobs)
+    label = gate_label(kind, judged.direction)
+    message = f"{label}: abs-diff {a:.4g} -> {b:.4g} ({(b - a) / a:+.0%}), {judged.describe()}: {DRIFT_VERDICTS[judged.direction]}"
     evidence = {
+        "candidate_kind": kind.as_dict(),
+        "gate_label": label,
         "baseline_mean": a,
         "candidate_mean": b,
         "ci": [judged.low, judged.high],

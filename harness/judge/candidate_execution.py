@@ -17,8 +17,10 @@ from harness.records.operator_calls import OperatorCalls
 
 EXECUTED, NOT_EXECUTED, NOT_CHECKED = "executed", "not executed", "not checked"
 # One operator a pass: where another returned tokens beside it, the candidate ran only in part.
-# The engine-norm pass counts one registered implementation, whatever else the engine runs.
-EXCLUSIVE_PASSES = ("recompute", "training", "sampler")
+# The engine-norm pass counts one registered implementation, whatever else the engine runs; the
+# linear pass is the linear operator's (harness.embedded.linear_operator: a layer it could not take
+# is counted as native there).
+EXCLUSIVE_PASSES = ("recompute", "training", "sampler", "linear")
 
 
 @dataclass

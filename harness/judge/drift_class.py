@@ -3,19 +3,21 @@ order (framework, then no effect, then semantics, then numerics; harness.judge.l
 gives the procedure). `classify` takes a measured judgement (harness.judge.ladder.measure), the
 runs and the evidence (harness.judge.evidence) and returns a new judgement. A step whose evidence
 depends on the delta's direction (the drifting run's probe 6 or boundary table, the drifting rung's
-replay run) lists what it needs (`RungJudgement.needs`) when it is not in hand; the gatherer
+replay run or drift budget) lists what it needs (`RungJudgement.needs`) when it is not in hand; the gatherer
 (harness.experiment.evidence) supplies it and classifies again. No probe runs here.
 """
 
 from __future__ import annotations
 
 import copy
+import fnmatch
 
 import numpy as np
 
 from harness.judge import outcome as outcomes
+from harness.judge.budget import LOCALISED, NOT_LOCALISED, RungBudget
 from harness.judge.completeness import series_problems
-from harness.judge.evidence import BoundaryResult, Need, RungEvidence
+from harness.judge.evidence import BoundaryResult, BudgetNotMeasured, Need, RungEvidence
 from harness.judge.ladder import RungJudgement, abs_diff_after_warmup, holm_level_or_alone
 from harness.records.metric_names import ABS_DIFF
 from harness.records.runload import Run
@@ -95,7 +97,7 @@ def classify(
             f"replaying the processed contract removes {removed:.0%} of the delta "
             f"(< thresholds.semantic_replay_min_removed_fraction {knobs.threshold('semantic_replay_min_removed_fraction'):g})"
         )
-    _numerical_step(judgement, knobs, drifting, children[0], parents[0], evidence)
+    _numerical_step(judgement, knobs, drifting, drifting_rung, children[0], parents[0], evidence)
     return judgement
 
 
@@ -279,31 +281,84 @@ def _contract_probe_decides(judgement, knobs: Knobs, drifting: Run, child: Run, 
     return None
 
 
-def _numerical_step(judgement: RungJudgement, knobs: Knobs, drifting: Run, child: Run, parent: Run, evidence: RungEvidence) -> None:
-    """Step 4. What survives aligned semantics and the framework checks is numerical: the drifting
-    run's boundary table decides it (harness.attribution.boundaries), never the changed flags' names."""
+def _numerical_step(
+    judgement: RungJudgement, knobs: Knobs, drifting: Run, drifting_rung: str, child: Run, parent: Run, evidence: RungEvidence
+) -> None:
+    """Step 4. What survives aligned semantics and the framework checks is numerical, and the drifting
+    rung's drift budget decides it by intervention (harness.judge.budget): candidate-operator at the
+    boundary whose lever alone removes the pre-registered share of the drift, expected-numerical when
+    no boundary alone does, undecided when the budget is inconclusive or could not be measured. The
+    drifting run's boundary table (harness.attribution.boundaries) is the second witness: recorded
+    beside the budget, with the disagreement stated where the two differ. Never the flags' names."""
     judgement.evidence["changed_flags"] = sorted(changed_flags(child, parent))
-    if not evidence.boundary_table:
-        table = BoundaryResult("not checked", "no boundary check was given")
-    elif drifting.id not in evidence.boundary:
+    if evidence.boundary_table and drifting.id not in evidence.boundary:
         judgement.needs.append(Need("boundary", drifting.id))
+    if evidence.drift_budget and drifting_rung not in evidence.budget:
+        judgement.needs.append(Need("budget", drifting_rung))
+    if judgement.needs:
         return
-    else:
-        table = evidence.boundary[drifting.id]
-    status, verdict, boundary = table.status, table.verdict, table.boundary
-    judgement.evidence["boundary_table"] = {"run": drifting.id, "status": status, "verdict": verdict, "boundary": boundary}
-    if status == "within":
-        judgement.drift_class = "expected-numerical"
-        judgement.ruled_out.setdefault("candidate-operator", f"{drifting.id}'s boundary table: every boundary within its envelope")
-        judgement.reasons.append(f"the delta survives aligned semantics; {drifting.id}'s boundary table: {verdict}")
-    elif status == "breaks":
-        judgement.drift_class = "candidate-operator"
+    table = evidence.boundary[drifting.id] if evidence.boundary_table else BoundaryResult("not checked", "no boundary check was given")
+    judgement.evidence["boundary_table"] = {"run": drifting.id, "status": table.status, "verdict": table.verdict, "boundary": table.boundary}
+    budget = evidence.budget.get(drifting_rung) if evidence.drift_budget else BudgetNotMeasured("no drift budget was given")
+    if not isinstance(budget, RungBudget):
+        why = budget.reason if isinstance(budget, BudgetNotMeasured) else "no drift budget was given"
+        judgement.drift_class = "undecided"
+        judgement.evidence["drift_budget"] = {"rung": drifting_rung, "verdict": "not measured", "reason": why}
         judgement.reasons.append(
-            f"the delta survives aligned semantics and framework checks; {drifting.id}'s boundary table localises it at {boundary}: {verdict}"
+            f"undecided: needs the drift budget of {drifting_rung} (the intervention that decides it): {why}; {_witness_text(table)}"
         )
+        return
+    judgement.evidence["drift_budget"] = {"rung": drifting_rung, "verdict": budget.verdict, "boundary": budget.boundary, "reason": budget.reason}
+    witnesses = judgement.evidence["witnesses"] = _witnesses(budget, table, knobs)
+    if witnesses["agree"] is not None:  # the second witness, in the record beside the decision
+        said = "agrees" if witnesses["agree"] else f"disagrees: {witnesses['disagreement']}"
+        judgement.reasons.append(
+            f"second witness, {drifting.id}'s boundary table: {table.status}{f' at {table.boundary}' if table.boundary else ''}; it {said}"
+        )
+    if budget.verdict == LOCALISED:
+        judgement.drift_class = "candidate-operator"
+        judgement.reasons.append(f"the delta survives aligned semantics and framework checks; {drifting_rung}'s drift budget: {budget.reason}")
+    elif budget.verdict == NOT_LOCALISED:
+        judgement.drift_class = "expected-numerical"
+        judgement.ruled_out.setdefault("candidate-operator", f"{drifting_rung}'s drift budget: no boundary's lever alone removes its share")
+        judgement.reasons.append(f"the delta survives aligned semantics; {drifting_rung}'s drift budget: {budget.reason}")
     else:
         judgement.drift_class = "undecided"
-        judgement.reasons.append(f"undecided: needs the boundary table of {drifting.id}: {verdict}")
+        judgement.reasons.append(f"undecided: {drifting_rung}'s drift budget is {budget.reason}")
+
+
+def _witness_text(table: BoundaryResult) -> str:
+    return f"the boundary table (second witness) says {table.status}: {table.verdict}"
+
+
+def _witnesses(budget: RungBudget, table: BoundaryResult, knobs: Knobs) -> dict:
+    """The budget beside the envelope table: whether they agree, and how they differ where not."""
+    rows = knobs.levers.levers[budget.boundary].envelope_rows if budget.boundary and knobs.levers else []
+    if table.status not in ("within", "breaks"):
+        agree, disagreement = None, None
+    elif budget.verdict == LOCALISED and table.status == "breaks":
+        agree = any(fnmatch.fnmatch(table.boundary or "", pattern) for pattern in rows)
+        disagreement = None if agree else f"the budget localises the drift to {budget.boundary}, the envelope table breaks at {table.boundary}"
+    elif budget.verdict == LOCALISED:
+        agree, disagreement = (
+            False,
+            f"the budget localises the drift to {budget.boundary}, the envelope table finds every boundary within its envelope",
+        )
+    elif table.status == "breaks":
+        agree, disagreement = (
+            False,
+            f"the envelope table breaks at {table.boundary}, the budget localises the drift to no boundary ({budget.verdict})",
+        )
+    else:
+        agree, disagreement = True, None
+    return {
+        "budget": budget.verdict,
+        "budget_boundary": budget.boundary,
+        "boundary_table": table.status,
+        "table_boundary": table.boundary,
+        "agree": agree,
+        "disagreement": disagreement,
+    }
 
 
 def _own_boundary_table(judgement: RungJudgement, child: Run, evidence: RungEvidence) -> None:

@@ -41,8 +41,16 @@ class BoundaryResult:
 
 
 @dataclass(frozen=True)
+class BudgetNotMeasured:
+    """A rung whose drift budget could not be measured, and why (never a pass)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Need:
-    """Evidence a judgement reached without: kind contract | boundary (key: a run id) or replay (key: a rung id)."""
+    """Evidence a judgement reached without: kind contract | boundary (key: a run id), replay or
+    budget (key: a rung id)."""
 
     kind: str
     key: str
@@ -59,7 +67,11 @@ class RungEvidence:
     contract: dict[str, ContractResult] = field(default_factory=dict)  # by run id, for the runs a step needed
     boundary: dict[str, BoundaryResult] = field(default_factory=dict)  # by run id
     replay: dict[str, Run] = field(default_factory=dict)  # rung id -> its run replaying the processed contract
+    # rung id -> its drift budget (harness.judge.budget.RungBudget) or BudgetNotMeasured: the
+    # intervention that decides candidate-operator drift (the boundary table is its second witness)
+    budget: dict[str, object] = field(default_factory=dict)
     # Whether probe 6 and the boundary table can be had at all; without them a step that needs one
     # says "not checked" (never a pass) instead of asking for it.
     contract_probe: bool = True
     boundary_table: bool = True
+    drift_budget: bool = True

@@ -47,8 +47,9 @@ __all__ = [
 MEASURED_AT = "measured at the initial weights on the parent's recorded tokens"
 TRAINER_MODULE = "harness.embedded.train"  # named, not imported: the recorded command's module
 # Flags outside the sampled-token contract that a paired rung may still differ in: which side
-# replays the processed contract (an operator candidate; the identity under T=1, no filters).
-_OPERATOR_FLAGS = ("embedded-replay-processed-logprobs",)
+# replays the processed contract (the identity under T=1, no filters), and the linear operator both
+# engines run (the candidate at the fp8-weights boundary, knobs/candidate.yaml).
+_OPERATOR_FLAGS = ("embedded-replay-processed-logprobs", "embedded-linear-operator")
 
 
 @dataclass(frozen=True)

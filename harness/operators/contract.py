@@ -15,6 +15,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 Semantics = Literal["raw", "processed"]
+# The registry's name for the boundary these operators compute (harness.operators.registry.names).
+SELECTED_LOGPROB_BOUNDARY = "selected-logprob"
 
 
 class Contract(BaseModel):
@@ -39,6 +41,7 @@ class Contract(BaseModel):
 class Operator(abc.ABC):
     """A selected-token log-prob implementation. Subclasses set ``name`` and ``contract``."""
 
+    boundary = SELECTED_LOGPROB_BOUNDARY
     name: str
     contract: Contract
     # True where out-of-range targets cannot make the operator touch memory outside its operands

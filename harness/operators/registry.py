@@ -7,6 +7,11 @@ A plug-in (say a Blackwell kernel in its own package) declares in its pyproject:
 
 where the object is an :class:`~harness.operators.contract.Operator` subclass (or a zero-argument
 factory returning an instance). The bench then measures it beside the built-ins, unchanged.
+
+Each operator computes one boundary of the forward, named by its class's ``boundary``: the
+selected-token log-prob of the LM head (``Operator``, the default everywhere a name is listed) or
+the FP8-weight linear layer (``harness.operators.linear_contract.LinearOperator``). A plug-in for
+either registers the same way; ``names(boundary)`` lists one boundary's operators, ``get`` finds any.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
-from harness.operators.contract import Operator
+from harness.operators.contract import SELECTED_LOGPROB_BOUNDARY, Operator
 
 ENTRY_POINT_GROUP = "vime_mismatch_lab.operators"
 
@@ -30,6 +35,7 @@ _BUILTIN_MODULES = (
     "harness.operators.impl_cce",
     "harness.operators.impl_quack",
     "harness.operators.impl_fused",
+    "harness.operators.impl_linear",
 )
 
 _factories: dict[str, Callable[[], Operator]] = {}
@@ -72,10 +78,25 @@ def _load_all() -> None:
             _load_errors[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
 
 
-def names() -> list[str]:
-    """Every registered operator name (built-in and plug-in), whether or not it can run here."""
+def boundary_of(name: str) -> str:
+    """The boundary the operator NAME computes (its class's ``boundary``; an instance is built only
+    for a factory that is not a class)."""
+    factory = _factories[name]
+    boundary = getattr(factory, "boundary", None) if isinstance(factory, type) else None
+    return boundary or getattr(get(name), "boundary", SELECTED_LOGPROB_BOUNDARY)
+
+
+def names(boundary: str = SELECTED_LOGPROB_BOUNDARY) -> list[str]:
+    """Every registered operator name of one boundary (built-in and plug-in; the LM head's selected
+    log-prob unless asked), whether or not it can run here."""
     _load_all()
-    return sorted(_factories)
+    return sorted(name for name in _factories if boundary_of(name) == boundary)
+
+
+def boundaries() -> list[str]:
+    """The boundaries some registered operator computes."""
+    _load_all()
+    return sorted({boundary_of(name) for name in _factories})
 
 
 def plugin_errors() -> dict[str, str]:
@@ -96,6 +117,6 @@ def get(name: str) -> Operator:
     return _instances[name]
 
 
-def available_names() -> list[str]:
-    """Names of the operators that can run on this machine."""
-    return [n for n in names() if get(n).available()[0]]
+def available_names(boundary: str = SELECTED_LOGPROB_BOUNDARY) -> list[str]:
+    """Names of one boundary's operators that can run on this machine."""
+    return [n for n in names(boundary) if get(n).available()[0]]

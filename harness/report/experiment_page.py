@@ -15,8 +15,10 @@ import html
 import math
 from pathlib import Path
 
+from harness.report.budget_section import budget_section
 from harness.report.experiment_record import SEED_QUESTIONS
 from harness.report.ladder_figure import ladder_svg
+from harness.report.readiness_section import candidate_section, readiness_section
 from harness.report.record_model import AbAnswer, Container, Cpu, ExperimentRecord, Gpus, Hardware, HarnessCommit, Package, Rung, TestRef, Vime
 from harness.report.summary import SEED_COLUMNS
 
@@ -510,6 +512,9 @@ def render_page(record: ExperimentRecord, baseline: ExperimentRecord | None = No
             summary_table(record, baseline),
             top,
             rungs_table(record, baseline),
+            budget_section(record),
+            readiness_section(record),
+            candidate_section(record),
             answers_section(record),
             tokens_section(record),
             environment_section(record),

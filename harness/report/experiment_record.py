@@ -168,7 +168,8 @@ def entry_data(entry: BaseModel | dict) -> dict:
 
 
 def add_entry(record: ExperimentRecord, kind: str, entry: BaseModel | dict) -> None:
-    """kind: rows / rungs / ab / answers / environment (lists, environment deduplicated by run) or worst_tokens."""
+    """kind: rows / rungs / ab / answers / budgets / readiness / candidate / environment (lists, environment
+    deduplicated by run) or worst_tokens."""
     entry = as_entry(kind, entry)
     if kind == "worst_tokens":
         record.worst_tokens = record.worst_tokens or entry
@@ -181,7 +182,8 @@ def add_entry(record: ExperimentRecord, kind: str, entry: BaseModel | dict) -> N
 
 def tested_nodeids(record: ExperimentRecord) -> set[str]:
     """The node ids of the tests that made the record's entries (their outcomes go into `outcomes`)."""
-    return {e.test.nodeid for kind in ("rows", "rungs", "ab", "answers") for e in getattr(record, kind) if e.test is not None}
+    kinds = ("rows", "rungs", "ab", "answers", "budgets", "readiness", "candidate")
+    return {e.test.nodeid for kind in kinds for e in getattr(record, kind) if e.test is not None}
 
 
 def write_record(record: ExperimentRecord, folder: str | Path) -> Path:

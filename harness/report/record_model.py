@@ -1,7 +1,8 @@
 """The experiment record as typed objects: one model the writer builds and the page reads.
 
     ExperimentRecord   experiment.json: session, rows, rungs, ab, environment, worst_tokens,
-                       outcomes, answers, min_margin_se (harness.report.experiment_record writes it)
+                       outcomes, answers, budgets, readiness, candidate, min_margin_se
+                       (harness.report.experiment_record writes it)
 
 The fields are the keys written to disk, so a record written before these models loads unchanged.
 The entries we write are `extra="forbid"`: a misspelt key fails where it is built or read, not as a
@@ -202,11 +203,45 @@ class WorstTokens(_Entry):
     rows: list[dict[str, Any]]  # the token audit's rows (harness.attribution.audit), columns as it writes them
 
 
+class DriftBudget(_Entry):
+    """One rung's drift budget by intervention (harness.judge.budget.RungBudget.as_dict in `data`)."""
+
+    rung: str
+    verdict: str  # localised | not localised | inconclusive | not measured
+    boundary: str | None = None  # the lever the drift is localised to
+    reason: str
+    data: dict[str, Any] = Field(default_factory=dict)  # shares per lever with intervals; empty when not measured
+    test: TestRef
+
+
+class Readiness(_Entry):
+    """One of the seed's readiness criteria (harness.judge.readiness): its verdict and its numbers."""
+
+    id: str
+    seed_text: str
+    verdict: str  # met | not met | not checked
+    expected: str  # met | not met | reported (knobs/readiness.yaml)
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    target: str  # the make target whose session decided it
+    test: TestRef
+
+
+class CandidatePair(_Entry):
+    """One A/B pair of the candidate operator or its negative control (harness.experiment.candidate_ab)."""
+
+    name: str
+    label: str  # the gate's words for it (harness.judge.candidate_gate.gate_label)
+    data: dict[str, Any] = Field(default_factory=dict)  # PairAnswer.as_dict(): runs, contract, drift, reward, performance
+    target: str
+    test: TestRef
+
+
 class Answer(_Entry):
     """One judged answer with its margin (harness.report.answers)."""
 
     key: str
-    kind: Literal["ladder", "acceptance", "ab"]
+    kind: Literal["ladder", "acceptance", "ab", "budget", "readiness", "candidate"]
     expected: str | None  # None: an answer without a statistic (a record check)
     observed: str
     margin: Margin | None = None
@@ -249,6 +284,9 @@ class ExperimentRecord(_Entry):
     worst_tokens: WorstTokens | None = None
     outcomes: dict[str, str] = Field(default_factory=dict)  # test node id -> passed / failed / skipped / not reported
     answers: list[Answer] = Field(default_factory=list)
+    budgets: list[DriftBudget] = Field(default_factory=list)
+    readiness: list[Readiness] = Field(default_factory=list)
+    candidate: list[CandidatePair] = Field(default_factory=list)
     min_margin_se: float | None = None
     # The pre-registration the session judged against (harness.judge.preregistration): the hash of every
     # expectation and threshold it applied, and what that hash covers, recorded before any answer.
@@ -271,6 +309,10 @@ class ExperimentRecord(_Entry):
         data = self.model_dump(by_alias=True)
         if data.get("preregistration") is None:
             data.pop("preregistration", None)
+        # Nor is one without drift budgets, readiness criteria or candidate pairs given those keys.
+        for key in ("budgets", "readiness", "candidate"):
+            if not data.get(key):
+                data.pop(key, None)
         return data
 
 
@@ -281,4 +323,7 @@ ENTRY_MODELS: dict[str, type[BaseModel]] = {
     "environment": Environment,
     "worst_tokens": WorstTokens,
     "answers": Answer,
+    "budgets": DriftBudget,
+    "readiness": Readiness,
+    "candidate": CandidatePair,
 }

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness import REPO_ROOT
 from harness.report.answers import is_expected
 from harness.report.results_bench import bench_section
+from harness.report.results_budget import budget_section
 from harness.report.results_calibration import calibration_section, controls_section, design_section
 from harness.report.results_format import cell, clock, interval, num, record_line, signed
 from harness.report.results_records import (
@@ -159,6 +160,8 @@ def main_job_section(root: Path) -> list[str]:
     lines += _answers(
         record, "ab", "The A/B gate", "The candidates against the baseline at P3 (knobs/ab.yaml): the seed's questions, each with its figures."
     )
+    if any(a.kind == "budget" for a in record.answers):
+        lines += ["", *_answers(record, "budget", "Where the drift lives", "Each budget rung's localisation by intervention (knobs/levers.yaml).")]
     return lines
 
 
@@ -233,6 +236,7 @@ def build_page(root: Path = REPO_ROOT) -> str:
         design_section(root),
         calibration_section(root),
         controls_section(root),
+        budget_section(root),
         [
             "## The operator bench",
             "",

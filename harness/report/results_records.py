@@ -111,7 +111,7 @@ class RungFigure(_Record):
 
 class AnswerFigure(_Record):
     key: str
-    kind: Literal["ladder", "acceptance", "ab"]
+    kind: Literal["ladder", "acceptance", "ab", "budget"]
     expected: str | None
     observed: str
     margin_se: float | None  # None: not measured (no statistic, or the estimate had no SE)

@@ -33,7 +33,10 @@ from harness.spec.values import flag_value_problems
 
 if TYPE_CHECKING:
     from harness.spec.budget import RunBudgets
+    from harness.spec.candidate_file import CandidateFile
     from harness.spec.effects_file import Effects
+    from harness.spec.levers import LeverFile
+    from harness.spec.readiness_file import ReadinessFile
     from harness.spec.site import Site
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -65,6 +68,12 @@ class Knobs:
     # values, applied by every resolve() (knobs < site < --set).
     site: Site | None = None
     sets: dict = field(default_factory=dict)
+    # One lever per boundary and the drift budget's policy (levers.yaml); None where the file is absent.
+    levers: LeverFile | None = None
+    # The candidate operator's A/B and negative control (candidate.yaml); None where the file is absent.
+    candidate: CandidateFile | None = None
+    # The seed's readiness criteria and the mismatch knobs (readiness.yaml); None where the file is absent.
+    readiness: ReadinessFile | None = None
 
     def threshold(self, name: str) -> float:
         if name not in self.thresholds:
@@ -272,6 +281,7 @@ def load_knobs(root: Path) -> Knobs:
     budgets = _load_budgets(root / "launch.yaml", stages)
     effects = _load_effects(root)
     reports = parse_file(root / "reports.yaml", ReportsFile).reports
+    levers = _load_levers(root / "levers.yaml", rungs, thresholds)
     knobs = Knobs(
         root,
         base,
@@ -286,10 +296,31 @@ def load_knobs(root: Path) -> Knobs:
         budgets=budgets,
         effects=effects,
         reports=reports,
+        levers=levers,
     )
     _check_flag_values(knobs)
     _check_links(knobs)
-    return knobs
+    return _with_candidate_and_readiness(root, knobs)
+
+
+def _with_candidate_and_readiness(root: Path, knobs: Knobs) -> Knobs:
+    """candidate.yaml and readiness.yaml, each optional, parsed and linked to the rest of the spec."""
+    from dataclasses import replace
+
+    from harness.spec.candidate_file import CANDIDATE_FILE, CandidateFile
+    from harness.spec.candidate_load import check_candidate, check_readiness
+    from harness.spec.readiness_file import READINESS_FILE, ReadinessFile
+
+    found = {}
+    for name, file, model, check in (
+        ("candidate", CANDIDATE_FILE, CandidateFile, check_candidate),
+        ("readiness", READINESS_FILE, ReadinessFile, check_readiness),
+    ):
+        path = root / file
+        if path.exists():
+            found[name] = parse_file(path, model)
+            check(found[name], _relative(path), knobs)
+    return replace(knobs, **found) if found else knobs
 
 
 def _load_effects(root: Path):
@@ -311,6 +342,24 @@ def _load_budgets(path: Path, stages: dict[str, Stage]):
     if unknown:
         raise SpecError(f"{_relative(path)}: stages.{unknown[0]}: expected a stage of stages.yaml ({', '.join(stages)}), got {unknown[0]!r}")
     return budgets
+
+
+def _load_levers(path: Path, rungs: dict[str, Rung], thresholds: dict[str, Threshold]):
+    """levers.yaml: the lever table and the drift budget's policy. Optional, as launch.yaml is."""
+    from harness.spec.levers import LeverFile
+
+    if not path.exists():
+        return None
+    levers = parse_file(path, LeverFile)
+    share = levers.budget.min_localised_share.threshold
+    if share not in thresholds:
+        raise SpecError(f"{_relative(path)}: budget.min_localised_share.threshold: expected a threshold of thresholds.yaml, got {share!r}")
+    unknown = [rung for rung in levers.budget.rungs if rung not in rungs or levers.budget.stage not in rungs[rung].stages]
+    if unknown:
+        raise SpecError(
+            f"{_relative(path)}: budget.rungs: expected rungs of ladder/ that run at budget.stage {levers.budget.stage}, got {unknown[0]!r}"
+        )
+    return levers
 
 
 def _load_rungs(ladder_dir: Path) -> dict[str, Rung]:
@@ -423,6 +472,13 @@ def _check_links(knobs: Knobs) -> None:
                 f"({', '.join(sorted(allowed))}), got {flag!r}"
             )
     problems += _reported_links(knobs)
+    if knobs.levers is not None:
+        problems += [
+            f"{_relative(knobs.root / 'levers.yaml')}: budget.expect.{rung}.report: expected a report of reports.yaml "
+            f"({', '.join(sorted(knobs.reports))}), got {e.report!r}"
+            for rung, e in knobs.levers.budget.expect.items()
+            if e.report is not None and e.report not in knobs.reports
+        ]
     for criterion in knobs.acceptance.criteria:
         for name in criterion.thresholds:
             if name not in knobs.thresholds:

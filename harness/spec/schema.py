@@ -348,6 +348,11 @@ class ABFile(Strict):
     # training trajectory, never the sampled-token contract, and the record names them.
     mitigation_flags: FlagList
     sampling_contract_flags: FlagList
+    # Which log-prob the trainer computes for a sampled token (the processed-logprob replay): a candidate
+    # changing one is a contract change, never an operator result (harness.judge.candidate_gate).
+    logprob_contract_flags: FlagList | None = None
+    # Planted faults a negative control may switch on (its one change; it must come out "increased").
+    planted_fault_flags: FlagList | None = None
 
     def expected_to_pass(self, question: str, backend: str, candidate: str | None = None) -> tuple[bool | Reported, str]:
         """Whether the gate is expected to pass `question` on `backend` for the pair's candidate (or

@@ -84,3 +84,19 @@ def build_run(tmp_path):
         )
 
     return build
+
+
+@pytest.fixture
+def made_budget():
+    """made_budget(rung, verdict, boundary=None): a drift budget (see _made_budget)."""
+    return _made_budget
+
+
+def _made_budget(rung: str, verdict: str, boundary: str | None = None):
+    """A drift budget as harness.judge.budget returns it, with the verdict given (the decision itself
+    is tested in test_budget_judge.py): evidence for the drift-class step it decides."""
+    from harness.judge.budget import Estimate, RungBudget
+
+    zero = Estimate(0.0, 0.0, 0.0, 0.0, 1.0)
+    reason = f"{verdict}" + (f" to {boundary}: aligning it alone removes 80% of the drift" if boundary else ": no boundary alone removes 50%")
+    return RungBudget(rung, ("child",), (1,), 1e-3, 1e-5, zero, (), verdict, boundary, 0.5, 3.0, 96, 1900, {}, reason)

@@ -13,7 +13,9 @@ def code_text() -> str:
         *(REPO_ROOT / "harness").rglob("*.py"),
         *(REPO_ROOT / "tests").rglob("*.py"),
         *(REPO_ROOT / "fixtures").rglob("*.py"),
+        # Files that name the thresholds their checks read (the code reads them by these names).
         REPO_ROOT / "knobs" / "acceptance.yaml",
+        REPO_ROOT / "knobs" / "readiness.yaml",
     ]
     return "\n".join(Path(f).read_text() for f in files)
 

@@ -8,6 +8,7 @@ import pytest
 from harness import DEFAULT_KNOBS_DIR
 from harness.experiment.evidence import acceptance_context, judge_rung
 from harness.judge.acceptance import CHECKS
+from harness.judge.budget import LOCALISED, NOT_LOCALISED
 from harness.spec import load_knobs
 
 KNOBS = load_knobs(DEFAULT_KNOBS_DIR)
@@ -184,7 +185,7 @@ def test_a_rung_whose_change_is_the_replay_is_not_judged_semantic_by_replaying_i
 MEASURED_T = "both sides' measured temperature lies within the band around the declared one: declared T=1; trainer T_hat 1.000000 [...]"
 
 
-def test_classifier_calls_a_precision_delta_that_survives_replay_expected_numerical(build_run):
+def test_classifier_calls_a_precision_delta_that_survives_replay_expected_numerical(build_run, made_budget):
     """T=1 and no filters: one candidate contract, no replay to run. Semantics is ruled out only by
     probe 6's measured temperature fit on the drifting run, never by the flags."""
     parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)))
@@ -198,7 +199,13 @@ def test_classifier_calls_a_precision_delta_that_survives_replay_expected_numeri
         return ("pass", MEASURED_T)
 
     judgement = judge_rung(
-        KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], contract_check=contract, boundary_check=lambda run: within
+        KNOBS.rungs["fp8-rollout"],
+        KNOBS,
+        fetcher(runs),
+        lambda run: [],
+        contract_check=contract,
+        boundary_check=lambda run: within,
+        drift_budget=lambda rung_id, runs: made_budget(rung_id, NOT_LOCALISED),
     )
     assert judgement.drift_class == "expected-numerical", judgement.summary()
     assert asked == ["child"] and judgement.evidence["boundary_table"]["run"] == "child"
@@ -225,17 +232,32 @@ def test_single_contract_semantics_follow_the_measured_probe_not_the_flags(build
     assert "semantic" not in judgement.ruled_out
 
 
-def test_classifier_decides_numerical_drift_from_the_boundary_table_only(build_run):
+def test_classifier_decides_numerical_drift_by_the_drift_budget_only(build_run, made_budget):
     parent = with_flags(build_run("parent", rung="near-aligned", abs_diff=noisy(0.013)))
     child = with_flags(build_run("child", rung="fp8-rollout", abs_diff=noisy(0.04)), **{"vllm-quantization": "fp8"})
     runs = {("fp8-rollout", ()): child, ("near-aligned", ()): parent}
     breaks = ("breaks", "first boundary beyond 4x its envelope: logsumexp ...", "logsumexp")
     passes = lambda run: ("pass", MEASURED_T)  # noqa: E731
+    asked = []
+
+    def budget(rung_id, runs):
+        asked.append((rung_id, [run.id for run in runs]))
+        return made_budget(rung_id, LOCALISED, "log-softmax")
+
+    judgement = judge_rung(
+        KNOBS.rungs["fp8-rollout"],
+        KNOBS,
+        fetcher(runs),
+        lambda run: [],
+        contract_check=passes,
+        boundary_check=lambda run: breaks,
+        drift_budget=budget,
+    )
+    assert judgement.drift_class == "candidate-operator" and "log-softmax" in judgement.reasons[-1], judgement.summary()
+    assert asked == [("fp8-rollout", ["child"])], "the drifting rung's budget over its own runs"
+    # A breaking envelope table alone decides nothing: without the budget the class is undecided.
     judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], contract_check=passes, boundary_check=lambda run: breaks)
-    assert judgement.drift_class == "candidate-operator" and "logsumexp" in judgement.reasons[-1], judgement.summary()
-    # A precision flag alone decides nothing: without a boundary table the class is undecided.
-    judgement = judge_rung(KNOBS.rungs["fp8-rollout"], KNOBS, fetcher(runs), lambda run: [], contract_check=passes)
-    assert judgement.drift_class == "undecided" and "needs the boundary table" in judgement.reasons[-1], judgement.summary()
+    assert judgement.drift_class == "undecided" and "needs the drift budget" in judgement.reasons[-1], judgement.summary()
 
 
 def test_classifier_puts_framework_failures_before_anything_else(build_run):

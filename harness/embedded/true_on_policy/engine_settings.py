@@ -1,11 +1,18 @@
-"""The engine side of true on-policy: vLLM settings, plus the one registered norm implementation
-they select. Installed in whichever process runs the engine (colocate: the trainer; TP=2: the
-spawned engine core; non-colocate: the server's processes through engine_site/sitecustomize.py).
+"""The engine side of the levers: vLLM settings, the registered norm implementation one of them
+selects, and the sampler's reference filter. Installed in whichever process runs the engine
+(colocate: the trainer; TP=2: the spawned engine core; non-colocate: the server's processes through
+engine_site/sitecustomize.py); the reference filter needs the sampler in the trainer's process.
+
+``apply_in_process(model)`` sets the same switches on a live in-process engine, between forward
+passes, as the settings would set them at its start (the drift budget's re-scorer): the custom ops'
+dispatch (what ``custom_ops=["none"]`` picks at construction), the fused add + norm's priority, the
+split-KV variable and the filter.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 
@@ -76,3 +83,93 @@ def server_args() -> list[str]:
     if _ir_op_priority():
         args += ["--ir-op-priority", json.dumps(_ir_op_priority())]
     return args
+
+
+# ---------------------------------------------------------------- the sampler's reference filter
+def _reference_masked(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None) -> torch.Tensor:
+    """vLLM's apply_top_k_top_p result (logits, -inf outside the kept set) with the kept set from the
+    trainer's replay mask, row by row (each row may carry its own k and p)."""
+    from harness.embedded import logprobs as lp
+
+    out = logits.clone()
+    for row in range(logits.shape[0]):
+        top_k = int(k[row]) if k is not None else -1
+        top_p = float(p[row]) if p is not None else 1.0
+        keep = lp.processed_mask(logits[row : row + 1].float(), top_k, top_p)[0]
+        out[row].masked_fill_(~keep, float("-inf"))
+    return out
+
+
+def _reference_log_softmax(original):
+    def forward(self, logits, generators, k, p):
+        if self.logprobs_mode != "processed_logprobs" or not lever_on("engine-reference-log-softmax"):
+            return original(self, logits, generators, k, p)
+        from vllm.v1.sample.ops import topk_topp_sampler as sampler_ops
+
+        reference = sampler_ops.apply_top_k_top_p(logits.clone(), k, p).log_softmax(dim=-1, dtype=torch.float32)
+        sampled, _ = original(self, logits, generators, k, p)
+        return sampled, reference
+
+    forward._embedded_lever = True
+    return forward
+
+
+def install_reference_log_softmax() -> None:
+    """Wrap the sampler's forwards (idempotent; before the engine binds its sampler, after any
+    numerical control on them): with ``engine-reference-log-softmax`` on, the log-probs it returns are
+    the reference log-softmax of its filtered logits; the sampled tokens are the sampler's own."""
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    for name in ("forward_cpu", "forward_native"):
+        if not getattr(getattr(TopKTopPSampler, name), "_embedded_lever", False):
+            setattr(TopKTopPSampler, name, _reference_log_softmax(getattr(TopKTopPSampler, name)))
+
+
+def install_sampler_references() -> None:
+    install_reference_filter()
+    install_reference_log_softmax()
+
+
+def install_reference_filter() -> None:
+    """Wrap vLLM's top-k/top-p masking (idempotent): with ``engine-reference-filter`` on, the kept
+    set comes from the reference mask; off, from whatever was there (vLLM's, or a control's)."""
+    from vllm.v1.sample.ops import topk_topp_sampler as sampler_ops
+
+    if getattr(sampler_ops.apply_top_k_top_p, "_embedded_lever", False):
+        return
+    original = sampler_ops.apply_top_k_top_p
+
+    def apply_top_k_top_p(logits, k, p):
+        if (k is None and p is None) or not lever_on("engine-reference-filter"):
+            return original(logits, k, p)
+        return _reference_masked(logits, k, p)
+
+    apply_top_k_top_p._embedded_lever = True
+    sampler_ops.apply_top_k_top_p = apply_top_k_top_p
+
+
+# ---------------------------------------------------------------- switched on a live engine
+_DISPATCHED = "_embedded_dispatched_forward"
+
+
+def apply_in_process(model) -> None:
+    """The engine-side switches as they stand now (true_on_policy.configure), set on a live
+    in-process engine's model: what each setting would have made of it at its start."""
+    from vllm.ir.ops import layernorm
+    from vllm.model_executor.custom_op import CustomOp
+
+    native = lever_on("engine-native-ops")
+    for module in model.modules():
+        if isinstance(module, CustomOp):
+            first = module.__dict__.setdefault(_DISPATCHED, module._forward_method)
+            module._forward_method = module.forward_native if native else first
+    register_rounded_residual_norm()
+    op = layernorm.fused_add_rms_norm
+    if not hasattr(op, "_embedded_default_priority"):
+        op._embedded_default_priority = op.get_priority() or ["native"]
+    op.set_default([ROUNDED_RESIDUAL, "native"] if lever_on("engine-rounded-residual") else op._embedded_default_priority)
+    if lever_on("engine-split-kv-off"):
+        os.environ["VLLM_CPU_ATTN_SPLIT_KV"] = "0"
+    else:
+        os.environ.pop("VLLM_CPU_ATTN_SPLIT_KV", None)
+    install_sampler_references()

@@ -149,8 +149,14 @@ def block_spec(num_experts: int | None, num_layers: int):
     sub = layer.submodules
     attention = sub.self_attention.submodules
     final_norm = sub.input_layernorm  # Megatron's own (what the local spec's block uses)
-    if lever_on("trainer-engine-norm"):
-        sub.input_layernorm = sub.pre_mlp_layernorm = attention.q_layernorm = attention.k_layernorm = final_norm = EngineRMSNorm
+    if lever_on("trainer-engine-input-norm"):
+        sub.input_layernorm = EngineRMSNorm
+    if lever_on("trainer-engine-qk-norm"):
+        attention.q_layernorm = attention.k_layernorm = EngineRMSNorm
+    if lever_on("trainer-engine-pre-mlp-norm"):
+        sub.pre_mlp_layernorm = EngineRMSNorm
+    if lever_on("trainer-engine-final-norm"):
+        final_norm = EngineRMSNorm
     if lever_on("trainer-engine-attention"):
         attention.core_attention = EngineKernelAttention
     return TransformerBlockSubmodules(layer_specs=[layer] * num_layers, layer_norm=final_norm)

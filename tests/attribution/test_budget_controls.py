@@ -1,0 +1,44 @@
+"""Planted faults localised by intervention: a fault at one boundary is where the drift budget puts
+the run's drift (docs/controls.md, "By intervention").
+
+Each (fault, rung) below was localised to its boundary's lever on the calibration seed by
+`make controls` (reports/controls/budget/control_sizes.json), far enough past the pre-registered
+share that another seed keeps the answer; here it is judged on the stage's own seed, which the
+calibration never used: a run of the rung with the fault planted (30 rollouts), its own tokens
+re-scored under every lever, and the budget must name the fault's lever.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.experiment.budget_scores import seed_scores
+from harness.judge.budget import LOCALISED, judge_budget
+from harness.report.allure_attach import attach_text, label_experiment
+
+pytestmark = pytest.mark.attribution
+
+# (fault, rung) -> the lever of knobs/levers.yaml whose boundary it is planted at, localised there on
+# the calibration seed 7001 (add-one share, SE past the share): rollout-lse at bf16 size on the bf16
+# rung (73%, +92 SE) and the fp8 rung (44%, +37 SE); the fp8 weights read back at twice their scale (95%,
+# +12 SE); at fp8 e4m3's 3 mantissa bits (the smallest size the budget localises each at), the trainer's
+# attention softmax (88%, +7.3 SE) and MLP reduction (46%, +7.7 SE) on the bf16 rung and its LM-head GEMM
+# on the fp8 rung (71%, +14 SE). At bf16 size those three stay under the share (docs/results.md).
+LOCALISED_ON_CALIBRATION = {
+    ("rollout-lse-bf16", "near-aligned"): "log-softmax",
+    ("rollout-lse-bf16", "fp8-rollout"): "log-softmax",
+    ("rollout-fp8-weight-scale:2", "fp8-rollout"): "fp8-weights",
+    ("trainer-softmax-bits:3", "near-aligned"): "attention-prefill",
+    ("trainer-tp-reduce-bits:3", "near-aligned"): "mlp",
+    ("trainer-lm-head-bits:3", "fp8-rollout"): "lm-head",
+}
+
+
+@pytest.mark.parametrize(("fault", "rung"), list(LOCALISED_ON_CALIBRATION))
+def test_a_planted_fault_is_localised_by_intervention_at_its_boundary(get_run, knobs, fault, rung):
+    run = get_run("p1", rung, "colocate", **{"num-rollout": 30, "embedded-inject": fault})
+    label_experiment("p1", rung, f"planted {fault}, localised by intervention", "colocate", "embedded", run.id)
+    budget = judge_budget(rung, seed_scores([run], knobs.levers), knobs.levers, knobs)
+    attach_text(budget.text(), "drift budget")
+    lever = LOCALISED_ON_CALIBRATION[fault, rung]
+    assert budget.verdict == LOCALISED and budget.boundary == lever, budget.text()
