@@ -71,6 +71,13 @@ def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
             # the design's rule (harness.judge.design.needed_pairs): seeds for the judged margin to reach
             # the target with the seeds' own spread, R - 1 degrees of freedom and the SE's scatter
             "seeds_needed": seeds_needed,
+            # each operator lever that changes anything (a lever that leaves every gap as it was rules itself
+            # out by construction): the seeds its own answer needs, localised or ruled out
+            "lever_seeds_needed": {
+                row.lever: _lever_seeds_needed(budget, row, knobs)
+                for row in budget.levers
+                if row.kind == "operator" and (row.add.low, row.add.high) != (0.0, 0.0) and abs(row.add.value) >= 1e-4
+            },
             "drift": float(f"{budget.drift:.4g}"),
             "residual_all_levers": round(budget.residual.value, 4),
             "add_one": {row.lever: [round(row.add.value, 4), round(row.add.low, 4), round(row.add.high, 4)] for row in budget.levers},
@@ -86,14 +93,20 @@ def measure(knobs, runs_dir: Path, seeds: list[int]) -> dict:
 
 def _seeds_needed(budget, knobs) -> int | str:
     """Seeds the rung's answer needs (its deciding lever: the one localised to, else the nearest to the
-    share), by the design rule the other questions are sized with: each seed's share against the
-    share's threshold is one pair, the pairs' spread counted, R - 1 degrees of freedom always, the
-    judge's SE at its 95% quantile; the budget's decision needs min_margin_se SE, no interval on top."""
+    share); _lever_seeds_needed's rule."""
+    operators = [row for row in budget.levers if row.kind == "operator"]
+    row = budget.lever(budget.boundary) if budget.boundary else max(operators, key=lambda r: r.add.value)
+    return _lever_seeds_needed(budget, row, knobs)
+
+
+def _lever_seeds_needed(budget, row, knobs) -> int | str:
+    """Seeds one lever's answer (localised above the share, ruled out below it) needs, by the design
+    rule the other questions are sized with: each seed's share against the share's threshold is one
+    pair, the pairs' spread counted, R - 1 degrees of freedom always, the judge's SE at its 95%
+    quantile; the budget's decision needs min_margin_se SE, no interval on top."""
     from harness.judge.design import MAX_SEEDS, needed_pairs, side_variance
     from harness.spec.design_file import load_design
 
-    operators = [row for row in budget.levers if row.kind == "operator"]
-    row = budget.lever(budget.boundary) if budget.boundary else max(operators, key=lambda r: r.add.value)
     sign = 1.0 if row.add.value > budget.min_share else -1.0
     values = [sign * (row.by_seed[s]["add"].value - budget.min_share) for s in budget.seeds]
     within = [row.by_seed[s]["add"].se ** 2 for s in budget.seeds]
@@ -106,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knobs", type=Path, default=DEFAULT_KNOBS_DIR)
     parser.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS_DIR)
     parser.add_argument("--write", action="store_true", help=f"record the answers below the marker of knobs/{LEVERS_FILE}")
+    parser.add_argument("--count", type=int, help="design seeds from the first (default: knobs/design.yaml seeds.design_count)")
     args = parser.parse_args(argv)
     knobs, design = load_knobs(args.knobs), load_design(args.knobs)
-    seeds = list(range(design.seeds.design, design.seeds.design + design.seeds.design_count))
+    seeds = list(range(design.seeds.design, design.seeds.design + (args.count or design.seeds.design_count)))
     measured = {
         "date": dt.date.today().isoformat(),
         "commit": _commit(),

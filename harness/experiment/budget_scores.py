@@ -271,7 +271,6 @@ def rung_budget(rung_id: str, runs: list[Run], knobs) -> object:
         return BudgetNotMeasured("knobs/ has no levers.yaml: no lever table to budget with")
     if rung_id not in knobs.levers.budget.rungs:
         return BudgetNotMeasured(f"{rung_id} is not one of knobs/levers.yaml budget.rungs ({', '.join(knobs.levers.budget.rungs)})")
-    runs = runs[: knobs.levers.budget.seeds]  # the first seeds: the sample the design sized the budget for
     try:
         return judge_budget(rung_id, seed_scores(runs, knobs.levers), knobs.levers, knobs)
     except (NotMeasured, BudgetInputError) as why:

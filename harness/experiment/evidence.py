@@ -66,9 +66,7 @@ class Probes:
         return self._boundary[run.id]
 
     def drift_budget(self, rung_id: str, runs: list[Run]):
-        """The rung's drift budget over these runs (its first budget.seeds seeds): RungBudget or BudgetNotMeasured."""
-        if self.knobs.levers is not None:
-            runs = runs[: self.knobs.levers.budget.seeds]
+        """The rung's drift budget over these runs (budget_runs): RungBudget or BudgetNotMeasured."""
         key = (rung_id, tuple(run.id for run in runs))
         if key not in self._budget:
             from harness.experiment.budget_scores import rung_budget
@@ -178,8 +176,19 @@ def judge_rung(
     raise AssertionError(f"{rung.id}: the judgement still needs {judgement.needs} after every round of evidence")
 
 
-def judge_ladder_rung(rung, knobs: Knobs, fetch: Callable[..., Run], probes: Probes, *, holm, replicates: int, backend: str):
-    """One rung judged against its parent with every piece of evidence the judge can use."""
+def judge_ladder_rung(
+    rung,
+    knobs: Knobs,
+    fetch: Callable[..., Run],
+    probes: Probes,
+    *,
+    holm,
+    replicates: int,
+    backend: str,
+    budget_fetch: Callable[..., Run] | None = None,
+):
+    """One rung judged against its parent with every piece of evidence the judge can use. A rung's drift
+    budget is its budget runs' (`budget_fetch`: the budget stage's fetcher), whatever seeds it is judged on."""
     return judge_rung(
         rung,
         knobs,
@@ -191,7 +200,9 @@ def judge_ladder_rung(rung, knobs: Knobs, fetch: Callable[..., Run], probes: Pro
         paired=paired_for(backend, knobs),
         boundary_check=probes.boundary_check,
         framework_not_checked=probes.framework_not_checked,
-        drift_budget=probes.drift_budget,
+        drift_budget=None
+        if budget_fetch is None
+        else (lambda rung_id, _runs: probes.drift_budget(rung_id, budget_runs(rung_id, knobs, budget_fetch))),
     )
 
 
@@ -316,13 +327,22 @@ def _seeds(fetch: Callable[..., Run], rung: str, seed: int, offsets) -> list[Run
     return runs
 
 
-def drift_budget_answer(rung_id: str, knobs: Knobs, fetch: Callable[..., Run], probes: Probes, replicates: int):
-    """A budget rung's drift budget over its runs at every replicate seed, and what differs from its
-    pre-registered answer: (RungBudget or BudgetNotMeasured, its expectation or None, findings; no
-    findings: as expected). The main job's budget check, pytest's and the Session's alike."""
+def budget_runs(rung_id: str, knobs: Knobs, fetch: Callable[..., Run]) -> list[Run]:
+    """The budget's sample of a rung (knobs/levers.yaml budget): its runs at the budget's own seeds,
+    judging_seed onwards (plus a confirmatory sweep's offset, as every stage seed), launched together;
+    `fetch` is the budget stage's."""
+    policy = knobs.levers.budget
+    first = policy.judging_seed + getattr(fetch, "seed_offset", 0)
+    (runs,) = replicate_sets([(rung_id, {"seed": first})], fetch, policy.seeds)
+    return runs
+
+
+def drift_budget_answer(rung_id: str, knobs: Knobs, fetch: Callable[..., Run], probes: Probes):
+    """A budget rung's drift budget over its budget runs, and what differs from its pre-registered
+    answer: (RungBudget or BudgetNotMeasured, its expectation or None, findings; no findings: as
+    expected). The main job's budget check, pytest's and the Session's alike."""
     from harness.judge.budget import expectation_findings
 
-    (runs,) = replicate_sets([rung_id], fetch, min(replicates, knobs.levers.budget.seeds) if knobs.levers else replicates)
-    budget = probes.drift_budget(rung_id, runs)
+    budget = probes.drift_budget(rung_id, budget_runs(rung_id, knobs, fetch))
     expected = knobs.levers.budget.expect.get(rung_id) if knobs.levers else None
     return budget, expected, expectation_findings(budget, expected)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.experiment.evidence import acceptance_context, contract_problems, replicate_sets, rung_difference
+from harness.experiment.evidence import acceptance_context, budget_runs, contract_problems, replicate_sets, rung_difference
 from harness.judge import readiness as checks
 from harness.judge import stats
 from harness.judge.acceptance import record_is_complete
@@ -43,7 +43,7 @@ def _near_aligned(knobs: Knobs, fetch, replicates: int) -> list[checks.SeedFigur
                     (float("nan"),) * 2,
                     float("nan"),
                     float("nan"),
-                    bound_findings(rung, run, knobs),
+                    bound_findings(rung, run, knobs, side=runs),
                 )
             )
             continue
@@ -59,7 +59,7 @@ def _near_aligned(knobs: Knobs, fetch, replicates: int) -> list[checks.SeedFigur
                 ci=(low, high),
                 rel_halfwidth=(high - low) / 2 / mean if mean else float("inf"),
                 rel_trend=abs(summary.slope) * (steps[-1] - steps[0]) / mean if mean else float("inf"),
-                findings=bound_findings(rung, run, knobs),
+                findings=bound_findings(rung, run, knobs, side=runs),
             )
         )
     return out
@@ -90,14 +90,13 @@ def _knob_deltas(knobs: Knobs, stage: str, mode: str, backend: str, fetch, repli
     return out
 
 
-def _budgets(knobs: Knobs, fetch, probes, replicates: int) -> dict[str, dict]:
+def _budgets(knobs: Knobs, fetch, probes) -> dict[str, dict]:
     from harness.judge.budget import RungBudget
 
     out = {}
     for rung_id in knobs.levers.budget.rungs:
-        (runs,) = replicate_sets([rung_id], fetch, replicates)
         try:
-            budget = probes.drift_budget(rung_id, runs)
+            budget = probes.drift_budget(rung_id, budget_runs(rung_id, knobs, fetch))
         except ValueError as err:  # a budget the judge cannot compute is not measured, and says why
             out[rung_id] = {"not_measured": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
             continue
@@ -148,9 +147,7 @@ def gather(check: str, knobs: Knobs, runs, mode: str, probes) -> checks.Readines
     gatherers = {
         "near_aligned": lambda: _near_aligned(knobs, fetch, replicates),
         "knob_deltas": lambda: _knob_deltas(knobs, stage, mode, runs.backend, fetch, replicates),
-        "budgets": lambda: _budgets(
-            knobs, runs.fetcher(knobs.levers.budget.stage, mode), probes, knobs.stages[knobs.levers.budget.stage].replicate_count(runs.backend)
-        ),
+        "budgets": lambda: _budgets(knobs, runs.fetcher(knobs.levers.budget.stage, mode), probes),
         "bench": lambda: _bench(knobs, runs, mode),
         "final_ab": lambda: _final_ab(knobs, runs, mode),
     }

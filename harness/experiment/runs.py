@@ -237,6 +237,11 @@ class Fetch:
     def many(self, requests: list[tuple[str, dict]]) -> list[Run]:
         return self.source.many([(self.stage, rung_id, self.mode, overrides) for rung_id, overrides in requests])
 
+    @property
+    def seed_offset(self) -> int:
+        """The source's offset on every stage seed (a confirmatory sweep's); 0 where it has none."""
+        return int(getattr(self.source, "seed_offset", 0) or 0)
+
 
 def _overrides(spec: RunSpec) -> str:
     """', seed 2127' and the like: what tells a replicate or a replay run from the rung's own run."""

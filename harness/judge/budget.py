@@ -307,11 +307,22 @@ def answer_margin(budget: RungBudget) -> Margin | None:
 
 def expectation_findings(budget, expected) -> list[str]:
     """What differs between the rung's budget (RungBudget or not measured) and its pre-registered
-    answer (knobs/levers.yaml budget.expect; None: nothing expected). Empty: as expected."""
-    if expected is None or expected.verdict == "reported":
+    answer (knobs/levers.yaml budget.expect; None: nothing expected): the levers it rules out, then
+    the rung's verdict unless that is reported. Empty: as expected."""
+    if expected is None or (expected.verdict == "reported" and not expected.ruled_out):
         return []
     if not isinstance(budget, RungBudget):
         return [f"drift budget not measured: {getattr(budget, 'reason', budget)}"]
+    findings = []
+    for name in expected.ruled_out:
+        row = budget.lever(name)
+        if row.localisation != NOT_LOCALISED:
+            findings.append(
+                f"expected {name} ruled out (not localised), got {row.localisation}: aligning it alone removes {row.add.text()}, "
+                f"{row.margin.se_units:+.1f} SE from {budget.min_share:.0%} (needs -{budget.min_margin_se:g})"
+            )
+    if findings or expected.verdict == "reported":
+        return findings
     if budget.verdict != expected.verdict:
         return [f"expected {expected.verdict}{f' to {expected.boundary}' if expected.boundary else ''}, got {budget.reason}"]
     # localised to the expected lever: the verdict's boundary (the largest share) or another past the share

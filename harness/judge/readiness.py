@@ -27,7 +27,7 @@ class SeedFigures:
     ci: tuple[float, float]
     rel_halfwidth: float
     rel_trend: float
-    findings: list[str]  # harness.judge.expectations.bound_findings: empty when every bound holds
+    findings: list[str]  # harness.judge.expectations.bound_findings with the side over every seed: empty when every bound holds
 
 
 @dataclass
@@ -61,8 +61,8 @@ def _verdict(state: str, message: str, evidence: dict) -> Verdict:
 
 
 def near_aligned_low_and_stable(ev: ReadinessEvidence, knobs: Knobs) -> Verdict:
-    """Met when every near-aligned seed's run keeps the rung's bounds (low: mean; stable: its interval's
-    relative half-width and its trend over the run), the same bounds the ladder holds it to."""
+    """Met when every near-aligned seed's run keeps the rung's bounds (low: mean; stable: its trend over the
+    run, and the side's interval over every seed, relative half-width), the same bounds the ladder holds it to."""
     if not ev.near_aligned:
         return _verdict(NOT_CHECKED, ev.problems.get("near_aligned", "no near-aligned run"), {})
     rows = [
@@ -84,10 +84,11 @@ def near_aligned_low_and_stable(ev: ReadinessEvidence, knobs: Knobs) -> Verdict:
         for s in ev.near_aligned
     )
     limits = {
-        name: knobs.threshold(name) for name in ("near_aligned_max_abs_diff", "near_aligned_max_rel_ci_halfwidth", "near_aligned_max_rel_trend")
+        name: knobs.threshold(name) for name in ("near_aligned_max_abs_diff", "near_aligned_max_rel_side_ci_halfwidth", "near_aligned_max_rel_trend")
     }
     evidence = {"seeds": rows, "seed_range_over_mean": spread, "limits": limits}
-    broken = [finding for s in ev.near_aligned for finding in s.findings]
+    # A side bound (over every seed) is in each seed's findings: said once.
+    broken = list(dict.fromkeys(finding for s in ev.near_aligned for finding in s.findings))
     if broken:
         return _verdict(NOT_MET, "; ".join(broken[:3]), evidence)
     return _verdict(MET, f"{len(rows)} seeds within every bound ({shown}); the seeds' means span {spread:.0%} of their mean", evidence)

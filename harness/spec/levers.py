@@ -76,6 +76,9 @@ class BudgetExpectation(Strict):
     # The lever the drift is expected to be localised to; None with verdict localised: to some boundary
     # (the design found more than one past the share, their order not decided), reported either way.
     boundary: str | None = None
+    # Operator levers the design ruled out (not localised) far enough from the share for the budget's
+    # sample: judged whatever the rung's verdict, so a reported rung still has answers that can fail.
+    ruled_out: list[str] = Field(default_factory=list)
     design: str = Field(min_length=3)  # where the design measured it (the tool and its record)
     reason: str = Field(min_length=10)
 
@@ -83,6 +86,8 @@ class BudgetExpectation(Strict):
     def _boundary_with_localised(self) -> BudgetExpectation:
         if self.boundary is not None and self.verdict != "localised":
             raise ValueError("boundary: a lever is named only when the verdict is localised")
+        if self.boundary is not None and self.boundary in self.ruled_out:
+            raise ValueError(f"ruled_out: {self.boundary} is the boundary the verdict localises to")
         if (self.report is None) == (self.verdict == "reported"):
             raise ValueError("report: a named report (knobs/reports.yaml) is given exactly when the verdict is reported")
         return self
@@ -94,8 +99,10 @@ class BudgetPolicy(Strict):
 
     rungs: list[str] = Field(min_length=1)  # the rungs whose runs are re-scored (at every replicate seed)
     stage: str = "p1"  # the stage whose runs they are (the main job's ladder stage)
-    # How many of the rung's replicate seeds are re-scored (the first ones): the sample the design gave it.
+    # The budget's own sample: the rung's runs at seeds judging_seed .. judging_seed + seeds - 1 (the
+    # stage's spec otherwise), a seed range no other answer and no earlier budget judgement used.
     seeds: int = Field(ge=1)
+    judging_seed: int
     # A rung's drift is localised to boundary X when aligning X alone removes at least this share of
     # it, at thresholds.min_margin_se standard errors or more.
     min_localised_share: Share
@@ -122,6 +129,11 @@ class LeverFile(Strict):
             if expected.boundary is not None and expected.boundary not in self.operator_levers():
                 raise ValueError(
                     f"budget.expect.{rung}.boundary: expected an operator lever ({', '.join(self.operator_levers())}), got {expected.boundary!r}"
+                )
+            unknown = [name for name in expected.ruled_out if name not in self.operator_levers()]
+            if unknown:
+                raise ValueError(
+                    f"budget.expect.{rung}.ruled_out: expected operator levers ({', '.join(self.operator_levers())}), got {unknown[0]!r}"
                 )
         return self
 

@@ -95,3 +95,18 @@ def test_a_setting_not_scored_is_an_error_naming_it():
     del broken.gaps[add_key("mlp")]
     with pytest.raises(BudgetInputError, match="add:mlp"):
         judge_budget("near-aligned", [broken], LEVERS, KNOBS)
+
+
+def test_a_ruled_out_lever_is_held_even_where_the_rungs_verdict_is_reported():
+    from harness.judge.budget import expectation_findings
+    from harness.spec.levers import BudgetExpectation
+
+    expected = BudgetExpectation(
+        verdict="reported", report="not-sized-on-embedded", ruled_out=["final-norm", "rotary"], design="a test", reason="built to rule out two"
+    )
+    spread = judge_budget("near-aligned", [seed(s, {"input-norm": 0.05}) for s in range(5)], LEVERS, KNOBS)
+    assert expectation_findings(spread, expected) == []
+    # the rotary boundary now carries most of the drift: the ruled-out answer fails, naming it
+    carried = judge_budget("near-aligned", [seed(s, {"rotary": 0.6}) for s in range(5)], LEVERS, KNOBS)
+    (finding,) = expectation_findings(carried, expected)
+    assert "rotary ruled out" in finding and "got localised" in finding, finding

@@ -146,22 +146,28 @@ def test_the_gather_lever_reads_the_same_number_megatrons_cross_entropy_does():
 
 
 def test_every_budget_expectation_is_what_the_design_seeds_measured():
-    """An expected budget answer is the one tools/budget_design.py measured on the design seeds, at a
-    margin of at least the design's target (the design seeds are as many as the budget re-scores);
-    a reported one is one the design could not decide that far from the share."""
-    from harness.spec.design_file import load_design
-
-    target = load_design(DEFAULT_KNOBS_DIR).target_margin_se
+    """An expected budget answer is one tools/budget_design.py measured on the design seeds and sized
+    within the budget's sample (budget.seeds): a rung's verdict by its deciding lever's seeds_needed, a
+    ruled-out lever by its own (lever_seeds_needed); a reported verdict is one the design could not size
+    there. The design seeds never overlap the budget's judging seeds."""
     measured = KNOBS.levers.measured.get("rungs") or {}
-    assert len(KNOBS.levers.measured.get("seeds") or []) == KNOBS.levers.budget.seeds, "the design measured as many seeds as the budget uses"
-    for rung, expected in KNOBS.levers.budget.expect.items():
+    budget = KNOBS.levers.budget
+    design_seeds = set(KNOBS.levers.measured.get("seeds") or [])
+    assert not design_seeds & set(range(budget.judging_seed, budget.judging_seed + budget.seeds)), "design and judging seeds overlap"
+
+    def affordable(needed) -> bool:
+        return isinstance(needed, int) and needed <= budget.seeds
+
+    for rung, expected in budget.expect.items():
         design = measured.get(rung)
         assert design is not None, f"knobs/levers.yaml: budget.expect.{rung} has no measurement below the marker (tools/budget_design.py --write)"
+        for lever in expected.ruled_out:
+            needed = design["lever_seeds_needed"].get(lever)
+            assert design["add_one"][lever][0] < KNOBS.threshold(budget.min_localised_share.threshold), f"{rung}: {lever} above the share"
+            assert affordable(needed), f"{rung}: {lever} ruled out, but the design needs {needed} seeds for it (budget.seeds {budget.seeds})"
         if expected.verdict == "reported":
-            assert design["margin_se"] is None or design["margin_se"] < target, (
-                f"{rung}: decided at {design['margin_se']} SE on the design seeds: expect it"
-            )
+            assert not affordable(design["seeds_needed"]), f"{rung}: the design decides it in {design['seeds_needed']} seeds: expect it"
             continue
         assert design["verdict"] == expected.verdict, f"{rung}: expected {expected.verdict}, the design measured {design['verdict']}"
         assert expected.boundary is None or expected.boundary in design["localised"], f"{rung}: {expected.boundary} not localised on the design seeds"
-        assert design["margin_se"] >= target, f"{rung}: {design['margin_se']} SE on the design seeds, under the target {target}"
+        assert affordable(design["seeds_needed"]), f"{rung}: the design needs {design['seeds_needed']} seeds, the budget has {budget.seeds}"
