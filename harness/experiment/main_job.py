@@ -91,7 +91,7 @@ def run_main_job(source: RunSource, knobs: Knobs, mode: str = "colocate", stage:
     """`python -m harness baseline` (and `judge` on a find-only source): the planned runs launched in
     the background (harness.experiment.provision), every check decided as its runs are ready."""
     runs = Provision(source)
-    runs.start_plan(selection_requests(knobs, source.spec, mode, source.backend, [stage], with_ab=True))
+    runs.start_plan(selection_requests(knobs, source.spec, mode, source.backend, [stage], with_ab=True, seed_offset=source.seed_offset))
     try:
         return judge_main_job(runs, knobs, mode, stage)
     finally:

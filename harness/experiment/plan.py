@@ -74,10 +74,23 @@ def ab_requests(knobs: Knobs, spec_of: SpecOf, mode: str, backend: str) -> list[
     ]
 
 
-def selection_requests(knobs: Knobs, spec_of: SpecOf, mode: str, backend: str, ladder_stages, with_ab: bool) -> list[Request]:
+def budget_requests(knobs: Knobs, mode: str, seed_offset: int = 0) -> list[Request]:
+    """The drift budget's runs (harness.experiment.evidence.budget_runs): each budget rung at the
+    budget's own seeds, plus the session's seed offset."""
+    if knobs.levers is None or mode not in knobs.stages[knobs.levers.budget.stage].modes:
+        return []
+    policy = knobs.levers.budget
+    first = policy.judging_seed + seed_offset
+    return [(policy.stage, rung_id, mode, {"seed": first + i}) for rung_id in policy.rungs for i in range(policy.seeds)]
+
+
+def selection_requests(knobs: Knobs, spec_of: SpecOf, mode: str, backend: str, ladder_stages, with_ab: bool, seed_offset: int = 0) -> list[Request]:
     """The runs a selection asks for: the A/B gate's when it is selected, then each selected stage's
-    ladder family, in the order the checks ask for them."""
+    ladder family, then the drift budget's runs where its stage is selected, in the order the checks
+    ask for them."""
     requests = ab_requests(knobs, spec_of, mode, backend) if with_ab else []
     for stage in ladder_stages:
         requests += ladder_requests(knobs, spec_of, stage, mode, backend)
+    if knobs.levers is not None and knobs.levers.budget.stage in ladder_stages:
+        requests += budget_requests(knobs, mode, seed_offset)
     return requests

@@ -123,16 +123,18 @@ def _final_ab(knobs: Knobs, runs, mode: str) -> dict:
     chosen = knobs.ab.pair
     fetch = runs.fetcher(chosen.stage, mode)
     baseline, candidate = fetch(chosen.baseline), fetch(chosen.candidate)
-    records = {}
+    records, missing = {}, {}
     for side, run in (("baseline", baseline), ("candidate", candidate)):
         verdict: Verdict = record_is_complete(acceptance_context(run, knobs, fetch, "record_is_complete"))
         records[side] = [] if verdict.passed else [verdict.message]
+        missing[side] = sorted(name for name, value in verdict.evidence.items() if not name.endswith("_source") and not value)
     return {
         "pair": f"{chosen.baseline} vs {chosen.candidate} at {chosen.stage}",
         "baseline": baseline.id,
         "candidate": candidate.id,
         "contract": contract_problems(baseline, candidate, knobs),
         "records": records,
+        "missing": missing,
     }
 
 

@@ -202,15 +202,25 @@ def candidate_testable_with_fixed_tensors(ev: ReadinessEvidence, knobs: Knobs) -
 
 def final_ab_same_contract(ev: ReadinessEvidence, knobs: Knobs) -> Verdict:
     """Met when the final A/B's baseline and candidate are one workload (harness.judge.ab.contract_problems:
-    flags, prompts, commit, image, hardware, the candidate's execution) and both runs' records carry the
-    metadata the seed asks for (harness.judge.acceptance.record_is_complete)."""
+    flags, prompts, commit, image, hardware, the candidate's execution) under one metadata contract: each
+    field of the seed's record (harness.judge.acceptance.record_is_complete) recorded on one side is
+    recorded on the other. A field both lack is said, not counted: whether a record is complete is the
+    acceptance criterion's question (on the embedded backend the image is reported in cluster-record)."""
     if not ev.final_ab:
         return _verdict(NOT_CHECKED, ev.problems.get("final_ab", "the final A/B's runs were not found"), {})
     ab = ev.final_ab
-    problems = list(ab["contract"]) + [f"{side}: {p}" for side, found in ab["records"].items() for p in found]
+    missing = ab.get("missing", {})
+    lacks = {side: set(fields) for side, fields in missing.items()}
+    both = set.intersection(*lacks.values()) if lacks else set()
+    problems = list(ab["contract"]) + [
+        f"{side} lacks {', '.join(sorted(fields - both))}, which the other side's record carries"
+        for side, fields in sorted(lacks.items())
+        if fields - both
+    ]
     if problems:
         return _verdict(NOT_MET, "; ".join(problems[:4]), {"final_ab": ab})
-    return _verdict(MET, f"{ab['pair']}: same workload, both records complete ({ab['baseline']} vs {ab['candidate']})", {"final_ab": ab})
+    shared = f"; neither record names: {', '.join(sorted(both))} (the acceptance criterion's record check)" if both else ", both records complete"
+    return _verdict(MET, f"{ab['pair']}: same workload and metadata ({ab['baseline']} vs {ab['candidate']}){shared}", {"final_ab": ab})
 
 
 CHECKS: dict[str, Callable[[ReadinessEvidence, Knobs], Verdict]] = {

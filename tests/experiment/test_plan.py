@@ -23,6 +23,7 @@ class AskedFor:
 
     def __init__(self, source: RunSource):
         self.source, self.asked = source, set()
+        self.seed_offset = source.seed_offset
 
     def many(self, requests):
         specs = [self.source.spec(stage, rung, mode, **overrides) for stage, rung, mode, overrides in requests]
@@ -57,3 +58,19 @@ def test_a_mode_the_ab_stage_does_not_run_plans_no_ab_runs(tmp_path):
     stage_modes = KNOBS.stages[KNOBS.ab.pair.stage].modes
     for mode in ("colocate", "non-colocate"):
         assert bool(ab_requests(KNOBS, source.spec, mode, "embedded")) == (mode in stage_modes)
+
+
+@pytest.mark.parametrize("offset", [0, 300])
+def test_the_plan_holds_every_run_the_drift_budget_asks_for(tmp_path, offset):
+    from harness.experiment.evidence import budget_runs
+    from harness.experiment.plan import budget_requests
+
+    source = RunSource(KNOBS, "embedded", tmp_path, seed_offset=offset, find_only=True)
+    asked = AskedFor(source)
+    fetch = Fetch(asked, KNOBS.levers.budget.stage, "colocate")
+    for rung_id in KNOBS.levers.budget.rungs:
+        budget_runs(rung_id, KNOBS, fetch)
+    planned = budget_requests(KNOBS, "colocate", offset)
+    assert {source.spec(stage, rung, mode, **overrides).run_id for stage, rung, mode, overrides in planned} == asked.asked
+    seeds = {overrides["seed"] for *_, overrides in planned}
+    assert min(seeds) == KNOBS.levers.budget.judging_seed + offset  # the budget's own seeds, moved by a sweep's offset

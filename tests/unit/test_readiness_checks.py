@@ -117,12 +117,20 @@ def test_candidate_on_fixed_tensors_keeps_its_contract_or_is_not_met():
     assert checks.candidate_testable_with_fixed_tensors(absent, KNOBS).evidence["verdict"] == "not checked"
 
 
-def test_final_ab_needs_the_contract_and_both_records():
+def test_final_ab_needs_the_contract_and_one_metadata_contract_on_both_sides():
     ab = {"pair": "a vs b", "baseline": "r1", "candidate": "r2", "contract": [], "records": {"baseline": [], "candidate": []}}
+    ab["missing"] = {"baseline": [], "candidate": []}
     assert checks.final_ab_same_contract(checks.ReadinessEvidence(final_ab=ab), KNOBS).passed
-    broken = {**ab, "records": {"baseline": [], "candidate": ["run record r2 lacks: image"]}}
+    # one side records the image, the other does not: not one metadata contract
+    broken = {**ab, "records": {"baseline": [], "candidate": ["run record r2 lacks: image"]}, "missing": {"baseline": [], "candidate": ["image"]}}
     verdict = checks.final_ab_same_contract(checks.ReadinessEvidence(final_ab=broken), KNOBS)
-    assert verdict.evidence["verdict"] == "not met" and "lacks: image" in verdict.message
+    assert verdict.evidence["verdict"] == "not met" and "candidate lacks image" in verdict.message
+    # both lack it (an embedded run in a container naming none): the same contract, and the message says what neither names
+    both = {**ab, "missing": {"baseline": ["image"], "candidate": ["image"]}}
+    verdict = checks.final_ab_same_contract(checks.ReadinessEvidence(final_ab=both), KNOBS)
+    assert verdict.passed and "neither record names: image" in verdict.message
+    mismatched = {**ab, "contract": ["prompts differ"]}
+    assert not checks.final_ab_same_contract(checks.ReadinessEvidence(final_ab=mismatched), KNOBS).passed
 
 
 def test_every_criterion_names_a_check():
