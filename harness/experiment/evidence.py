@@ -67,12 +67,29 @@ class Probes:
 
     def drift_budget(self, rung_id: str, runs: list[Run]):
         """The rung's drift budget over these runs (budget_runs): RungBudget or BudgetNotMeasured."""
-        key = (rung_id, tuple(run.id for run in runs))
-        if key not in self._budget:
-            from harness.experiment.budget_scores import rung_budget
+        return self.drift_budgets([(rung_id, runs)])[0]
 
-            self._budget[key] = rung_budget(rung_id, runs, self.knobs)
-        return self._budget[key]
+    def drift_budgets(self, requests: list[tuple[str, list[Run]]]) -> list:
+        """Several rungs' drift budgets; those not in hand re-scored side by side, one scorer process a
+        usable core (each scorer runs one thread: harness.embedded.threads), as runs are launched."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from harness.experiment.budget_scores import rung_budget
+        from harness.launch.parallel import usable_cores
+
+        keys = [(rung_id, tuple(run.id for run in runs)) for rung_id, runs in requests]
+        missing = {key: (rung_id, runs) for key, (rung_id, runs) in zip(keys, requests) if key not in self._budget}
+        if missing:
+            with ThreadPoolExecutor(max_workers=max(1, min(len(missing), usable_cores()))) as pool:
+                done = {key: pool.submit(rung_budget, rung_id, runs, self.knobs) for key, (rung_id, runs) in missing.items()}
+                for key, future in done.items():
+                    try:
+                        self._budget[key] = future.result()
+                    except ValueError as err:  # a budget the judge cannot compute is not measured, and says why
+                        from harness.judge.evidence import BudgetNotMeasured
+
+                        self._budget[key] = BudgetNotMeasured(f"{type(err).__name__}: {str(err).splitlines()[0]}")
+        return [self._budget[key] for key in keys]
 
 
 def paired_for(backend: str, knobs: Knobs) -> Callable | None:

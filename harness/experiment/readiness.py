@@ -93,15 +93,13 @@ def _knob_deltas(knobs: Knobs, stage: str, mode: str, backend: str, fetch, repli
 def _budgets(knobs: Knobs, fetch, probes) -> dict[str, dict]:
     from harness.judge.budget import RungBudget
 
-    out = {}
-    for rung_id in knobs.levers.budget.rungs:
-        try:
-            budget = probes.drift_budget(rung_id, budget_runs(rung_id, knobs, fetch))
-        except ValueError as err:  # a budget the judge cannot compute is not measured, and says why
-            out[rung_id] = {"not_measured": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
-            continue
-        out[rung_id] = budget.as_dict() if isinstance(budget, RungBudget) else {"not_measured": getattr(budget, "reason", str(budget))}
-    return out
+    rungs = knobs.levers.budget.rungs
+    # every rung's budget at once: their scorers run side by side (Probes.drift_budgets)
+    budgets = probes.drift_budgets([(rung_id, budget_runs(rung_id, knobs, fetch)) for rung_id in rungs])
+    return {
+        rung_id: budget.as_dict() if isinstance(budget, RungBudget) else {"not_measured": getattr(budget, "reason", str(budget))}
+        for rung_id, budget in zip(rungs, budgets)
+    }
 
 
 def _bench(knobs: Knobs, runs, mode: str) -> dict:
