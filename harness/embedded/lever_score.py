@@ -120,13 +120,11 @@ def _prefill_final_norm(engine, model, sequences: list[dict]) -> list:
     return [flat[a:b] for a, b in zip(starts, starts[1:])]
 
 
-def rollout_logprobs(engine, model, sequences: list[dict], s) -> list[list[float]]:
-    """Each response token's log-prob as the rollout's sampler forms it, from one prefill: the
-    response positions' logits of every sequence through the model's compute_logits and the sampler's
-    ops in one batch (rows are independent there, as in the rollout's own decode batch)."""
+def rollout_logits(engine, model, sequences: list[dict]):
+    """The response positions' logits of every sequence from one prefill, through the model's
+    compute_logits, with each position's target token and each sequence's length: (logits, picked, lengths)."""
     import torch
 
-    from harness.embedded.capture import _vllm_log_probs
     from harness.layout.token_shift import response_gather_positions
 
     rows, targets = [], []
@@ -136,12 +134,24 @@ def rollout_logprobs(engine, model, sequences: list[dict], s) -> list[list[float
         targets.append(torch.tensor(seq["tokens"])[target_cols])
     with torch.inference_mode():
         logits = model.compute_logits(torch.cat(rows))
-    picked = torch.cat(targets)
+    return logits, torch.cat(targets), [len(t) for t in targets]
+
+
+def rollout_logprobs(engine, model, sequences: list[dict], s, logits=None) -> list[list[float]]:
+    """Each response token's log-prob as the rollout's sampler forms it, from one prefill: the
+    response positions' logits (rollout_logits, or `logits` already formed by it under the same
+    forward) through the sampler's ops in one batch (rows are independent there, as in the rollout's
+    own decode batch)."""
+    import torch
+
+    from harness.embedded.capture import _vllm_log_probs
+
+    logits, picked, lengths = logits if logits is not None else rollout_logits(engine, model, sequences)
     if s.logprobs_mode == "raw_logprobs":
         values = logits.float().log_softmax(dim=-1).gather(1, picked[:, None]).squeeze(1)
     else:
         values = _vllm_log_probs(logits, picked, s.temperature, s.top_k, s.top_p, s.logprobs_mode)
-    return [v.float().tolist() for v in torch.split(values, [len(t) for t in targets])]
+    return [v.float().tolist() for v in torch.split(values, lengths)]
 
 
 # ---------------------------------------------------------------- trainer side
@@ -235,12 +245,18 @@ def score(argv: list[str], job: dict) -> dict:
             recorded += [x["recorded"] for x in sequences]
             t0 = time.perf_counter()
             by_engine: dict[frozenset, list] = {}
+            # The sampler's switches (read at each sampler call) leave the prefill and its logits as they
+            # are: one forward per set of the other engine switches, its logits through each sampler setting.
+            by_forward: dict[frozenset, tuple] = {}
             for key, on, _ in settings:
                 engine_on = frozenset(n for n in effective(on, s) if true_on_policy.SWITCHES[n][0] == true_on_policy.ENGINE)
                 if engine_on not in by_engine:
                     true_on_policy.configure(engine_on)
                     engine_settings.apply_in_process(model)
-                    by_engine[engine_on] = rollout_logprobs(run.engine, model, sequences, s)
+                    forward_on = engine_on - frozenset(true_on_policy.IN_PROCESS_ENGINE)
+                    if forward_on not in by_forward:
+                        by_forward[forward_on] = rollout_logits(run.engine, model, sequences)
+                    by_engine[engine_on] = rollout_logprobs(run.engine, model, sequences, s, logits=by_forward[forward_on])
                 out[key]["rollout"] += by_engine[engine_on]
             timing["rollout"] += time.perf_counter() - t0
             t0 = time.perf_counter()

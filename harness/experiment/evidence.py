@@ -80,8 +80,12 @@ class Probes:
         keys = [(rung_id, tuple(run.id for run in runs)) for rung_id, runs in requests]
         missing = {key: (rung_id, runs) for key, (rung_id, runs) in zip(keys, requests) if key not in self._budget}
         if missing:
+            # Later rungs first: a rung carries its parents' knobs and one more (fp8, then filters), so it
+            # scores more settings; the longest scorers started first finish the set soonest.
+            order = {rung_id: i for i, rung_id in enumerate(self.knobs.levers.budget.rungs)} if self.knobs.levers else {}
+            ordered = sorted(missing.items(), key=lambda item: -order.get(item[1][0], -1))
             with ThreadPoolExecutor(max_workers=max(1, min(len(missing), usable_cores()))) as pool:
-                done = {key: pool.submit(rung_budget, rung_id, runs, self.knobs) for key, (rung_id, runs) in missing.items()}
+                done = {key: pool.submit(rung_budget, rung_id, runs, self.knobs) for key, (rung_id, runs) in ordered}
                 for key, future in done.items():
                     try:
                         self._budget[key] = future.result()
