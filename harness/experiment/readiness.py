@@ -114,7 +114,9 @@ def _bench(knobs: Knobs, runs, mode: str) -> dict:
     )
     if not captures:
         raise LookupError(f"run {run.id} ({pair.rung} at {pair.stage}) kept no capture bundle (dumps/capture_N.pt)")
-    return bench_capture(captures[0], chosen.operator).as_dict()
+    bench = bench_capture(captures[0], chosen.operator).as_dict()
+    bench["source"] = f"{run.id}/dumps/{captures[0].name}"  # the run's, not this machine's path: the record travels
+    return bench
 
 
 def _final_ab(knobs: Knobs, runs, mode: str) -> dict:

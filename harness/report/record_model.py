@@ -237,11 +237,15 @@ class CandidatePair(_Entry):
     test: TestRef
 
 
+# What an answer answers: the kinds of check the main job and make candidate decide.
+AnswerKind = Literal["ladder", "acceptance", "ab", "budget", "readiness", "candidate"]
+
+
 class Answer(_Entry):
     """One judged answer with its margin (harness.report.answers)."""
 
     key: str
-    kind: Literal["ladder", "acceptance", "ab", "budget", "readiness", "candidate"]
+    kind: AnswerKind
     expected: str | None  # None: an answer without a statistic (a record check)
     observed: str
     margin: Margin | None = None

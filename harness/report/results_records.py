@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import REPO_ROOT
 from harness.report.experiment_record import RecordError, load_record, validation_problem
-from harness.report.record_model import ExperimentRecord, Margin
+from harness.report.record_model import AnswerKind, ExperimentRecord, Margin
 
 RECORDS_DIR = REPO_ROOT / "reports" / "records"
 SCHEMA = 1
@@ -111,7 +111,7 @@ class RungFigure(_Record):
 
 class AnswerFigure(_Record):
     key: str
-    kind: Literal["ladder", "acceptance", "ab", "budget"]
+    kind: AnswerKind
     expected: str | None
     observed: str
     margin_se: float | None  # None: not measured (no statistic, or the estimate had no SE)
