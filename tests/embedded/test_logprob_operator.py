@@ -151,8 +151,12 @@ def test_what_each_side_must_be_counted_running(extra, trainer, rollout):
     from harness.embedded import true_on_policy as mode
     from harness.embedded.loop import expected_operators
 
+    held = mode.active()
     mode.configure(frozenset())
-    wanted = {(e["side"], e["pass"]): e["operator"] for e in expected_operators(_settings(*extra))}
+    try:
+        wanted = {(e["side"], e["pass"]): e["operator"] for e in expected_operators(_settings(*extra))}
+    finally:
+        mode.configure(held)  # the process's switches are every later test's: a leaked empty set un-aligns their models
     assert wanted[("trainer", "recompute")] == wanted[("trainer", "training")] == trainer
     assert wanted[("rollout", "sampler")] == rollout
     assert (("rollout", "engine-norm") in wanted) == ("--embedded-true-on-policy" in extra)

@@ -99,11 +99,15 @@ def gradients(tmp_path_factory, thresholds):
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
+    from harness.embedded import true_on_policy as mode
     from harness.embedded.factory import ensure_model
     from harness.embedded.megatron_cpu import init_distributed, init_model_parallel
     from harness.embedded.megatron_model import build_gpt, hf_to_megatron, load_into
     from harness.embedded.true_on_policy.loss_gradients import ppo_loss_gradients
 
+    # The shared kernels read the process's switches at build and at every call: the true-on-policy
+    # set, whatever a test before this one in the same worker configured.
+    mode.configure(mode.TRUE_ON_POLICY)
     path = ensure_model("qwen3-tiny")
     config, hf_state = AutoConfig.from_pretrained(path), load_file(str(path / "model.safetensors"))
     init_distributed(0, 1, str(tmp_path_factory.mktemp("store") / "store"))
