@@ -163,8 +163,10 @@ def as_entry(kind: str, entry: BaseModel | dict) -> BaseModel:
 
 
 def entry_data(entry: BaseModel | dict) -> dict:
-    """An entry as plain data, for pytest-xdist's worker output (builtin types only)."""
-    return entry.model_dump() if isinstance(entry, BaseModel) else dict(entry)
+    """An entry as plain data, for pytest-xdist's worker output (builtin types only: execnet refuses a
+    str subclass such as torch's version string, and the worker's whole output is then lost)."""
+    data = entry.model_dump() if isinstance(entry, BaseModel) else dict(entry)
+    return json.loads(json.dumps(data, default=str))
 
 
 def add_entry(record: ExperimentRecord, kind: str, entry: BaseModel | dict) -> None:

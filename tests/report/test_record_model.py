@@ -99,3 +99,16 @@ def test_the_sample_session_record_round_trips(tmp_path):
     # As JSON: a margin not measured is NaN, which never equals itself in a dict comparison.
     assert json.dumps(again.to_data(), sort_keys=True) == json.dumps(record.to_data(), sort_keys=True)
     shutil.rmtree(tmp_path / "runs")
+
+
+def test_an_entry_crosses_from_an_xdist_worker_as_builtin_data():
+    # execnet (pytest-xdist's channel) refuses a str subclass: torch's version string inside a readiness
+    # entry took a worker down at its session end and lost every entry it held.
+    import torch
+    from execnet.gateway_base import dumps
+
+    from harness.report.experiment_record import entry_data
+
+    data = entry_data({"bench": {"torch": torch.__version__, "max": float("nan"), "rows": [1, 2]}})
+    dumps(data)
+    assert type(data["bench"]["torch"]) is str and data["bench"]["rows"] == [1, 2]
