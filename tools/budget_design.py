@@ -1,6 +1,6 @@
 """The drift budget on the design seeds: what each budget rung answers there, before any judged run.
 
-    flock /tmp/vime-heavy.lock .venv/bin/python tools/budget_design.py [--write]
+    flock "$HEAVY_LOCK" .venv/bin/python tools/budget_design.py [--write] [--count N]
 
 For each rung of knobs/levers.yaml budget.rungs, its P1 colocate runs at the design seeds
 (knobs/design.yaml seeds.design .. + design_count - 1, never judged by the main job) are found or

@@ -1,6 +1,6 @@
 """The candidate operator's A/B on the design seeds: what each pair answers there, before any judged run.
 
-    flock /tmp/vime-heavy.lock .venv/bin/python tools/candidate_design.py [--write]
+    flock "$HEAVY_LOCK" .venv/bin/python tools/candidate_design.py [--write]
 
 For each pair of knobs/candidate.yaml and its negative control, the runs at the design seeds
 (knobs/design.yaml seeds.design .. + design_count - 1, never judged by `make candidate`) are found or

@@ -10,7 +10,7 @@ each question's effect of interest and the sample it needs to be decided far fro
 `measured.specs`) and of knobs/design.yaml (each question's answer and need: `measured.questions`).
 The A/A runs are made by the main job itself, shifted onto the design seeds:
 
-    flock /tmp/vime-heavy.lock .venv/bin/pytest -m "p1 or acceptance or (p3 and ab)" --mode=colocate --seed-offset=<design - judging>
+    flock "$HEAVY_LOCK" .venv/bin/pytest -m "p1 or acceptance or (p3 and ab)" --mode=colocate --seed-offset=<design - judging>
 
 and the non-colocate pairs mode consistency is sized on by tools/design_sample.py --launch-non-colocate
 (under the same lock). Runs are found by their resolved flags (a run made by an older code version of
