@@ -1,6 +1,7 @@
 """A scheduler's SIGTERM to `harness run`: the real embedded trainer it started is stopped (its
 whole process group), the run is recorded `interrupted` with the steps it logged, and nothing is
-left running. One short real run (P0, three rollouts), stopped after its first step."""
+left running. One real run (P0, a thousand rollouts, so that it cannot end before the signal
+comes however fast the machine), stopped after its first step."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_sigterm_stops_the_trainer_and_marks_the_run_interrupted(tmp_path: Path)
             "--rung",
             "fp8-plus-filters",
             "--set",
-            "num-rollout=3",
+            "num-rollout=1000",  # long enough that the run cannot end before the signal
             "--runs-dir",
             str(runs),
             "--rerun",
