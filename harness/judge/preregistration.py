@@ -5,7 +5,10 @@ so a record says exactly what it was held to, and two records judged against dif
 by their hashes. What is hashed is what decides an answer: every threshold's value, each rung's
 expectation, each acceptance criterion's check, thresholds and reports, the A/B's pairs and expected
 answers, each question's effect of interest and the A/A spreads it is made of, the stages' seeds and
-replicates, and the design's target margin and seed ranges. Reasons are prose and are not hashed; a
+replicates, the design's target margin and seed ranges, the drift budget's levers, seeds, shares and
+expectations (levers.yaml), the readiness criteria (readiness.yaml) and the candidate operator's pairs
+and expectations (candidate.yaml). What a design tool measured below a file's marker line (its
+`measured`) is the evidence an expectation was sized from, not one: it is not hashed. Reasons are prose and are not hashed; a
 changed number, outcome or seed is a new pre-registration. The confirmatory sweep's ledger
 (python -m harness sweep) keeps the hash each offset was judged against.
 """
@@ -20,11 +23,16 @@ from harness.spec import Knobs
 __all__ = ["expectations", "expectations_hash", "preregistration"]
 
 
+# Keys whose text says why (a design's story, a reason); a number under such a key (design.yaml's
+# seeds.design) is a seed, and is hashed.
+PROSE = ("reason", "why", "title", "seed_text", "design")
+
+
 def _plain(value):
     if hasattr(value, "model_dump"):
         return _plain(value.model_dump(by_alias=True, exclude_none=True))
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items() if k not in ("reason", "why", "title", "seed_text")}
+        return {str(k): _plain(v) for k, v in value.items() if not (k in PROSE and isinstance(v, str))}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
@@ -49,6 +57,9 @@ def expectations(knobs: Knobs, design=None) -> dict:
         "stages": {
             name: {"replicates": _plain(stage.replicates), "seed": stage.embedded.get("seed")} for name, stage in sorted(knobs.stages.items())
         },
+        "budget": None if knobs.levers is None else _plain(knobs.levers.model_dump(by_alias=True, exclude_none=True, exclude={"measured"})),
+        "readiness": _plain(knobs.readiness),
+        "candidate": None if knobs.candidate is None else _plain(knobs.candidate.model_dump(by_alias=True, exclude_none=True, exclude={"measured"})),
         "design": None
         if design is None
         else {"target_margin": design.target_margin_se, "seeds": _plain(design.seeds), "affordable": _plain(design.affordable)},

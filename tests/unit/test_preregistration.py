@@ -45,6 +45,28 @@ def test_the_hash_moves_with_a_number_or_an_outcome_and_not_with_prose(knobs_cop
     assert _hash(ab) != before  # adding pairs is a new pre-registration
 
 
+def test_the_budget_readiness_and_candidate_expectations_are_registered_and_their_measurements_are_not(knobs_copy):
+    """The drift budget's ruled-out levers, a readiness verdict and the candidate's A/B are judged
+    answers: changing one is a new pre-registration. What a design tool measured is not one."""
+    before = _hash(knobs_copy)
+    levers = knobs_copy / "levers.yaml"
+    text = levers.read_text()
+    assert "      ruled_out: [final-norm]\n" in text
+    levers.write_text(text.replace("      ruled_out: [final-norm]\n", "      ruled_out: []\n", 1))
+    assert _hash(knobs_copy) != before
+    levers.write_text(text.replace("  date: '2026-12-07'", "  date: '2026-12-08'", 1))  # below the marker: evidence
+    assert _hash(knobs_copy) == before
+    levers.write_text(text)
+    readiness = knobs_copy / "readiness.yaml"
+    text = readiness.read_text()
+    readiness.write_text(text.replace("expect: met", "expect: not met", 1))
+    assert _hash(knobs_copy) != before
+    readiness.write_text(text)
+    candidate = knobs_copy / "candidate.yaml"
+    candidate.write_text(candidate.read_text().replace("  embedded: 6\n", "  embedded: 7\n", 1))
+    assert _hash(knobs_copy) != before  # a pair added to the candidate's A/B
+
+
 def test_the_registration_covers_every_expectation_and_threshold():
     knobs = load_knobs(DEFAULT_KNOBS_DIR)
     covered = expectations(knobs, load_design(DEFAULT_KNOBS_DIR))
@@ -52,7 +74,8 @@ def test_the_registration_covers_every_expectation_and_threshold():
     assert set(covered["rungs"]) == set(knobs.rungs)
     assert covered["effects"]["measured"]["specs"]["near-aligned"]["abs_diff"]["relative_sd"] > 0
     entry = preregistration(knobs, load_design(DEFAULT_KNOBS_DIR))
-    assert len(entry["sha256"]) == 64 and {"thresholds", "rungs", "ab", "acceptance", "effects", "design"} <= set(entry["covers"])
+    covers = {"thresholds", "rungs", "ab", "acceptance", "effects", "design", "budget", "readiness", "candidate"}
+    assert len(entry["sha256"]) == 64 and covers <= set(entry["covers"])
 
 
 def test_a_spent_offset_is_refused_naming_the_ledger():
