@@ -29,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -38,6 +37,7 @@ from harness import DEFAULT_KNOBS_DIR, repo_relative  # noqa: E402
 from harness.attribution import envelope_calibration as cal  # noqa: E402
 from harness.spec import SpecError, load_knobs  # noqa: E402
 from harness.spec.calibration_file import CALIBRATION_FILE, MARKER, Calibration, load_calibration  # noqa: E402
+from harness.spec.measured_block import write_below_marker  # noqa: E402
 
 DEFAULT_RUNS_DIR = ROOT / "reports" / "calibration" / "runs"
 console = Console(stderr=True)
@@ -310,13 +310,7 @@ def recorded_own_figures(measured: dict) -> list[cal.Figure]:
 
 
 def write_record(knobs_dir: Path, measured: dict) -> Path:
-    path = knobs_dir / CALIBRATION_FILE
-    text = path.read_text()
-    if MARKER not in text:
-        raise SpecError(f"{path}: expected the marker line {MARKER!r}")
-    head = text.split(MARKER)[0]
-    path.write_text(head + MARKER + "\n" + yaml.safe_dump({"measured": measured}, sort_keys=False, width=140, default_flow_style=None))
-    return path
+    return write_below_marker(knobs_dir / CALIBRATION_FILE, MARKER, {"measured": measured}, width=140, default_flow_style=None)
 
 
 def show(rungs: list[cal.RungFigures]) -> None:

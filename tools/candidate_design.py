@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -29,8 +27,9 @@ from harness import DEFAULT_KNOBS_DIR, DEFAULT_RUNS_DIR  # noqa: E402
 from harness.spec import load_knobs  # noqa: E402
 from harness.spec.candidate_file import CANDIDATE_FILE  # noqa: E402
 from harness.spec.design_file import load_design  # noqa: E402
+from harness.spec.measured_block import write_below_marker  # noqa: E402
 
-MARKER = "# --- measured by tools/candidate_design.py: do not edit by hand below this line ---\n"
+MARKER = "# --- measured by tools/candidate_design.py: do not edit by hand below this line ---"
 MODE = "colocate"
 
 
@@ -142,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "pairs": measure(knobs, args.runs_dir, seeds, design),
     }
     if args.write:
-        path = args.knobs / CANDIDATE_FILE
-        head = path.read_text().split(MARKER)[0]
-        path.write_text(head + MARKER + yaml.safe_dump({"measured": measured}, sort_keys=False, width=110))
-        print(f"wrote {path}")
+        print(f"wrote {write_below_marker(args.knobs / CANDIDATE_FILE, MARKER, {'measured': measured})}")
     return 0
 
 

@@ -25,7 +25,6 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -42,6 +41,7 @@ from harness.records.rundir import RunDir  # noqa: E402
 from harness.spec import load_knobs, resolve  # noqa: E402
 from harness.spec.design_file import DESIGN_FILE, load_design  # noqa: E402
 from harness.spec.effects_file import ABS_DIFF_METRIC, EFFECTS_FILE, MARKER, REWARD_METRIC  # noqa: E402
+from harness.spec.measured_block import write_below_marker  # noqa: E402
 
 METRICS = {ABS_DIFF_METRIC: ABS_DIFF, REWARD_METRIC: RAW_REWARD}
 
@@ -324,12 +324,6 @@ def _as_plain(value):
     return value
 
 
-def _rewrite_below_marker(path: Path, body: dict, marker: str) -> None:
-    text = path.read_text()
-    head = text.split(marker)[0]
-    path.write_text(head + marker + "\n" + yaml.safe_dump(body, sort_keys=False, width=110))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs-dir", default=str(REPO / "reports" / "runs"), help="where the design seeds' runs are")
@@ -378,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'expected' if entry['expected'] else 'NOT sized'}"
         )
     if args.write:
-        _rewrite_below_marker(args.knobs / EFFECTS_FILE, {"measured": measured_specs}, MARKER)
+        write_below_marker(args.knobs / EFFECTS_FILE, MARKER, {"measured": measured_specs})
         measured_on = {
             args.kind: {
                 "seeds": measured_specs["seeds"],
@@ -387,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": args.machine,
             }
         }
-        _rewrite_below_marker(args.knobs / DESIGN_FILE, {"measured": {"measured_on": measured_on, "questions": questions}}, MARKER)
+        write_below_marker(args.knobs / DESIGN_FILE, MARKER, {"measured": {"measured_on": measured_on, "questions": questions}})
         print(f"wrote {args.knobs / EFFECTS_FILE} and {args.knobs / DESIGN_FILE}")
     return 0
 
