@@ -144,7 +144,9 @@ def register_results(subparsers) -> None:
         help="a finished job's experiment record (experiment.json or its folder) or a seed sweep's sweep.json, condensed into reports/records/",
     )
     parser.add_argument(
-        "--job", default="main-job", choices=("main-job", "make-test"), help="which job made the experiment record (default main-job)"
+        "--job",
+        default="main-job",
+        help="which job made the experiment record: main-job (default), make-test or make-candidate (harness.report.results_records.JOB_FILES)",
     )
     parser.add_argument("--wall", help="the job's wall time as its caller measured it (17m37s, 1057): the tests' own span is read from Allure")
     parser.add_argument("--allure-results", help="the job's Allure results (default: allure-results beside the record's experiment/ folder)")

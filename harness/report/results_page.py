@@ -126,7 +126,7 @@ def _answers(record: JobRecord, kind: str, title: str, intro: str) -> list[str]:
     for a in answers:
         sample = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in a.sample.items())
         lines.append(f"| {a.key} | {a.expected or '—'} | {cell(a.observed)} | {signed(a.margin_se, 1)} | {sample} | {cell(a.note)} | {a.outcome} |")
-    return lines if answers else [f"### {title}", "", f"The main job's record holds no {kind} answer."]
+    return lines if answers else [f"### {title}", "", f"The record holds no {kind} answer."]
 
 
 def _summary_line(record: JobRecord) -> str:
@@ -165,9 +165,30 @@ def main_job_section(root: Path) -> list[str]:
     return lines
 
 
+def candidate_section(root: Path) -> list[str]:
+    """make candidate's record: the candidate operator's A/B under fixed semantics, its negative
+    control and the mixed-paths question (the main job's page says these come from this target)."""
+    shown, record = _job(root, "make-candidate")
+    lines = ["## The candidate operator (`make candidate`)", ""]
+    if record is None:
+        return [
+            *lines,
+            f"No committed record (`{shown}`): run `make candidate`, then "
+            "`python -m harness results --add reports/candidate/experiment/experiment.json --job make-candidate`.",
+        ]
+    lines += [_provenance_line(shown, record), "", _summary_line(record), ""]
+    return lines + _answers(
+        record,
+        "candidate",
+        "Its A/B, the negative control and question 4",
+        "Paired over the candidate's seeds under fixed semantics (knobs/candidate.yaml, docs/candidate-operator.md); "
+        "six pairs a side do not fit the main job's time, so this target decides them.",
+    )
+
+
 def timings_section(root: Path) -> list[str]:
     rows, found, missing = [], [], []
-    for kind, command in (("main-job", "`make baseline`"), ("make-test", "`make test`")):
+    for kind, command in (("main-job", "`make baseline`"), ("make-test", "`make test`"), ("make-candidate", "`make candidate`")):
         shown, record = _job(root, kind)
         if record is None or record.tests is None:
             missing.append(f"{command} (`{shown}`{' holds no test counts' if record else ''})")
@@ -183,7 +204,7 @@ def timings_section(root: Path) -> list[str]:
         machines = "; ".join(sorted({p.machine.text() for _, p in found}))
         lines += [record_line([s for s, _ in found], ", ".join(sorted({p.date for _, p in found})), commits, machines) + ".", ""]
         lines += [
-            "How long the two commands take: the tests' span from their own Allure results (first start to last stop), the",
+            "How long each command takes: the tests' span from their own Allure results (first start to last stop), the",
             "whole command's wall time when its caller timed it (`--wall`). The machine and what ran beside it move these.",
             "",
             "| job | tests | test phase | whole command | record (conditions) |",
@@ -231,6 +252,7 @@ def build_page(root: Path = REPO_ROOT) -> str:
     sections = [
         [HEADER],
         main_job_section(root),
+        candidate_section(root),
         timings_section(root),
         sweep_section(root),
         design_section(root),

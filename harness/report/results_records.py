@@ -6,6 +6,9 @@ reports/records/, condensed from what the job wrote (git keeps each file's histo
                                      tests' outcomes and how long they took, commit, machine, date
     reports/records/make-test.json   `make test`: the same condensation of its own record (its
                                      selftest record), read for its timing
+    reports/records/make-candidate.json  `make candidate`: the candidate operator's A/B (its pairs,
+                                     the negative control, the mixed-paths question), which does not
+                                     fit the main job's time
     reports/records/seed-sweep.json  python -m harness sweep's sweep.json: per expected answer, the
                                      offsets that held it and its smallest margin
 
@@ -30,7 +33,7 @@ from harness.report.record_model import AnswerKind, ExperimentRecord, Margin
 
 RECORDS_DIR = REPO_ROOT / "reports" / "records"
 SCHEMA = 1
-JOB_FILES = {"main-job": "main-job.json", "make-test": "make-test.json"}
+JOB_FILES = {"main-job": "main-job.json", "make-test": "make-test.json", "make-candidate": "make-candidate.json"}
 SWEEP_FILE = "seed-sweep.json"
 # Where a session writes its Allure results beside its record: <summary dir>/experiment/experiment.json
 # and <summary dir>/allure-results (make baseline: reports/, make test: reports/selftest/).
@@ -122,10 +125,10 @@ class AnswerFigure(_Record):
 
 
 class JobRecord(_Record):
-    """One job's condensed experiment record (main-job.json, make-test.json)."""
+    """One job's condensed experiment record (main-job.json, make-test.json, make-candidate.json)."""
 
     schema_: Literal[1] = Field(SCHEMA, alias="schema")
-    kind: Literal["main-job", "make-test"]
+    kind: Literal["main-job", "make-test", "make-candidate"]
     source: str  # the experiment record it was condensed from, as given to --add
     provenance: Provenance
     tests: Tests | None = None
@@ -346,7 +349,7 @@ def add_record(
     source: Path, records_dir: Path = RECORDS_DIR, *, job: str = "main-job", wall: str | None = None, allure: Path | None = None, note: str = ""
 ) -> Path:
     """Condense a finished job's record into records_dir: an experiment record (experiment.json, or
-    the folder holding it) becomes main-job.json or make-test.json (`job`), with the tests' counts
+    the folder holding it) becomes main-job.json, make-test.json or make-candidate.json (`job`), with the tests' counts
     and durations from the Allure results beside it (a record with none beside it, as `python -m
     harness baseline` writes, counts its own checks); a seed sweep's sweep.json becomes seed-sweep.json."""
     source = Path(source)

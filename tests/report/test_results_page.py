@@ -176,6 +176,27 @@ def test_add_condenses_a_jobs_record_with_its_tests_and_the_page_reads_it(pytest
     assert "| 20 min 5 s | `reports/records/make-test.json` (nothing else ran) |" in page
 
 
+def test_make_candidates_record_has_a_section_of_its_own_and_an_unknown_job_is_refused(tmp_path):
+    """The candidate's A/B does not fit the main job: make candidate's record is condensed beside it and
+    the page shows its answers under its own target's name."""
+    source = _experiment_record(tmp_path / "candidate" / "experiment")
+    data = json.loads(source.read_text())
+    answer = dict(key="candidate/negative-control/drift", kind="candidate", expected="increased", observed="increased", note="abs-diff +55%")
+    data["answers"].append({**answer, "margin": {"se_units": 11.6}, "test": data["answers"][0]["test"]})
+    source.write_text(json.dumps(data))
+    root = _root_copy(tmp_path / "root")
+    (root / "reports/records/make-candidate.json").unlink(missing_ok=True)
+    assert "No committed record (`reports/records/make-candidate.json`): run `make candidate`" in build_page(root)
+    written = add_record(source, root / "reports/records", job="make-candidate", wall="5m44s")
+    assert written.name == "make-candidate.json" and JobRecord.model_validate(json.loads(written.read_text())).kind == "make-candidate"
+    page = build_page(root)
+    section = page.split("## The candidate operator (`make candidate`)")[1].split("\n## ")[0]
+    assert "| candidate/negative-control/drift | increased | increased | +11.6 |" in section
+    assert "| `make candidate` | 1 passed (checks) |" in page
+    with pytest.raises(ResultsRecordError, match=r"--job 'make-bench': expected one of main-job, make-test, make-candidate"):
+        add_record(source, root / "reports/records", job="make-bench")
+
+
 def test_a_record_with_no_allure_results_beside_it_counts_its_own_checks(tmp_path):
     # `python -m harness baseline` writes the record without Allure results: its checks are counted.
     source = _experiment_record(tmp_path / "baseline" / "experiment")
