@@ -40,11 +40,19 @@ test: setup-browser
 
 # What of the drift budget does not fit the main job (docs/controls.md): the planted faults at bf16
 # size on a bf16, an fp8, a filter and an MoE rung (30 rollouts each, calibration seed 7001), each
-# localised by intervention (the budget) and by the envelope table; then the budget rungs at the
-# design seeds (tools/budget_design.py: what knobs/levers.yaml's expectations come from). Writes
-# reports/controls/budget/control_sizes.{json,md}. About half an hour on 2 cores.
+# localised by intervention (the budget) and by the envelope table; each bf16-size fault's own drift
+# budgeted (--own-drift: its clean twin re-scored on the same tokens and differenced away; what
+# tests/attribution/test_budget_controls.py's own-drift expectations come from); then the budget
+# rungs at the design seeds (tools/budget_design.py: what knobs/levers.yaml's expectations come from).
+# Writes reports/controls/{budget,own-drift}/control_sizes.{json,md}. About 45 minutes on 2 cores.
 CONTROLS := $(PY) tools/control_sizes.py --budget --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/budget
+OWN_DRIFT := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
 controls: setup
+	$(OWN_DRIFT) --rung near-aligned --rung fp8-rollout --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
+		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16
+	$(OWN_DRIFT) --rung fp8-rollout --inject rollout-fp8-weight-scale:2
+	$(OWN_DRIFT) --rung top-p --inject rollout-filter-bf16
+	$(OWN_DRIFT) --rung moe-bf16 --inject trainer-expert-bf16
 	$(CONTROLS) --rung near-aligned --rung fp8-rollout --inject none --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
 		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16
 	$(CONTROLS) --rung fp8-rollout --inject rollout-fp8-weight-scale:2

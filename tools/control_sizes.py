@@ -156,7 +156,24 @@ def measure_budget(run, knobs, lever: str | None) -> dict:
     from harness.experiment.budget_scores import seed_scores
     from harness.judge.budget import judge_budget
 
-    budget = judge_budget(run.spec.rung or run.id, seed_scores([run], knobs.levers), knobs.levers, knobs)
+    return _budget_answer(judge_budget(run.spec.rung or run.id, seed_scores([run], knobs.levers), knobs.levers, knobs), run, lever)
+
+
+def measure_own_drift(run, knobs, lever: str) -> dict:
+    """The budget of the planted fault's own drift (harness.experiment.budget_scores.fault_drift_scores:
+    the run's tokens re-scored with and without the fault, differenced per sequence), in the same shape."""
+    from harness.experiment.budget_scores import NotMeasured, fault_drift_scores
+    from harness.judge.budget import BudgetInputError, judge_budget
+
+    try:
+        seeds = fault_drift_scores(run, knobs.levers)
+        budget = judge_budget(f"{run.spec.rung}, {run.spec.flag('embedded-inject')}'s own drift", seeds, knobs.levers, knobs)
+    except (NotMeasured, BudgetInputError) as why:
+        return {"verdict": "not measured", "boundary": None, "planted_lever": lever, "reason": str(why)}
+    return _budget_answer(budget, run, lever)
+
+
+def _budget_answer(budget, run, lever: str | None) -> dict:
     operators = [row for row in budget.levers if row.kind == "operator"]
     top = max(operators, key=lambda row: row.add.value)
     planted = budget.lever(lever) if lever else None
@@ -209,6 +226,7 @@ def launch(
     num_rollout: int = NUM_ROLLOUT,
     seed=None,
     budget=False,
+    own_drift=False,
 ) -> list[str]:
     """Run (or reuse) and measure each (rung, inject), one at a time; none started after max_minutes."""
     from harness.experiment.runs import LaunchSettings, RunSource
@@ -241,6 +259,8 @@ def launch(
                 entry = measure(run, knobs, planted)
                 if budget:
                     entry["budget"] = measure_budget(run, knobs, lever_of(canonical))
+                if own_drift and canonical != NONE:
+                    entry["own_drift"] = measure_own_drift(run, knobs, lever_of(canonical))
             except Exception as err:  # noqa: BLE001 - one failed run is reported and the rest still run
                 failed.append(f"{label}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
                 progress.console.print(f"[red]{failed[-1]}")
@@ -264,7 +284,9 @@ def launch(
             r = results[run.id]
             progress.console.print(
                 f"{label}: {run.id} localised {r['localised'] or 'none'}, {planted or '-'} {_x(r['ratio_at_planted'])}, "
-                f"class {r['class']} ({r['seconds']:.0f} s)" + (f"; budget: {_budget_text(r['budget'])}" if "budget" in r else "")
+                f"class {r['class']} ({r['seconds']:.0f} s)"
+                + (f"; budget: {_budget_text(r['budget'])}" if "budget" in r else "")
+                + (f"; its own drift: {_budget_text(r['own_drift'])}" if "own_drift" in r else "")
             )
             progress.advance(task)
     return failed
@@ -289,8 +311,8 @@ def remeasure(knobs, runs_dir: Path, results: dict) -> list[str]:
 
 
 def _budget_text(b: dict | None) -> str:
-    if not b:
-        return "not measured"
+    if not b or b["verdict"] == "not measured":
+        return f"not measured{': ' + b['reason'] if b else ''}"
     planted = b.get("planted_add_one")
     share = (
         "-"
@@ -300,15 +322,21 @@ def _budget_text(b: dict | None) -> str:
     return f"{b['verdict']}{' to ' + b['boundary'] if b['boundary'] else ''}; {b.get('planted_lever') or '-'} {share}"
 
 
-def budget_markdown(results: dict) -> str:
-    """The drift budget's answer on each control run that measured it (the second method)."""
+def budget_markdown(results: dict, key: str = "budget") -> str:
+    """The drift budget's answer on each control run that measured it (the second method); with key
+    "own_drift", the budget of each planted fault's own drift."""
     head = (
         "| rung | control | size | seed | rollouts | planted lever | its add-one share [95%] | margin from the share | verdict | "
         "largest add-one | run |\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = []
-    for r in sorted((r for r in results.values() if r.get("budget")), key=lambda r: (r["rung"], r["control"], r["inject"])):
-        b = r["budget"]
+    for r in sorted((r for r in results.values() if r.get(key)), key=lambda r: (r["rung"], r["control"], r["inject"])):
+        b = r[key]
+        if b["verdict"] == "not measured":
+            lines.append(
+                f"| {r['rung']} | {r['control']} | {r['size']} | {r.get('seed', '-')} | {r.get('num_rollout', '-')} | not measured: {b['reason']} |"
+            )
+            continue
         planted = b.get("planted_add_one")
         share = "-" if planted is None else f"{planted[0]:+.1%} [{planted[1]:+.1%}, {planted[2]:+.1%}]"
         margin = "-" if b.get("planted_margin_se") is None else f"{b['planted_margin_se']:+.1f} SE"
@@ -399,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=int, default=None, help="the runs' seed (default: the stage's; knobs/calibration.yaml names the calibration seeds)"
     )
     parser.add_argument("--budget", action="store_true", help="also measure each run's drift budget (localisation by intervention)")
+    parser.add_argument(
+        "--own-drift",
+        action="store_true",
+        help="also budget each planted fault's own drift (the run's tokens re-scored with and without it, differenced)",
+    )
     parser.add_argument("--knobs", default=str(DEFAULT_KNOBS_DIR), help="knobs directory (k: thresholds.boundary_envelope_k)")
     parser.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), help="where the runs live (default: reports/runs, as the tests')")
     parser.add_argument("--out", default=str(OUT_DIR), help="where control_sizes.json and control_sizes.md are written")
@@ -429,7 +462,15 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.report:
         pairs = [(rung, inject) for rung in (args.rung or ["near-aligned"]) for inject in args.inject]
         failed = launch(
-            knobs, Path(args.runs_dir).resolve(), pairs, args.max_minutes, results, num_rollout=args.num_rollout, seed=args.seed, budget=args.budget
+            knobs,
+            Path(args.runs_dir).resolve(),
+            pairs,
+            args.max_minutes,
+            results,
+            num_rollout=args.num_rollout,
+            seed=args.seed,
+            budget=args.budget,
+            own_drift=args.own_drift,
         )
         (out / "control_sizes.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     table = markdown(results, knobs.threshold("boundary_envelope_k"), knobs.threshold("boundary_own_k"))
@@ -438,10 +479,21 @@ def main(argv: list[str] | None = None) -> int:
         f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope; own ratio = a side's "
         "mean |y - f64(x)| / mean |f_declared(x) - f64(x)| on its own inputs; 'localised at k' recomputes the first boundary beyond k, "
         "or a side beyond k_own, from the recorded ratios.\n\n" + table + "\n\n"
-        "## The drift budget on the same runs (localisation by intervention)\n\n" + budget_markdown(results) + "\n"
+        "## The drift budget on the same runs (localisation by intervention)\n\n"
+        + budget_markdown(results)
+        + "\n"
+        + (
+            "\n## The planted fault's own drift, by intervention (the run's tokens re-scored with and without it)\n\n"
+            + budget_markdown(results, "own_drift")
+            + "\n"
+            if any("own_drift" in r for r in results.values())
+            else ""
+        )
     )
     print(table)
     print(budget_markdown(results))
+    if any("own_drift" in r for r in results.values()):
+        print(budget_markdown(results, "own_drift"))
     return 1 if failed else 0
 
 

@@ -155,15 +155,18 @@ def shared_flags(runs: list[Run]) -> list[str]:
     return trainer_flags(runs[0])
 
 
-def scores(runs: list[Run], levers: LeverFile, *, initial: bool = False, setting_list: list[dict] | None = None) -> dict:
+def scores(
+    runs: list[Run], levers: LeverFile, *, initial: bool = False, setting_list: list[dict] | None = None, without: tuple[str, ...] = ()
+) -> dict:
     """The scorer's output for the runs (one configuration, several seeds) under every setting (or
     `setting_list`), from the first run's budget/ cache or from one scorer process. `initial`: score
-    rollout 0 at the initial weights instead of the capture rollouts."""
+    rollout 0 at the initial weights instead of the capture rollouts. `without`: flags (names without
+    dashes) left out of the runs' configuration, as the planted fault's clean twin leaves its fault."""
     import torch
     from filelock import FileLock
 
     groups = [dict(initial_rollout(run) if initial else group, run=run.id) for run in runs for group in ([None] if initial else job(run)["rollouts"])]
-    todo = {"rollouts": groups, "settings": setting_list or settings(levers)}
+    todo = {"rollouts": groups, "settings": setting_list or settings(levers)} | ({"without": sorted(without)} if without else {})
     directory = runs[0].path / CACHE_DIR
     directory.mkdir(parents=True, exist_ok=True)
     cache = directory / f"scores-{_key(todo)}.pt"
@@ -173,7 +176,7 @@ def scores(runs: list[Run], levers: LeverFile, *, initial: bool = False, setting
         job_file = cache.with_suffix(".job.json")
         atomic_write_json(job_file, todo)
         out = cache.with_name(cache.name + ".scoring")
-        cmd = [sys.executable, "-m", SCORER_MODULE, "--job", str(job_file), "--out", str(out), "--", *shared_flags(runs)]
+        cmd = [sys.executable, "-m", SCORER_MODULE, "--job", str(job_file), "--out", str(out), "--", *_drop(shared_flags(runs), without)]
         code, output = _run_scorer(cmd)
         job_file.unlink(missing_ok=True)
         if code != 0 or not out.is_file():
@@ -188,6 +191,13 @@ def scores(runs: list[Run], levers: LeverFile, *, initial: bool = False, setting
         torch.save(result, cache)
         out.unlink(missing_ok=True)
         return result
+
+
+def _drop(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """The argv less each named flag and its values."""
+    from harness.spec.render import argv_items
+
+    return [part for _, token, values in argv_items(argv) if token.removeprefix("--") not in flags for part in (token, *values)]
 
 
 def _run_scorer(cmd: list[str]) -> tuple[int, str]:
@@ -208,6 +218,31 @@ def _replay_check(name: str, scored: list, recorded: list) -> dict:
     return {f"{name}_unequal_tokens": unequal, f"{name}_max_abs": largest}
 
 
+def _token_gaps(result: dict, levers: LeverFile, decode_gap: list | None = None) -> tuple[dict[str, list[np.ndarray]], list[np.ndarray]]:
+    """Per setting, each sequence's per-token |trainer - rollout|, and the decode-minus-prefill
+    difference the rollout side kept (the run's own at its native configuration, unless given)."""
+    recorded = [np.asarray(r, dtype=np.float64) for r in result["recorded"]]
+    if decode_gap is None:
+        decode_gap = [rec - np.asarray(pre, dtype=np.float64) for rec, pre in zip(recorded, result["settings"][NATIVE]["rollout"])]
+    switches = {s["key"]: set(s["switches"]) for s in settings(levers)}
+    per_token = {}
+    for key, sides in result["settings"].items():
+        rollout = [np.asarray(r, dtype=np.float64) for r in sides["rollout"]]
+        if DECODE_SWITCH not in switches.get(key, set()):
+            rollout = [r + g for r, g in zip(rollout, decode_gap)]
+        per_token[key] = [np.abs(np.asarray(t, dtype=np.float64) - r) for t, r in zip(sides["trainer"], rollout)]
+    return per_token, decode_gap
+
+
+def _kept(*per_token: dict[str, list[np.ndarray]], count: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """A sampled token at the top-k/top-p edge can fall outside the kept set under another setting's
+    arithmetic: its processed log-prob is -inf there. The comparison stays paired: such a token is
+    left out of every setting (of every scoring given), and counted. Returns each sequence's kept
+    tokens and which sequences keep any."""
+    kept = [np.logical_and.reduce([np.isfinite(gaps[i]) for table in per_token for gaps in table.values()]) for i in range(count)]
+    return kept, np.array([bool(k.any()) for k in kept])
+
+
 def seed_scores(runs: list[Run], levers: LeverFile) -> list[SeedScores]:
     """Each run's per-sequence gaps under every setting (the judge's evidence: one SeedScores a run),
     from one re-score of them all; NotMeasured with the reason when they cannot be re-scored."""
@@ -221,19 +256,8 @@ def seed_scores(runs: list[Run], levers: LeverFile) -> list[SeedScores]:
         raise NotMeasured(f"re-scoring failed: {str(exc).splitlines()[0]}") from None
     recorded = [np.asarray(r, dtype=np.float64) for r in result["recorded"]]
     native = result["settings"][NATIVE]
-    decode_gap = [rec - np.asarray(pre, dtype=np.float64) for rec, pre in zip(recorded, native["rollout"])]
-    switches = {s["key"]: set(s["switches"]) for s in settings(levers)}
-    per_token = {}
-    for key, sides in result["settings"].items():
-        rollout = [np.asarray(r, dtype=np.float64) for r in sides["rollout"]]
-        if DECODE_SWITCH not in switches.get(key, set()):
-            rollout = [r + g for r, g in zip(rollout, decode_gap)]
-        per_token[key] = [np.abs(np.asarray(t, dtype=np.float64) - r) for t, r in zip(sides["trainer"], rollout)]
-    # A sampled token at the top-k/top-p edge can fall outside the kept set under another setting's
-    # arithmetic: its processed log-prob is -inf there. The comparison stays paired: such a token is
-    # left out of every setting, and counted.
-    kept = [np.logical_and.reduce([np.isfinite(gaps[i]) for gaps in per_token.values()]) for i in range(len(recorded))]
-    usable = np.array([bool(k.any()) for k in kept])
+    per_token, _ = _token_gaps(result, levers)
+    kept, usable = _kept(per_token, count=len(recorded))
     gaps = {key: np.array([g[k].mean() for g, k, u in zip(values, kept, usable) if u]) for key, values in per_token.items()}
     owner = np.asarray(result["job"]["runs"])[usable]
     left_out = {run_id: int(sum((~k).sum() for k, o in zip(kept, result["job"]["runs"]) if o == run_id)) for run_id in set(result["job"]["runs"])}
@@ -258,6 +282,55 @@ def seed_scores(runs: list[Run], levers: LeverFile) -> list[SeedScores]:
             )
         )
     return out
+
+
+INJECT_FLAG = "embedded-inject"  # the planted fault's flag (harness/embedded/numeric_faults.py)
+
+
+def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
+    """The planted fault's own drift under every lever setting, as one SeedScores: the run's tokens are
+    re-scored twice at the same weights, with the fault and without it (the run's flags less
+    --embedded-inject: its clean twin), and each sequence's gap is the faulted gap less the clean one.
+    Budgeted like a rung's drift (harness.judge.budget), a lever's add-one share is then the part of
+    what the fault adds that aligning that boundary removes: a fault whose drift is small beside the
+    rung's is still localised, because the rung's own drift is differenced away on the same tokens.
+    The rollout side keeps the faulted run's decode-minus-prefill difference in both re-scores (a
+    rollout-side fault is in what the run recorded in decode)."""
+    reason = _not_measured_reason(run)
+    if reason is not None:
+        raise NotMeasured(reason)
+    if run.spec.flag(INJECT_FLAG) in (None, "none"):
+        raise NotMeasured(f"run {run.id} plants no fault (--{INJECT_FLAG}): there is no clean twin to difference against")
+    try:
+        faulted, clean = scores([run], levers), scores([run], levers, without=(INJECT_FLAG,))
+    except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
+        raise NotMeasured(f"re-scoring failed: {str(exc).splitlines()[0]}") from None
+    with_fault, decode_gap = _token_gaps(faulted, levers)
+    without_fault, _ = _token_gaps(clean, levers, decode_gap)
+    count = len(faulted["recorded"])
+    kept, usable = _kept(with_fault, without_fault, count=count)
+    gaps = {
+        key: np.array([f[k].mean() - c[k].mean() for f, c, k, u in zip(values, without_fault[key], kept, usable) if u])
+        for key, values in with_fault.items()
+    }
+    replay = {
+        **_replay_check("rollout", faulted["settings"][NATIVE]["rollout"], faulted["recorded"]),
+        **_replay_check("trainer", faulted["settings"][NATIVE]["trainer"], faulted["job"]["recorded_trainer"]),
+        "scorer_seconds": [faulted.get("seconds"), clean.get("seconds")],
+        "tokens_left_out": int(sum((~k).sum() for k in kept)),
+        "clean_twin": f"the same flags less --{INJECT_FLAG} {run.spec.flag(INJECT_FLAG)}",
+    }
+    recorded = faulted["recorded"]
+    return [
+        SeedScores(
+            run=run.id,
+            seed=int(run.spec.flag("seed", 0)),
+            gaps=gaps,
+            tokens=int(sum(len(r) for r in recorded)),
+            rollouts=tuple(sorted(set(faulted["job"]["rollouts"]))),
+            replay=replay,
+        )
+    ]
 
 
 def rung_budget(rung_id: str, runs: list[Run], knobs) -> object:

@@ -17,6 +17,8 @@ from harness.report.results_records import ResultsRecordError, problem_line, rea
 
 LEVERS = Path("knobs") / "levers.yaml"
 BUDGET_CONTROLS = Path("reports") / "controls" / "budget" / "control_sizes.json"
+# tools/control_sizes.py --own-drift: each planted fault's own drift budgeted (its clean twin differenced away)
+OWN_DRIFT_CONTROLS = Path("reports") / "controls" / "own-drift" / "control_sizes.json"
 
 
 class _Open(BaseModel):
@@ -46,6 +48,7 @@ class Budget(_Open):
     planted_lever: str | None = None
     planted_add_one: list[float] | None = None
     planted_margin_se: float | None = None
+    reason: str | None = None  # why not measured
 
 
 class ControlRun(_Open):
@@ -58,7 +61,9 @@ class ControlRun(_Open):
     commit: str
     machine: str
     seed: int | None = None
+    num_rollout: int | None = None
     budget: Budget | None = None
+    own_drift: Budget | None = None
 
 
 def _validated(model: type[BaseModel], data: object, shown: str) -> BaseModel:
@@ -130,6 +135,35 @@ def _controls(root: Path) -> list[str]:
     return lines
 
 
+def _own_drift(root: Path) -> list[str]:
+    shown = str(OWN_DRIFT_CONTROLS)
+    if not (root / shown).is_file():
+        return [f"No committed record (`{shown}`): `make controls` writes it (tools/control_sizes.py --own-drift)."]
+    data = read_json(root / shown, shown)
+    runs = [_validated(ControlRun, run, f"{shown}: {key}") for key, run in data.items()]
+    runs = sorted((r for r in runs if r.own_drift is not None), key=lambda r: (r.rung, r.control, r.size))
+    lines = [
+        record_line(
+            shown,
+            ", ".join(sorted({r.date for r in runs})),
+            ", ".join(sorted({r.commit for r in runs})),
+            "; ".join(sorted({r.machine for r in runs})),
+        )
+        + f"; {len(runs)} runs, seed {', '.join(sorted({str(r.seed) for r in runs}))}, "
+        + f"{', '.join(sorted({str(r.num_rollout) for r in runs}))} rollouts each.",
+        "",
+        "| rung | control | size | lever | its share of the fault's own drift [95%] | SE from the share | answer |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        b = r.own_drift
+        answer = b.verdict + (f" to {b.boundary}" if b.boundary else "") + (f": {b.reason}" if b.reason else "")
+        lines.append(
+            f"| {r.rung} | {r.control} | {r.size} | {b.planted_lever or '—'} | {_share(b.planted_add_one)} | {signed(b.planted_margin_se, 1)} | {answer} |"
+        )
+    return lines
+
+
 def budget_section(root: Path) -> list[str]:
     return [
         "## The drift budget: where the drift lives, by intervention",
@@ -142,4 +176,10 @@ def budget_section(root: Path) -> list[str]:
         "The planted faults (docs/controls.md), each method on the same runs:",
         "",
         *_controls(root),
+        "",
+        "A planted fault's own drift, by intervention: the run's tokens re-scored with the fault and without it (its clean",
+        "twin, the same weights), differenced per sequence, then budgeted alike: the rung's own drift cancels, so a fault",
+        'whose drift is small beside the rung\'s is still placed (docs/controls.md, "Its own drift"):',
+        "",
+        *_own_drift(root),
     ]
