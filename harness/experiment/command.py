@@ -109,15 +109,21 @@ def cmd_budget(args: argparse.Namespace, knobs) -> int:
     import json
     import sys
 
-    from harness.experiment.budget_scores import NotMeasured, seed_scores
+    from harness.experiment.budget_scores import NotMeasured, fault_drift_scores, seed_scores
     from harness.judge.budget import BudgetInputError, judge_budget
     from harness.records.rundir import RunDir
 
     if knobs.levers is None:
         raise SpecError(f"{args.knobs}: no levers.yaml: no lever table to budget with")
     runs = [RunDir(Path(path)).load() for path in [args.run_dir, *args.more_runs]]
+    if args.own_drift and len(runs) != 1:
+        raise SpecError(f"--own-drift: one run with a planted fault, got {len(runs)} run directories")
     try:
-        budget = judge_budget(runs[0].spec.rung or runs[0].id, seed_scores(runs, knobs.levers), knobs.levers, knobs)
+        if args.own_drift:
+            name = f"{runs[0].spec.rung or runs[0].id}, {runs[0].spec.flag('embedded-inject')}'s own drift"
+            budget = judge_budget(name, fault_drift_scores(runs[0], knobs.levers), knobs.levers, knobs)
+        else:
+            budget = judge_budget(runs[0].spec.rung or runs[0].id, seed_scores(runs, knobs.levers), knobs.levers, knobs)
     except (NotMeasured, BudgetInputError) as why:
         print(f"drift budget not measured: {why}", file=sys.stderr)
         return 1
@@ -139,8 +145,13 @@ def extend_attribute(subparsers) -> None:
         action="store_true",
         help="print the drift budget instead of the probes: each lever alone and all but it, on the runs' own tokens (docs/attribution.md)",
     )
+    parser.add_argument(
+        "--own-drift",
+        action="store_true",
+        help="with --budget, one run with a planted fault: budget what the fault adds (its clean twin re-scored on the same tokens, differenced)",
+    )
     probes = parser.get_default("func")
-    parser.set_defaults(func=lambda args: cmd_budget(args, load_knobs(Path(args.knobs))) if args.budget else probes(args))
+    parser.set_defaults(func=lambda args: cmd_budget(args, load_knobs(Path(args.knobs))) if args.budget or args.own_drift else probes(args))
 
 
 def register(subparsers) -> None:
