@@ -137,7 +137,9 @@ class Recorder:
             self.record_experiment("environment", record_entries.environment_entry(run, f"ladder root {case.stage}:{case.rung.id}"))
 
     def budget(self, rung_id: str, budget, expected) -> None:
-        """A rung's drift budget (harness.judge.budget) and its localisation answer."""
+        """A rung's drift budget (harness.judge.budget), its localisation answer and each ruled-out lever's."""
+        from dataclasses import replace
+
         from harness.judge.budget import RungBudget, answer_margin
         from harness.report.record_model import DriftBudget
 
@@ -161,6 +163,24 @@ class Recorder:
             "answers",
             answer_entry(f"budget/{rung_id}", "budget", shown, observed, margin.as_dict() if margin else None, test, note, report=report),
         )
+        # Each lever the design rules out is an expected answer of its own, held whether or not the
+        # rung's verdict is (budget.expect.<rung>.ruled_out): a record and a sweep count it.
+        for lever in expected.ruled_out if expected is not None else ():
+            row = budget.lever(lever) if isinstance(budget, RungBudget) else None
+            # its margin on the side of "not localised": the lever's own, sign flipped
+            ruled = None if row is None or row.margin is None else replace(row.margin, se_units=-row.margin.se_units, answer="not localised")
+            self.record_experiment(
+                "answers",
+                answer_entry(
+                    f"budget/{rung_id}/{lever}",
+                    "budget",
+                    "not localised",
+                    row.localisation if row is not None else "not measured",
+                    ruled.as_dict() if ruled else None,
+                    test,
+                    f"aligning {lever} alone removes {row.add.text()} of {rung_id}'s drift" if row is not None else entry.reason,
+                ),
+            )
 
     # Which Makefile target's selection decides each kind of answer (its marker): the main job holds the
     # readiness criteria (acceptance), `make candidate` the candidate operator's pairs (candidate).

@@ -49,3 +49,20 @@ def test_the_page_draws_each_rungs_budget_with_its_interaction_and_verdict():
     assert "not measured: run r1 ran on backend" in section
     answers = page[page.index("Answers and margins") :]
     assert "budget/fp8-rollout" in answers
+
+
+def test_each_ruled_out_lever_is_an_expected_answer_of_its_own():
+    """budget.expect.<rung>.ruled_out is judged even where the rung's verdict is reported: the record
+    carries one expected answer per lever, so a sweep counts it (and a lever that comes out
+    localised reads so)."""
+    budget = judge_budget("fp8-rollout", [_seed(1), _seed(2)], KNOBS.levers, KNOBS)
+    expected = KNOBS.levers.budget.expect["fp8-rollout"]
+    assert expected.ruled_out, "the fixture rung rules levers out"
+    answers = {a.key: a for a in _record([("fp8-rollout", budget)]).answers}
+    for lever in expected.ruled_out:
+        answer = answers[f"budget/fp8-rollout/{lever}"]
+        row = budget.lever(lever)
+        assert answer.expected == "not localised" and answer.observed == row.localisation
+        assert answer.margin.se_units == -row.margin.se_units and answer.margin.answer == "not localised"
+    missing = {a.key: a for a in _record([("fp8-rollout", BudgetNotMeasured("no runs"))]).answers}
+    assert all(missing[f"budget/fp8-rollout/{lever}"].observed == "not measured" for lever in expected.ruled_out)
