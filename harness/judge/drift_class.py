@@ -98,6 +98,12 @@ def classify(
             f"(< thresholds.semantic_replay_min_removed_fraction {knobs.threshold('semantic_replay_min_removed_fraction'):g})"
         )
     _numerical_step(judgement, knobs, drifting, drifting_rung, children[0], parents[0], evidence)
+    if drifting is not children[0]:
+        # The class is the parent's; whether the rung's own run breaks an operator boundary is its own
+        # question, as its contract is (probe 6 above): its boundary table, as on an undetermined delta.
+        # The parent's budget speaks for the parent's drift, not for this rung's runs.
+        judgement.ruled_out.pop("candidate-operator", None)
+        _own_boundary_table(judgement, children[0], evidence)
     return judgement
 
 
@@ -362,8 +368,9 @@ def _witnesses(budget: RungBudget, table: BoundaryResult, knobs: Knobs) -> dict:
 
 
 def _own_boundary_table(judgement: RungJudgement, child: Run, evidence: RungEvidence) -> None:
-    """An undetermined delta decides no class, but whether an operator boundary of the rung's own run
-    breaks its envelope can still be measured: every boundary within rules candidate-operator drift out."""
+    """An undetermined delta decides no class (and a delta that is down takes its parent's), but whether
+    an operator boundary of the rung's own run breaks its envelope can still be measured: every boundary
+    within rules candidate-operator drift out for the rung."""
     if not evidence.boundary_table:
         return
     if child.id not in evidence.boundary:

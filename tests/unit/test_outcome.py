@@ -10,6 +10,7 @@ from scipy import stats as scipy_stats
 from harness import DEFAULT_KNOBS_DIR
 from harness.experiment.evidence import family_levels, judge_rung
 from harness.judge import outcome
+from harness.judge.evidence import BudgetNotMeasured
 from harness.judge.expectations import expectation_findings
 from harness.judge.ladder import family_members
 from harness.judge.stats import DiffCI
@@ -188,6 +189,42 @@ def test_temperature_fails_on_a_class_its_own_rule_excludes(build_run):
         "expected candidate-operator drift ruled out (ladder/temperature.yaml expect.rules_out), but no evidence rules it out "
         "(decided class 'undetermined')"
     ], findings
+
+
+def _lowering_temperature(build_run, boundary, budget_verdict="inconclusive"):
+    """The confirmatory sweep's +1600 case: T=0.8 lowers the drift past the effect of interest, so the
+    class is near-aligned's, decided by its drift budget (here inconclusive, as it is at five seeds)."""
+    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.02))
+    child = build_run("child", rung="temperature", abs_diff=noisy(0.004, 0.02, seed=1))
+    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
+    budget = BudgetNotMeasured("near-aligned's budget: inconclusive in this test") if budget_verdict == "inconclusive" else None
+    judgement = judge_rung(
+        KNOBS.rungs["temperature"],
+        KNOBS,
+        fetcher(runs),
+        lambda run: [],
+        contract_check=lambda run: ("pass", "same contract"),
+        framework_not_checked=lambda run: [],
+        boundary_check=boundary,
+        drift_budget=lambda rung_id, runs: budget,
+    )
+    return judgement, child
+
+
+def test_a_lowering_rung_rules_operator_drift_out_by_its_own_boundary_table_not_its_parents_budget(build_run):
+    """A rung whose delta is down takes its class from its parent (near-aligned's budget, undecided at
+    five seeds). Whether the rung's OWN run breaks an operator boundary is its own question, as its
+    contract is: its boundary table answers it. The sweep at +1600 failed temperature here ("no
+    evidence rules it out (decided class 'undecided')"): the parent's budget was asked instead."""
+    within = lambda run: ("within", "every boundary within its envelope", None)  # noqa: E731
+    judgement, child = _lowering_temperature(build_run, within)
+    assert judgement.outcome.direction == "down" and judgement.drift_class == "undecided", judgement.summary()
+    assert judgement.ruled_out["candidate-operator"] == "child's boundary table: every boundary within its envelope"
+    assert not expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS)
+    breaks = lambda run: ("breaks", "logsumexp beyond k", "logsumexp")  # noqa: E731
+    judgement, child = _lowering_temperature(build_run, breaks)
+    assert "candidate-operator" not in judgement.ruled_out
+    assert any("candidate-operator drift ruled out" in f for f in expectation_findings(KNOBS.rungs["temperature"], judgement, child, KNOBS))
 
 
 def test_probe_6_failing_on_an_undetermined_delta_decides_semantic(build_run):
