@@ -43,6 +43,12 @@ class Provision:
     def find_only(self) -> bool:
         return self.source.find_only
 
+    @property
+    def seed_offset(self) -> int:
+        """The source's offset on every stage seed (a confirmatory sweep's): what a caller that names
+        seeds itself (the drift budget's own seeds) adds."""
+        return self.source.seed_offset
+
     def spec(self, stage: str, rung: str, mode: str, **overrides):
         return self.source.spec(stage, rung, mode, **overrides)
 

@@ -74,3 +74,21 @@ def test_the_plan_holds_every_run_the_drift_budget_asks_for(tmp_path, offset):
     assert {source.spec(stage, rung, mode, **overrides).run_id for stage, rung, mode, overrides in planned} == asked.asked
     seeds = {overrides["seed"] for *_, overrides in planned}
     assert min(seeds) == KNOBS.levers.budget.judging_seed + offset  # the budget's own seeds, moved by a sweep's offset
+
+
+def test_the_main_job_asks_for_the_budgets_own_seeds_plus_the_sweeps_offset(tmp_path):
+    """The drift budget names its seeds itself (knobs/levers.yaml budget.judging_seed onwards), so the
+    offset must reach it through the fetch: through the main job's Provision it did not, and the sweep
+    at +1600..+2000 judged the budget at 5026-5030 five times while the plan launched 6626-6630."""
+    from harness.experiment.evidence import budget_runs
+    from harness.experiment.plan import budget_requests
+    from harness.experiment.provision import Provision
+    from harness.experiment.runs import RunNotFound
+
+    offset = 1600
+    first = KNOBS.levers.budget.judging_seed + offset
+    provision = Provision(RunSource(KNOBS, "embedded", tmp_path, seed_offset=offset, find_only=True), write_line=lambda line: None)
+    with pytest.raises(RunNotFound, match=rf"seed {first}\b"):
+        budget_runs("near-aligned", KNOBS, provision.fetcher(KNOBS.levers.budget.stage, "colocate"))
+    planned = {int(r[3]["seed"]) for r in budget_requests(KNOBS, "colocate", offset) if r[1] == "near-aligned"}
+    assert min(planned) == first, "the plan launches the seeds the budget then asks for"
