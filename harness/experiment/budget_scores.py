@@ -290,12 +290,13 @@ INJECT_FLAG = "embedded-inject"  # the planted fault's flag (harness/embedded/nu
 def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
     """The planted fault's own drift under every lever setting, as one SeedScores: the run's tokens are
     re-scored twice at the same weights, with the fault and without it (the run's flags less
-    --embedded-inject: its clean twin), and each sequence's gap is the faulted gap less the clean one.
-    Budgeted like a rung's drift (harness.judge.budget), a lever's add-one share is then the part of
-    what the fault adds that aligning that boundary removes: a fault whose drift is small beside the
-    rung's is still localised, because the rung's own drift is differenced away on the same tokens.
-    The rollout side keeps the faulted run's decode-minus-prefill difference in both re-scores (a
-    rollout-side fault is in what the run recorded in decode)."""
+    --embedded-inject: its clean twin), and each sequence's gap under a setting is the mean over its
+    tokens of how far the fault moves the log-probs there, |trainer - trainer'| + |rollout - rollout'|
+    (one side is zero for a fault planted on the other). Budgeted like a rung's drift
+    (harness.judge.budget), a lever's add-one share is the part of what the fault moves that aligning
+    that boundary removes: the rung's own drift does not enter, so a fault whose drift is small beside
+    the rung's can still be placed. (A difference of the two runs' |trainer - rollout| gaps would not
+    do: a small move added to a larger gap of either sign averages out to nearly nothing.)"""
     reason = _not_measured_reason(run)
     if reason is not None:
         raise NotMeasured(reason)
@@ -305,14 +306,19 @@ def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
         faulted, clean = scores([run], levers), scores([run], levers, without=(INJECT_FLAG,))
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
         raise NotMeasured(f"re-scoring failed: {str(exc).splitlines()[0]}") from None
-    with_fault, decode_gap = _token_gaps(faulted, levers)
-    without_fault, _ = _token_gaps(clean, levers, decode_gap)
     count = len(faulted["recorded"])
-    kept, usable = _kept(with_fault, without_fault, count=count)
-    gaps = {
-        key: np.array([f[k].mean() - c[k].mean() for f, c, k, u in zip(values, without_fault[key], kept, usable) if u])
-        for key, values in with_fault.items()
-    }
+
+    def moved(key: str) -> list[np.ndarray]:
+        f, c = faulted["settings"][key], clean["settings"][key]
+        return [
+            np.abs(np.asarray(f["trainer"][i], dtype=np.float64) - np.asarray(c["trainer"][i], dtype=np.float64))
+            + np.abs(np.asarray(f["rollout"][i], dtype=np.float64) - np.asarray(c["rollout"][i], dtype=np.float64))
+            for i in range(count)
+        ]
+
+    per_token = {key: moved(key) for key in faulted["settings"]}
+    kept, usable = _kept(per_token, count=count)
+    gaps = {key: np.array([g[k].mean() for g, k, u in zip(values, kept, usable) if u]) for key, values in per_token.items()}
     replay = {
         **_replay_check("rollout", faulted["settings"][NATIVE]["rollout"], faulted["recorded"]),
         **_replay_check("trainer", faulted["settings"][NATIVE]["trainer"], faulted["job"]["recorded_trainer"]),
@@ -320,13 +326,12 @@ def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
         "tokens_left_out": int(sum((~k).sum() for k in kept)),
         "clean_twin": f"the same flags less --{INJECT_FLAG} {run.spec.flag(INJECT_FLAG)}",
     }
-    recorded = faulted["recorded"]
     return [
         SeedScores(
             run=run.id,
             seed=int(run.spec.flag("seed", 0)),
             gaps=gaps,
-            tokens=int(sum(len(r) for r in recorded)),
+            tokens=int(sum(len(r) for r in faulted["recorded"])),
             rollouts=tuple(sorted(set(faulted["job"]["rollouts"]))),
             replay=replay,
         )
