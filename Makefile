@@ -41,12 +41,13 @@ test: setup-browser
 # What of the drift budget does not fit the main job (docs/controls.md): the planted faults at bf16
 # size on a bf16, an fp8, a filter and an MoE rung (30 rollouts each, calibration seed 7001), each
 # localised by intervention (the budget) and by the envelope table; each bf16-size fault's own drift
-# budgeted (--own-drift: its clean twin re-scored on the same tokens and differenced away; what
-# tests/attribution/test_budget_controls.py's own-drift expectations come from); then the budget
+# budgeted (--own-drift: its clean twin re-scored on the same tokens and differenced away, 10
+# rollouts: 4 kept rollouts' tokens, paired; what tests/attribution/test_budget_controls.py's
+# own-drift expectations come from); then the budget
 # rungs at the design seeds (tools/budget_design.py: what knobs/levers.yaml's expectations come from).
 # Writes reports/controls/{budget,own-drift}/control_sizes.{json,md}. About 45 minutes on 2 cores.
 CONTROLS := $(PY) tools/control_sizes.py --budget --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/budget
-OWN_DRIFT := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
+OWN_DRIFT := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 10 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
 controls: setup
 	$(OWN_DRIFT) --rung near-aligned --rung fp8-rollout --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
 		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.experiment.budget_scores import seed_scores
+from harness.experiment.budget_scores import fault_drift_scores, seed_scores
 from harness.judge.budget import LOCALISED, judge_budget
 from harness.report.allure_attach import attach_text, label_experiment
 
@@ -41,4 +41,25 @@ def test_a_planted_fault_is_localised_by_intervention_at_its_boundary(get_run, k
     budget = judge_budget(rung, seed_scores([run], knobs.levers), knobs.levers, knobs)
     attach_text(budget.text(), "drift budget")
     lever = LOCALISED_ON_CALIBRATION[fault, rung]
+    assert budget.verdict == LOCALISED and budget.boundary == lever, budget.text()
+
+
+# (fault, rung) -> the lever whose boundary it is planted at, where the budget of the fault's OWN drift
+# (its clean twin re-scored on the same tokens and differenced away: budget_scores.fault_drift_scores)
+# localised it on the calibration seed 7001 (make controls, 10 rollouts: reports/controls/own-drift/).
+# At bf16 size the share of the rung's whole drift misses these (above): what the fault adds is a few
+# percent of it. Judged here on the stage's seed, which the calibration never used.
+OWN_DRIFT_LOCALISED_ON_CALIBRATION = {
+    # filled from the calibration record
+}
+OWN_DRIFT_ROLLOUTS = 10  # as the calibration (Makefile OWN_DRIFT): 4 kept rollouts' tokens, paired
+
+
+@pytest.mark.parametrize(("fault", "rung"), list(OWN_DRIFT_LOCALISED_ON_CALIBRATION))
+def test_a_bf16_size_fault_is_localised_by_intervention_on_its_own_drift(get_run, knobs, fault, rung):
+    run = get_run("p1", rung, "colocate", **{"num-rollout": OWN_DRIFT_ROLLOUTS, "embedded-inject": fault})
+    label_experiment("p1", rung, f"planted {fault}, its own drift localised by intervention", "colocate", "embedded", run.id)
+    budget = judge_budget(f"{rung}, {fault}'s own drift", fault_drift_scores(run, knobs.levers), knobs.levers, knobs)
+    attach_text(budget.text(), "the fault's own drift budget")
+    lever = OWN_DRIFT_LOCALISED_ON_CALIBRATION[fault, rung]
     assert budget.verdict == LOCALISED and budget.boundary == lever, budget.text()
