@@ -291,12 +291,14 @@ def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
     """The planted fault's own drift under every lever setting, as one SeedScores: the run's tokens are
     re-scored twice at the same weights, with the fault and without it (the run's flags less
     --embedded-inject: its clean twin), and each sequence's gap under a setting is the mean over its
-    tokens of how far the fault moves the log-probs there, |trainer - trainer'| + |rollout - rollout'|
-    (one side is zero for a fault planted on the other). Budgeted like a rung's drift
-    (harness.judge.budget), a lever's add-one share is the part of what the fault moves that aligning
-    that boundary removes: the rung's own drift does not enter, so a fault whose drift is small beside
-    the rung's can still be placed. (A difference of the two runs' |trainer - rollout| gaps would not
-    do: a small move added to a larger gap of either sign averages out to nearly nothing.)"""
+    tokens of what the fault does to the mismatch there, |(trainer - rollout) - (trainer' - rollout')|:
+    how far it moves the faulted side, or nothing where a lever makes both sides compute the fault
+    alike. Budgeted like a rung's drift (harness.judge.budget), a lever's add-one share is the part of
+    it that aligning that boundary removes: the rung's own drift does not enter, so a fault whose drift
+    is small beside the rung's can still be placed. (A difference of the two re-scores' |trainer -
+    rollout| gaps would not do: a small move added to a larger gap of either sign averages out to
+    nearly nothing. Nor would the sides' displacement |trainer - trainer'| + |rollout - rollout'|: a
+    lever that hands the faulted operand to both sides doubles it while the mismatch it makes goes.)"""
     reason = _not_measured_reason(run)
     if reason is not None:
         raise NotMeasured(reason)
@@ -311,8 +313,10 @@ def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
     def moved(key: str) -> list[np.ndarray]:
         f, c = faulted["settings"][key], clean["settings"][key]
         return [
-            np.abs(np.asarray(f["trainer"][i], dtype=np.float64) - np.asarray(c["trainer"][i], dtype=np.float64))
-            + np.abs(np.asarray(f["rollout"][i], dtype=np.float64) - np.asarray(c["rollout"][i], dtype=np.float64))
+            np.abs(
+                (np.asarray(f["trainer"][i], dtype=np.float64) - np.asarray(f["rollout"][i], dtype=np.float64))
+                - (np.asarray(c["trainer"][i], dtype=np.float64) - np.asarray(c["rollout"][i], dtype=np.float64))
+            )
             for i in range(count)
         ]
 
