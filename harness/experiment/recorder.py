@@ -231,6 +231,8 @@ class Recorder:
             notes = "; ".join(row.text() for row in answer.performance[:4])
             row = summary_row_from_run(answer.candidate[0], f"candidate {answer.name}", parent=answer.baseline[0], notes=notes, knobs=self.knobs)
             self._row(row, "ab-candidate", title)
+            # the commit, machine and software the pair's runs were made with (make candidate's record has no other run)
+            self.record_experiment("environment", record_entries.environment_entry(answer.baseline[0], f"candidate pair {answer.name}: baseline"))
 
     def candidate_mixed_paths(self, answer, bf16, fp8) -> None:
         """The seed's A/B question 4 (harness.judge.candidate_gate.mixed_paths) from two candidate pairs."""
