@@ -349,6 +349,11 @@ def budget_markdown(results: dict, key: str = "budget") -> str:
     return "\n".join([head, *lines])
 
 
+def _rollouts(results: dict) -> str:
+    """The rollouts the recorded runs made (each entry's own; the default where an entry predates the field)."""
+    return ", ".join(sorted({str(r.get("num_rollout", NUM_ROLLOUT)) for r in results.values()}, key=int)) or str(NUM_ROLLOUT)
+
+
 def _x(ratio) -> str:
     return "-" if ratio is None else f"{ratio:.3g}x"
 
@@ -476,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(results, knobs.threshold("boundary_envelope_k"), knobs.threshold("boundary_own_k"))
     (out / "control_sizes.md").write_text(
         "# Numerical controls by size (tools/control_sizes.py)\n\n"
-        f"P1, {MODE}, {NUM_ROLLOUT} rollouts, capture at rollout 2; ratio = mean divergence / mean envelope; own ratio = a side's "
+        f"P1, {MODE}, {_rollouts(results)} rollouts a run, the table read at the capture of rollout 2; ratio = mean divergence / mean envelope; own ratio = a side's "
         "mean |y - f64(x)| / mean |f_declared(x) - f64(x)| on its own inputs; 'localised at k' recomputes the first boundary beyond k, "
         "or a side beyond k_own, from the recorded ratios.\n\n" + table + "\n\n"
         "## The drift budget on the same runs (localisation by intervention)\n\n"
