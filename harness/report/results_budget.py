@@ -104,19 +104,22 @@ def _design(root: Path) -> list[str]:
     return lines
 
 
+def _runs_line(shown: str, runs: list[ControlRun]) -> str:
+    """The record line of a set of control runs: dates, commits, machines, seeds and rollouts."""
+    joined = lambda values, sep=", ": sep.join(sorted({str(v) for v in values}))  # noqa: E731
+    return (
+        record_line(shown, joined(r.date for r in runs), joined(r.commit for r in runs), joined((r.machine for r in runs), "; "))
+        + f"; {len(runs)} runs, seed {joined(r.seed for r in runs)}, {joined(r.num_rollout for r in runs)} rollouts each."
+    )
+
+
 def _controls(root: Path) -> list[str]:
     shown = str(BUDGET_CONTROLS)
     data = read_json(root / shown, shown)
     runs = [_validated(ControlRun, run, f"{shown}: {key}") for key, run in data.items()]
     runs = [run for run in runs if run.budget is not None]
     lines = [
-        record_line(
-            shown,
-            ", ".join(sorted({r.date for r in runs})),
-            ", ".join(sorted({r.commit for r in runs})),
-            "; ".join(sorted({r.machine for r in runs})),
-        )
-        + f"; {len(runs)} runs, seed {', '.join(sorted({str(r.seed) for r in runs}))}, 30 rollouts each.",
+        _runs_line(shown, runs),
         "",
         "| rung | control | lever | by intervention: localised | not (the lever's add-one share) | by the envelope table: localised |",
         "|---|---|---|---|---|---|",
@@ -143,14 +146,7 @@ def _own_drift(root: Path) -> list[str]:
     runs = [_validated(ControlRun, run, f"{shown}: {key}") for key, run in data.items()]
     runs = sorted((r for r in runs if r.own_drift is not None), key=lambda r: (r.rung, r.control, r.size))
     lines = [
-        record_line(
-            shown,
-            ", ".join(sorted({r.date for r in runs})),
-            ", ".join(sorted({r.commit for r in runs})),
-            "; ".join(sorted({r.machine for r in runs})),
-        )
-        + f"; {len(runs)} runs, seed {', '.join(sorted({str(r.seed) for r in runs}))}, "
-        + f"{', '.join(sorted({str(r.num_rollout) for r in runs}))} rollouts each.",
+        _runs_line(shown, runs),
         "",
         "| rung | control | size | lever | its share of the fault's own drift [95%] | SE from the share | answer |",
         "|---|---|---|---|---|---|---|",

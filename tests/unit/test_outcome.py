@@ -150,9 +150,10 @@ def test_a_wide_interval_around_zero_is_inconclusive_not_flat_and_decides_no_cla
     assert [f.split(" drift")[0].removeprefix("expected ") for f in findings] == ["framework", "semantic", "candidate-operator"]
 
 
-def _undecided_temperature(build_run, contract, boundary=lambda run: ("within", "every boundary within its envelope", None)):
-    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.05))
-    child = build_run("child", rung="temperature", abs_diff=noisy(0.0135, 0.6, seed=1))
+def _temperature(build_run, parent_series, child_series, contract, boundary, drift_budget=None):
+    """The temperature rung judged against near-aligned on built runs, every framework probe passing."""
+    parent = build_run("parent", rung="near-aligned", abs_diff=parent_series)
+    child = build_run("child", rung="temperature", abs_diff=child_series)
     runs = {("temperature", ()): child, ("near-aligned", ()): parent}
     judgement = judge_rung(
         KNOBS.rungs["temperature"],
@@ -162,8 +163,13 @@ def _undecided_temperature(build_run, contract, boundary=lambda run: ("within", 
         contract_check=contract,
         framework_not_checked=lambda run: [],
         boundary_check=boundary,
+        drift_budget=drift_budget,
     )
     return judgement, child
+
+
+def _undecided_temperature(build_run, contract, boundary=lambda run: ("within", "every boundary within its envelope", None)):
+    return _temperature(build_run, noisy(0.013, 0.05), noisy(0.0135, 0.6, seed=1), contract, boundary)
 
 
 def test_an_undetermined_delta_meets_temperature_when_probes_rule_out_framework_and_semantic(build_run):
@@ -191,24 +197,12 @@ def test_temperature_fails_on_a_class_its_own_rule_excludes(build_run):
     ], findings
 
 
-def _lowering_temperature(build_run, boundary, budget_verdict="inconclusive"):
+def _lowering_temperature(build_run, boundary):
     """The confirmatory sweep's +1600 case: T=0.8 lowers the drift past the effect of interest, so the
-    class is near-aligned's, decided by its drift budget (here inconclusive, as it is at five seeds)."""
-    parent = build_run("parent", rung="near-aligned", abs_diff=noisy(0.013, 0.02))
-    child = build_run("child", rung="temperature", abs_diff=noisy(0.004, 0.02, seed=1))
-    runs = {("temperature", ()): child, ("near-aligned", ()): parent}
-    budget = BudgetNotMeasured("near-aligned's budget: inconclusive in this test") if budget_verdict == "inconclusive" else None
-    judgement = judge_rung(
-        KNOBS.rungs["temperature"],
-        KNOBS,
-        fetcher(runs),
-        lambda run: [],
-        contract_check=lambda run: ("pass", "same contract"),
-        framework_not_checked=lambda run: [],
-        boundary_check=boundary,
-        drift_budget=lambda rung_id, runs: budget,
-    )
-    return judgement, child
+    class is near-aligned's, decided by its drift budget (not measured here; undecided at five seeds)."""
+    budget = BudgetNotMeasured("near-aligned's budget: inconclusive in this test")
+    same_contract = lambda run: ("pass", "same contract")  # noqa: E731
+    return _temperature(build_run, noisy(0.013, 0.02), noisy(0.004, 0.02, seed=1), same_contract, boundary, lambda rung_id, runs: budget)
 
 
 def test_a_lowering_rung_rules_operator_drift_out_by_its_own_boundary_table_not_its_parents_budget(build_run):
