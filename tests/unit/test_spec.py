@@ -226,3 +226,16 @@ def test_pytest_collects_the_p1_ladder_and_the_acceptance_criteria():
     assert len(p1) >= 5 and all("[p1-" in line for line in p1), p1
     acceptance = collect("-m", "acceptance", "tests/acceptance")
     assert any("completes-30-rollout-steps" in line for line in acceptance), acceptance
+
+
+def test_a_sweep_offset_that_puts_a_judged_range_on_the_budgets_seeds_is_refused(knobs_copy):
+    """The drift budget judges its own seeds, moved by each sweep offset as every judged seed is: an
+    offset whose ladder seeds are the budget's (2026 + 3000 = 5026) would judge both on the same runs."""
+    design = knobs_copy / "design.yaml"
+    text = design.read_text()
+    offsets = next(line for line in text.splitlines() if line.strip().startswith("sweep_offsets:"))
+    design.write_text(text.replace(offsets, "  sweep_offsets: [3000]"))
+    with pytest.raises(SpecError) as err:
+        load_knobs(knobs_copy)
+    message = str(err.value)
+    assert "levers.yaml: budget.judging_seed" in message and "5026..5030" in message and "+3000" in message, message
