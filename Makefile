@@ -48,11 +48,15 @@ test: setup-browser
 # Writes reports/controls/{budget,own-drift}/control_sizes.{json,md}. About 45 minutes on 2 cores.
 CONTROLS := $(PY) tools/control_sizes.py --budget --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/budget
 OWN_DRIFT := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 10 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
+# A fault at an edge (the sampler's filter) moves only the tokens whose step it tips: four times the
+# prompts a rollout (the top-p-wide rung) and 80 rollouts, 39 of them kept, about 100,000 tokens.
+OWN_DRIFT_EDGE := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 80 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
 controls: setup
 	$(OWN_DRIFT) --rung near-aligned --rung fp8-rollout --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
-		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16
+		--inject trainer-softmax-sum-bf16 --inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16
 	$(OWN_DRIFT) --rung fp8-rollout --inject rollout-fp8-weight-scale:2
 	$(OWN_DRIFT) --rung top-p --inject rollout-filter-bf16
+	$(OWN_DRIFT_EDGE) --rung top-p-wide --inject rollout-filter-bf16
 	$(OWN_DRIFT) --rung moe-bf16 --inject trainer-expert-bf16
 	$(CONTROLS) --rung near-aligned --rung fp8-rollout --inject none --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
 		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16

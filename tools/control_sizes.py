@@ -39,18 +39,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # 
 from harness import DEFAULT_KNOBS_DIR, DEFAULT_RUNS_DIR  # noqa: E402
 from harness.embedded.flags import FlagError  # noqa: E402
 from harness.embedded.injections import FP8_WEIGHT_SCALE, SIZED, parse  # noqa: E402
+from harness.experiment import control_variants  # noqa: E402
 from harness.spec import SpecError, load_knobs  # noqa: E402
 
 OUT_DIR = ROOT / "reports" / "controls"
 STAGE, MODE, NUM_ROLLOUT = "p1", "colocate", 3  # the controls' runs in tests/attribution/test_boundaries_on_runs.py
-RUNGS = ("near-aligned", "fp8-rollout", "fp32-floor", "top-p", "fp8-plus-filters", "fp8-plus-filters-moe", "moe-bf16")
-# Rungs named here but not in knobs/ladder: a rung run with flags set (the MoE model at bf16, no filters).
-VARIANTS = {"moe-bf16": ("fp8-plus-filters-moe", {"vllm-quantization": None, "rollout-top-p": 1.0, "rollout-top-k": -1})}
+# the ladder's rungs the controls run on, then rungs of their own: a ladder rung with flags set
+# (harness.experiment.control_variants)
+RUNGS = ("near-aligned", "fp8-rollout", "fp32-floor", "top-p", "fp8-plus-filters", "fp8-plus-filters-moe", *control_variants.VARIANTS)
 NONE = "none"
 # the boundary each control is planted at (harness/embedded/numeric_faults.py)
 PLANTED = {
     "rollout_lse_bits": "logsumexp",
     "trainer_softmax_bits": "layer.0.attention",
+    "trainer_softmax_sum_bits": "layer.0.attention",
     "trainer_tp_reduce_bits": "layer.0.mlp",
     "rollout_fp8_weight_scale": "layer.0.attention",
     "trainer_lm_head_bits": "logits",
@@ -61,6 +63,7 @@ PLANTED = {
 LEVER = {
     "rollout_lse_bits": "log-softmax",
     "trainer_softmax_bits": "attention-prefill",
+    "trainer_softmax_sum_bits": "attention-prefill",
     "trainer_tp_reduce_bits": "mlp",
     "rollout_fp8_weight_scale": "fp8-weights",
     "trainer_lm_head_bits": "lm-head",
@@ -71,6 +74,7 @@ LEVER = {
 PLANTED_SIDE = {
     "rollout_lse_bits": "rollout",
     "trainer_softmax_bits": "trainer",
+    "trainer_softmax_sum_bits": "trainer",
     "trainer_tp_reduce_bits": "trainer",
     "rollout_fp8_weight_scale": "rollout",
     "trainer_lm_head_bits": "trainer",
@@ -254,7 +258,7 @@ def launch(
             )
             t0 = time.monotonic()
             try:
-                ladder_rung, variant = VARIANTS.get(rung, (rung, {}))
+                ladder_rung, variant = control_variants.resolve(rung)
                 run = source(STAGE, ladder_rung, MODE, **variant, **overrides)
                 entry = measure(run, knobs, planted)
                 if budget:

@@ -10,6 +10,7 @@
 - ``rollout-lse-bits:N`` / ``trainer-softmax-bits:N`` / ``trainer-tp-reduce-bits:N``: numerical
   controls at one operator boundary, rounding to N mantissa bits (1..23; N = 7 is bf16, and
   ``rollout-lse-bf16`` / ``trainer-softmax-bf16`` / ``trainer-tp-reduce-bf16`` name N = 7);
+  ``trainer-softmax-sum-bits:N``: the attention softmax's row sum held at N bits;
   ``trainer-lm-head-bits:N`` / ``rollout-filter-bits:N`` / ``trainer-expert-bits:N`` (``-bf16``: N = 7):
   the LM-head GEMM, the sampler's top-p filter kernel and one MoE expert's down projection at N bits;
   ``rollout-fp8-weight-scale:F``: the fp8 rollout's weights read back with F x their block scale
@@ -27,6 +28,7 @@ from harness.embedded.flags import FlagError
 SIZED = {
     "rollout-lse-bits": ("rollout_lse_bits", "rollout-lse-bf16"),
     "trainer-softmax-bits": ("trainer_softmax_bits", "trainer-softmax-bf16"),
+    "trainer-softmax-sum-bits": ("trainer_softmax_sum_bits", "trainer-softmax-sum-bf16"),
     "trainer-tp-reduce-bits": ("trainer_tp_reduce_bits", "trainer-tp-reduce-bf16"),
     "trainer-lm-head-bits": ("trainer_lm_head_bits", "trainer-lm-head-bf16"),
     "rollout-filter-bits": ("rollout_filter_bits", "rollout-filter-bf16"),
@@ -61,6 +63,7 @@ class Injections:
     reorder_samples: bool = False
     rollout_lse_bits: int = 0  # 0: off; else the mantissa bits of the control
     trainer_softmax_bits: int = 0
+    trainer_softmax_sum_bits: int = 0
     trainer_tp_reduce_bits: int = 0
     trainer_lm_head_bits: int = 0
     rollout_filter_bits: int = 0

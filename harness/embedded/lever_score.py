@@ -89,7 +89,33 @@ def _engine_model(engine):
     return engine.llm.collective_rpc(lambda worker: worker.model_runner.model)[0]
 
 
+# Tokens one prefill call hands the engine: under vLLM's scheduler budget a batch is prefilled in one
+# step, in request order. Past it the scheduler splits the batch over steps and a later step need not
+# keep that order (a 128-sequence rollout of ~5,500 tokens came back with its positions out of order).
+PREFILL_TOKENS = 2048
+
+
+def prefill_groups(lengths: list[int], budget: int = PREFILL_TOKENS) -> list[list[int]]:
+    """Consecutive indices of the sequences, each group's tokens within the budget (a longer sequence alone)."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(lengths):
+        if not groups or total + n > budget:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
+
+
 def _prefill_final_norm(engine, model, sequences: list[dict]) -> list:
+    """The final norm's output at every position of each sequence's tokens[:-1], from batched prefills
+    of at most PREFILL_TOKENS tokens each."""
+    groups = prefill_groups([len(s["tokens"]) - 1 for s in sequences])
+    return [normed for group in groups for normed in _prefill_once(engine, model, [sequences[i] for i in group])]
+
+
+def _prefill_once(engine, model, sequences: list[dict]) -> list:
     """The final norm's output at every position of each sequence's tokens[:-1], from one batched prefill."""
     import torch
 

@@ -1,6 +1,6 @@
 """Numerical controls: faults injected at one named operator boundary of one engine
-(``--embedded-inject rollout-lse-bits:N`` / ``trainer-softmax-bits:N`` / ``trainer-tp-reduce-bits:N``
-/ ``rollout-fp8-weight-scale:F``, parsed in injections.py; ``*-bf16`` is ``*-bits:7``).
+(``--embedded-inject rollout-lse-bits:N`` / ``trainer-softmax-bits:N`` / ``trainer-softmax-sum-bits:N`` /
+``trainer-tp-reduce-bits:N`` / ``rollout-fp8-weight-scale:F``, parsed in injections.py; ``*-bf16`` is ``*-bits:7``).
 
 The boundary table (harness/attribution/boundaries.py) must localise each to its boundary and class
 it candidate-operator, while the framework and semantic probes pass. The rounding controls are sized:
@@ -13,6 +13,14 @@ bf16 to find the smallest size a boundary's envelope lets through (tools/control
 - ``trainer-softmax-bits:N``: Megatron's attention softmax (FusedScaleMaskSoftmax's torch path)
   takes its scores rounded to N bits and rounds its probabilities to N bits (computed in bf16 for
   N <= 7, as torch's bf16 softmax computes, in fp32 above). Boundary: layer.0.attention, trainer side.
+  On a bf16 trainer the scores and the probabilities are bf16 already, so at N = 7 it is the identity
+  there (measured: the faulted and clean re-scores bitwise equal on near-aligned); it is a fault at
+  bf16 size only on a wider trainer (the fp32 floor) or below 7 bits.
+- ``trainer-softmax-sum-bits:N``: the same softmax with its denominator, the running sum of the row's
+  exps, held at N bits (every partial sum rounded, as a kernel accumulating its row sum in bf16 does at
+  N = 7); scores and probabilities otherwise at the softmax's own precision, so it is a fault at bf16
+  size on a bf16 trainer: every row's probabilities scaled by one small error. Boundary:
+  layer.0.attention, trainer side. One attention-softmax control at a time.
 - ``trainer-tp-reduce-bits:N``: Megatron's MLP output projection (linear_fc2, a RowParallelLinear, every
   layer) as a tensor-parallel layer computes it over ``TP_RANKS`` ranks - each rank's partial GEMM over
   its slice of the input features - and its all-reduce sums the partials in another order (last rank
@@ -116,6 +124,17 @@ def softmax_at_bits(scores: torch.Tensor, bits: int) -> torch.Tensor:
     return RoundMantissa.apply(probs, bits)
 
 
+def softmax_sum_at_bits(scores: torch.Tensor, bits: int) -> torch.Tensor:
+    """softmax over the last dim (fp32, max-shifted) whose denominator is the row's exps summed left
+    to right at ``bits`` (the last of ``cumsum_at_bits``). Differentiable: the gradient is the exact softmax's, the rounding
+    error of the sum a constant of the backward (as ``RoundMantissa`` passes its gradient)."""
+    x = scores.float()
+    exps = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+    exact = exps.sum(dim=-1, keepdim=True)
+    rounded = cumsum_at_bits(exps.detach(), bits)[..., -1:]
+    return exps / (exact + (rounded - exact.detach()))
+
+
 def row_parallel_reordered(
     x: torch.Tensor, weight: torch.Tensor, partial_dtype: torch.dtype, ranks: int = TP_RANKS, bits: int | None = None
 ) -> torch.Tensor:
@@ -183,7 +202,7 @@ def _install_rollout_lse(bits: int) -> None:
         _patch(TopKTopPSampler, name, make)
 
 
-def _install_trainer_softmax(bits: int) -> None:
+def _install_trainer_softmax(bits: int, softmax=softmax_at_bits) -> None:
     from megatron.core.fusions.fused_softmax import FusedScaleMaskSoftmax, get_default_causal_mask
     from megatron.core.transformer.enums import AttnMaskType
 
@@ -195,7 +214,7 @@ def _install_trainer_softmax(bits: int) -> None:
             if mask is None and self.attn_mask_type == AttnMaskType.causal and sq > 1:
                 mask = get_default_causal_mask(sq)
             masked = self.mask_func(x, mask) if mask is not None else x
-            return softmax_at_bits(masked, bits).to(out_dtype)
+            return softmax(masked, bits).to(out_dtype)
 
         return forward_torch_softmax
 
@@ -305,8 +324,15 @@ def install(faults, *, engine_in_process: bool) -> list[str]:
             )
         else:
             _install_rollout_lse(faults.rollout_lse_bits)
-    if faults.trainer_softmax_bits:
+    if faults.trainer_softmax_bits and faults.trainer_softmax_sum_bits:
+        problems.append(
+            f"--embedded-inject {faults.name_of('trainer_softmax_bits')},{faults.name_of('trainer_softmax_sum_bits')}: "
+            "both replace the attention softmax; plant one at a time"
+        )
+    elif faults.trainer_softmax_bits:
         _install_trainer_softmax(faults.trainer_softmax_bits)
+    elif faults.trainer_softmax_sum_bits:
+        _install_trainer_softmax(faults.trainer_softmax_sum_bits, softmax=softmax_sum_at_bits)
     if faults.trainer_tp_reduce_bits:
         _install_trainer_tp_reduce(faults.trainer_tp_reduce_bits)
     if faults.trainer_lm_head_bits:

@@ -328,6 +328,8 @@ def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
         **_replay_check("trainer", faulted["settings"][NATIVE]["trainer"], faulted["job"]["recorded_trainer"]),
         "scorer_seconds": [faulted.get("seconds"), clean.get("seconds")],
         "tokens_left_out": int(sum((~k).sum() for k in kept)),
+        # how widely the fault acts: a fault at an edge (the sampler's filter) moves few tokens
+        "tokens_moved": int(sum((moved_by > 0).sum() for moved_by in per_token[NATIVE])),
         "clean_twin": f"the same flags less --{INJECT_FLAG} {run.spec.flag(INJECT_FLAG)}",
     }
     return [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.experiment import control_variants
 from harness.experiment.budget_scores import fault_drift_scores, seed_scores
 from harness.judge.budget import LOCALISED, judge_budget
 from harness.report.allure_attach import attach_text, label_experiment
@@ -46,30 +47,38 @@ def test_a_planted_fault_is_localised_by_intervention_at_its_boundary(get_run, k
 
 # (fault, rung) -> the lever whose boundary it is planted at, where the budget of the fault's OWN drift
 # (what it does to the mismatch against its clean twin, re-scored on the same tokens:
-# budget_scores.fault_drift_scores) localised it on the calibration seed 7001 (make controls, 10
-# rollouts: reports/controls/own-drift/, 2026-12-07): the MLP's reduction on the bf16 rung (100%, +7.4 SE)
-# and the fp8 rung (+8.2 SE), the LM-head GEMM on both (+7.4, +7.0 SE), one expert of the MoE model at
-# bf16 (+4.2 SE). The share of the rung's whole drift misses each at bf16 size (above: what the fault
-# adds is a few percent of it). Not here, as measured: the attention softmax at bf16 size moves nothing
-# on the bf16 rung (the faulted and clean re-scores are bitwise equal) and 1.0 SE on the fp8 rung; the
-# top-p filter's 0.9 SE; the log-sum-exp and the fp8 scale are judged by the share above.
+# budget_scores.fault_drift_scores) localised it on the calibration seed 7001 (make controls:
+# reports/controls/own-drift/, 2026-12-07), 10 rollouts unless OWN_DRIFT_ROLLOUTS_BY_RUNG says more:
+# the MLP's reduction on the bf16 rung (100%, +7.4 SE) and the fp8 rung (+8.2 SE), the LM-head GEMM on
+# both (+7.4, +7.0 SE), one expert of the MoE model at bf16 (+4.2 SE); added the same day, pre-registered
+# from their calibration before any run at the stage seed: the attention softmax with its row sum at
+# bf16 on both (+12.4, +7.7 SE: every token moved) and the top-p filter's running sum at bf16 on top-p
+# with four times the prompts and 80 rollouts (+5.6 SE: it moves only the 1.1% of tokens whose step's
+# kept set it changes, so it needs that many). The share of the rung's whole drift misses each at bf16
+# size (above: what the fault adds is a few percent of it). Not here: trainer-softmax-bf16, the identity
+# on a bf16 trainer (its scores and probabilities are bf16 already: the faulted and clean re-scores are
+# bitwise equal on the bf16 rung); the log-sum-exp and the fp8 scale are judged by the share above.
 # Judged here on the stage's seed, which the calibration never used.
-MOE_AT_BF16 = {"vllm-quantization": None, "rollout-top-p": 1.0, "rollout-top-k": -1}  # tools/control_sizes.py VARIANTS["moe-bf16"]
 OWN_DRIFT_LOCALISED_ON_CALIBRATION = {
     ("trainer-tp-reduce-bf16", "near-aligned"): "mlp",
     ("trainer-tp-reduce-bf16", "fp8-rollout"): "mlp",
     ("trainer-lm-head-bf16", "near-aligned"): "lm-head",
     ("trainer-lm-head-bf16", "fp8-rollout"): "lm-head",
-    ("trainer-expert-bf16", "fp8-plus-filters-moe"): "mlp",  # at bf16 without filters (MOE_AT_BF16)
+    ("trainer-expert-bf16", "moe-bf16"): "mlp",  # the MoE model at bf16 without filters (control_variants)
+    ("trainer-softmax-sum-bf16", "near-aligned"): "attention-prefill",
+    ("trainer-softmax-sum-bf16", "fp8-rollout"): "attention-prefill",
+    ("rollout-filter-bf16", "top-p-wide"): "sampler-filter",  # top-p, 32 prompts a rollout (control_variants)
 }
 OWN_DRIFT_ROLLOUTS = 10  # as the calibration (Makefile OWN_DRIFT): 4 kept rollouts' tokens, paired
+OWN_DRIFT_ROLLOUTS_BY_RUNG = {"top-p-wide": 80}  # as the calibration (Makefile OWN_DRIFT_EDGE): 39 kept rollouts
 
 
 @pytest.mark.parametrize(("fault", "rung"), list(OWN_DRIFT_LOCALISED_ON_CALIBRATION))
 def test_a_bf16_size_fault_is_localised_by_intervention_on_its_own_drift(get_run, knobs, fault, rung):
-    variant = MOE_AT_BF16 if rung == "fp8-plus-filters-moe" else {}
-    run = get_run("p1", rung, "colocate", **variant, **{"num-rollout": OWN_DRIFT_ROLLOUTS, "embedded-inject": fault})
-    label_experiment("p1", rung, f"planted {fault}, its own drift localised by intervention", "colocate", "embedded", run.id)
+    ladder_rung, variant = control_variants.resolve(rung)
+    rollouts = OWN_DRIFT_ROLLOUTS_BY_RUNG.get(rung, OWN_DRIFT_ROLLOUTS)
+    run = get_run("p1", ladder_rung, "colocate", **variant, **{"num-rollout": rollouts, "embedded-inject": fault})
+    label_experiment("p1", ladder_rung, f"planted {fault}, its own drift localised by intervention", "colocate", "embedded", run.id)
     budget = judge_budget(f"{rung}, {fault}'s own drift", fault_drift_scores(run, knobs.levers), knobs.levers, knobs)
     attach_text(budget.text(), "the fault's own drift budget")
     lever = OWN_DRIFT_LOCALISED_ON_CALIBRATION[fault, rung]

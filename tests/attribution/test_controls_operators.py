@@ -17,6 +17,7 @@ from harness.embedded.numeric_faults import (
     round_mantissa,
     row_parallel_reordered,
     softmax_at_bits,
+    softmax_sum_at_bits,
 )
 
 pytestmark = pytest.mark.attribution
@@ -140,6 +141,48 @@ def test_trainer_softmax_at_fewer_bits_moves_further_from_fp32():
     exact = torch.softmax(scores.double(), -1)
     errors = [float((softmax_at_bits(scores, n).double() - exact).abs().mean()) for n in (16, 7, 5, 3)]
     assert errors == sorted(errors) and errors[0] < errors[-1], errors
+
+
+def _bf16_causal_scores(seed: int) -> torch.Tensor:
+    """Attention scores as a bf16 trainer hands them to its softmax: bf16 values, a causal mask."""
+    scores = (torch.randn(2, 4, 40, 40, generator=torch.Generator().manual_seed(seed)) * 3).bfloat16().float()
+    return torch.where(torch.ones(40, 40, dtype=torch.bool).triu(1), torch.full_like(scores, -10000.0), scores)
+
+
+def test_trainer_softmax_at_seven_bits_is_the_identity_on_a_bf16_trainer():
+    """Why trainer-softmax-bf16 moves nothing on the bf16 rungs: their scores are bf16 already and
+    Megatron's fp32 softmax hands back bf16 probabilities, so rounding both to 7 bits changes no bit."""
+    scores = _bf16_causal_scores(6)
+    native = torch.softmax(scores, dim=-1).bfloat16()
+    assert torch.equal(_bits_of(softmax_at_bits(scores, 7).bfloat16()), _bits_of(native))
+
+
+def test_trainer_softmax_sum_at_seven_bits_is_a_bf16_size_fault_on_a_bf16_trainer():
+    """The row sum held at bf16 scales each row by one factor (1 + a few bf16 ulps), which survives
+    the cast to bf16 on many probabilities: a fault at bf16 size where the rounding control is none."""
+    scores = _bf16_causal_scores(7)
+    native = torch.softmax(scores, dim=-1)
+    faulted = softmax_sum_at_bits(scores, 7)
+    ratio = (faulted / native)[native > 1e-3].flatten()
+    assert float((ratio - 1).abs().max()) < 40 * 2**-8  # at most a row's length of bf16 half-ulps
+    per_row = faulted / native
+    row_scale = per_row[..., :1]  # position 0 is never masked: each row's one factor
+    assert torch.allclose(per_row[native > 0], row_scale.expand_as(per_row)[native > 0], rtol=1e-5)
+    moved = (faulted.bfloat16() != native.bfloat16())[native > 0].float().mean()
+    assert 0.05 < float(moved) < 1.0, float(moved)
+    assert torch.allclose(softmax_sum_at_bits(scores, 23), native, rtol=1e-5, atol=1e-7)
+
+
+def test_trainer_softmax_sum_passes_the_exact_softmax_gradient():
+    scores = _bf16_causal_scores(8)
+    upstream = torch.randn(scores.shape, generator=torch.Generator().manual_seed(9))
+    grads = []
+    for fn in (lambda s: torch.softmax(s, -1), lambda s: softmax_sum_at_bits(s, 7)):
+        s = scores.clone().requires_grad_(True)
+        (fn(s) * upstream).sum().backward()
+        grads.append(s.grad)
+    # the faulted forward's own gradient: the exact softmax's, but for the rows' small scale error
+    assert torch.isfinite(grads[1]).all() and float((grads[1] - grads[0]).norm() / grads[0].norm()) < 0.05
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
