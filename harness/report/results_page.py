@@ -143,7 +143,12 @@ def _summary_line(record: JobRecord) -> str:
         parts.append(f"the smallest expected margin {signed(smallest.margin_se, 1)} SE ({smallest.key})")
     parts.append(f"tests not passed: {', '.join(failed)}" if failed else "every answer's test passed")
     tests = f" Tests: {record.tests.counts_text()}." if record.tests else ""
-    return "; ".join(parts) + "." + tests
+    registered = (
+        f" Pre-registration sha256 {record.expectations_sha256[:8]}."
+        if record.expectations_sha256
+        else " Pre-registration: not in this condensed record (its experiment record and page carry it)."
+    )
+    return "; ".join(parts) + "." + tests + registered
 
 
 def main_job_section(root: Path) -> list[str]:

@@ -134,6 +134,9 @@ class JobRecord(_Record):
     tests: Tests | None = None
     note: str = ""  # the caller's words on the conditions (--note), e.g. other jobs on the machine
     flag_below_se: float | None = None  # thresholds.min_margin_se as the job applied it
+    # the pre-registration the job judged against (harness.judge.preregistration); None: a record condensed
+    # before it was kept here (the job's experiment record and page carry it either way)
+    expectations_sha256: str | None = None
     rungs: list[RungFigure] = Field(default_factory=list)
     answers: list[AnswerFigure] = Field(default_factory=list)
 
@@ -326,6 +329,7 @@ def condense(record: ExperimentRecord, kind: str, source: str, tests: Tests | No
         tests=tests,
         note=note,
         flag_below_se=record.min_margin_se,
+        expectations_sha256=(record.preregistration or {}).get("sha256"),
         rungs=rungs,
         answers=answers,
     )

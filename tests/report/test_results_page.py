@@ -183,14 +183,18 @@ def test_make_candidates_record_has_a_section_of_its_own_and_an_unknown_job_is_r
     data = json.loads(source.read_text())
     answer = dict(key="candidate/negative-control/drift", kind="candidate", expected="increased", observed="increased", note="abs-diff +55%")
     data["answers"].append({**answer, "margin": {"se_units": 11.6}, "test": data["answers"][0]["test"]})
+    data["preregistration"] = {"sha256": "c861da2c" + "0" * 56}
     source.write_text(json.dumps(data))
     root = _root_copy(tmp_path / "root")
     (root / "reports/records/make-candidate.json").unlink(missing_ok=True)
     assert "No committed record (`reports/records/make-candidate.json`): run `make candidate`" in build_page(root)
     written = add_record(source, root / "reports/records", job="make-candidate", wall="5m44s")
-    assert written.name == "make-candidate.json" and JobRecord.model_validate(json.loads(written.read_text())).kind == "make-candidate"
+    condensed = JobRecord.model_validate(json.loads(written.read_text()))
+    assert written.name == "make-candidate.json" and condensed.kind == "make-candidate"
+    assert condensed.expectations_sha256 == "c861da2c" + "0" * 56  # the hash the job judged against, kept
     page = build_page(root)
     section = page.split("## The candidate operator (`make candidate`)")[1].split("\n## ")[0]
+    assert "Pre-registration sha256 c861da2c." in section
     assert "| candidate/negative-control/drift | increased | increased | +11.6 |" in section
     assert "| `make candidate` | 1 passed (checks) |" in page
     with pytest.raises(ResultsRecordError, match=r"--job 'make-bench': expected one of main-job, make-test, make-candidate"):
