@@ -312,13 +312,14 @@ def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
 
     def moved(key: str) -> list[np.ndarray]:
         f, c = faulted["settings"][key], clean["settings"][key]
-        return [
-            np.abs(
-                (np.asarray(f["trainer"][i], dtype=np.float64) - np.asarray(f["rollout"][i], dtype=np.float64))
-                - (np.asarray(c["trainer"][i], dtype=np.float64) - np.asarray(c["rollout"][i], dtype=np.float64))
-            )
-            for i in range(count)
-        ]
+        with np.errstate(invalid="ignore"):  # a token outside a kept set (-inf) gives NaN; _kept leaves it out
+            return [
+                np.abs(
+                    (np.asarray(f["trainer"][i], dtype=np.float64) - np.asarray(f["rollout"][i], dtype=np.float64))
+                    - (np.asarray(c["trainer"][i], dtype=np.float64) - np.asarray(c["rollout"][i], dtype=np.float64))
+                )
+                for i in range(count)
+            ]
 
     per_token = {key: moved(key) for key in faulted["settings"]}
     kept, usable = _kept(per_token, count=count)
