@@ -75,7 +75,14 @@ class Calibration(Strict):
 def check_seeds_apart(calibration: Calibration, design: Design, file: str) -> None:
     """Raise KnobError naming the file and key when a calibration seed is in any design range."""
     mine = range(calibration.seeds.first, calibration.seeds.first + calibration.seeds.count)
-    for key, other in design.seed_ranges().items():
+    ranges = dict(design.seed_ranges())
+    levers_path = Path(file).parent / "levers.yaml"
+    if levers_path.exists():
+        from harness.spec.design_file import budget_seed_ranges
+        from harness.spec.levers import LeverFile
+
+        ranges.update(budget_seed_ranges(design, parse_file(levers_path, LeverFile)))
+    for key, other in ranges.items():
         if mine.start < other.stop and other.start < mine.stop:
             raise KnobError(
                 file,

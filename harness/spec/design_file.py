@@ -69,5 +69,42 @@ class Design(Strict):
         return (self.measured.get("questions") or {}).get(name)
 
 
+def budget_seed_ranges(design: Design, levers) -> dict[str, range]:
+    """The drift budget's own seeds (levers.yaml budget.judging_seed .. + seeds - 1), at no offset and
+    moved by each sweep offset as every judged seed is."""
+    budget = levers.budget
+    return {
+        f"levers.yaml budget seeds ({offset:+d})": range(budget.judging_seed + offset, budget.judging_seed + offset + budget.seeds)
+        for offset in (0, *design.seeds.sweep_offsets)
+    }
+
+
+def overlap(mine: dict[str, range], others: dict[str, range]) -> tuple[str, range, str, range] | None:
+    """The first pair of ranges, one of each, that share a seed."""
+    for name, a in mine.items():
+        for key, b in others.items():
+            if a.start < b.stop and b.start < a.stop:
+                return name, a, key, b
+    return None
+
+
 def load_design(knobs_dir: Path) -> Design:
-    return parse_file(Path(knobs_dir) / DESIGN_FILE, Design)
+    """design.yaml, checked against the drift budget's seeds where levers.yaml is beside it: at no sweep
+    offset may the budget judge seeds the ladder, the A/B or the design use, or its judgement would
+    re-use runs another answer was made on."""
+    from harness.spec.errors import KnobError
+    from harness.spec.levers import LeverFile
+
+    design = parse_file(Path(knobs_dir) / DESIGN_FILE, Design)
+    levers_path = Path(knobs_dir) / "levers.yaml"
+    if levers_path.exists():
+        clash = overlap(budget_seed_ranges(design, parse_file(levers_path, LeverFile)), design.seed_ranges())
+        if clash:
+            name, a, key, b = clash
+            raise KnobError(
+                str(levers_path),
+                "budget.judging_seed",
+                f"seeds no other range uses; {name} {a.start}..{a.stop - 1} share seeds with {DESIGN_FILE} {key} ({b.start}..{b.stop - 1})",
+                has_got=False,
+            )
+    return design

@@ -282,8 +282,6 @@ def load_knobs(root: Path) -> Knobs:
     effects = _load_effects(root)
     reports = parse_file(root / "reports.yaml", ReportsFile).reports
     levers = _load_levers(root / "levers.yaml", rungs, thresholds)
-    if levers is not None:
-        _check_budget_seeds_apart(root, levers)
     knobs = Knobs(
         root,
         base,
@@ -362,34 +360,6 @@ def _load_levers(path: Path, rungs: dict[str, Rung], thresholds: dict[str, Thres
             f"{_relative(path)}: budget.rungs: expected rungs of ladder/ that run at budget.stage {levers.budget.stage}, got {unknown[0]!r}"
         )
     return levers
-
-
-def _check_budget_seeds_apart(root: Path, levers) -> None:
-    """The drift budget judges its own seeds, judging_seed .. + seeds - 1, moved by the sweep's offset
-    as every judged seed is: at no offset may they be seeds the ladder, the A/B, the design or the
-    envelope calibration use (design.yaml's and calibration.yaml's ranges), or its judgement would
-    re-use runs another answer or a calibration was made on."""
-    from harness.spec.calibration_file import CALIBRATION_FILE, CalibrationSeeds
-    from harness.spec.design_file import DESIGN_FILE, load_design
-
-    if not (root / DESIGN_FILE).exists():
-        return
-    design = load_design(root)
-    others = dict(design.seed_ranges())
-    if (root / CALIBRATION_FILE).exists():
-        raw = yaml.safe_load((root / CALIBRATION_FILE).read_text()) or {}
-        seeds = CalibrationSeeds.model_validate(raw.get("seeds") or {})
-        others[f"{CALIBRATION_FILE} seeds"] = range(seeds.first, seeds.first + seeds.count)
-    budget = levers.budget
-    for offset in (0, *design.seeds.sweep_offsets):
-        mine = range(budget.judging_seed + offset, budget.judging_seed + offset + budget.seeds)
-        for key, other in others.items():
-            if mine.start < other.stop and other.start < mine.stop:
-                raise SpecError(
-                    f"{_relative(root / 'levers.yaml')}: budget.judging_seed: expected seeds no other answer, design or "
-                    f"calibration run uses; at offset {offset:+d} the budget's {mine.start}..{mine.stop - 1} share seeds "
-                    f"with {key} ({other.start}..{other.stop - 1})"
-                )
 
 
 def _load_rungs(ladder_dir: Path) -> dict[str, Rung]:

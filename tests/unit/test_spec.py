@@ -12,6 +12,7 @@ import pytest
 from harness import DEFAULT_KNOBS_DIR, REPO_ROOT
 from harness.spec import SpecError, load_knobs, parse_argv, render_argv, resolve, validate
 from harness.spec.cluster import skip_reason
+from harness.spec.design_file import load_design
 
 SEED_CONFIG = Path(__file__).parent.parent / "data" / "seed_suggested_config.txt"
 
@@ -236,6 +237,6 @@ def test_a_sweep_offset_that_puts_a_judged_range_on_the_budgets_seeds_is_refused
     offsets = next(line for line in text.splitlines() if line.strip().startswith("sweep_offsets:"))
     design.write_text(text.replace(offsets, "  sweep_offsets: [3000]"))
     with pytest.raises(SpecError) as err:
-        load_knobs(knobs_copy)
+        load_design(knobs_copy)  # what the main job, the sweep and the calibration load their seeds through
     message = str(err.value)
     assert "levers.yaml: budget.judging_seed" in message and "5026..5030" in message and "+3000" in message, message
