@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from harness.spec.design_file import DESIGN_FILE, Design, load_design
+from harness.spec.design_file import DESIGN_FILE, Design, budget_seed_ranges, load_design, overlap
 from harness.spec.errors import KnobError
+from harness.spec.levers import LeverFile
 from harness.spec.load import parse_file
 from harness.spec.schema import Strict
 
@@ -74,23 +75,21 @@ class Calibration(Strict):
 
 def check_seeds_apart(calibration: Calibration, design: Design, file: str) -> None:
     """Raise KnobError naming the file and key when a calibration seed is in any design range."""
-    mine = range(calibration.seeds.first, calibration.seeds.first + calibration.seeds.count)
-    ranges = dict(design.seed_ranges())
+    mine = {"calibration seeds": range(calibration.seeds.first, calibration.seeds.first + calibration.seeds.count)}
+    ranges = {f"{DESIGN_FILE} {key}": other for key, other in design.seed_ranges().items()}
     levers_path = Path(file).parent / "levers.yaml"
     if levers_path.exists():
-        from harness.spec.design_file import budget_seed_ranges
-        from harness.spec.levers import LeverFile
-
         ranges.update(budget_seed_ranges(design, parse_file(levers_path, LeverFile)))
-    for key, other in ranges.items():
-        if mine.start < other.stop and other.start < mine.stop:
-            raise KnobError(
-                file,
-                "seeds.first",
-                f"calibration seeds that no judged, design or sweep run uses; {mine.start}..{mine.stop - 1} "
-                f"share seeds with {DESIGN_FILE} {key} ({other.start}..{other.stop - 1})",
-                has_got=False,
-            )
+    clash = overlap(mine, ranges)
+    if clash:
+        _, seeds, key, other = clash
+        raise KnobError(
+            file,
+            "seeds.first",
+            f"calibration seeds that no judged, design or sweep run uses; {seeds.start}..{seeds.stop - 1} "
+            f"share seeds with {key} ({other.start}..{other.stop - 1})",
+            has_got=False,
+        )
 
 
 def _shown(path: Path) -> str:
