@@ -45,19 +45,24 @@ test: setup-browser
 # rollouts: 4 kept rollouts' tokens, paired; what tests/attribution/test_budget_controls.py's
 # own-drift expectations come from); then the budget
 # rungs at the design seeds (tools/budget_design.py: what knobs/levers.yaml's expectations come from).
-# Writes reports/controls/{budget,own-drift}/control_sizes.{json,md}. About 45 minutes on 2 cores.
+# Writes reports/controls/{budget,own-drift}/control_sizes.{json,md}. About 65 minutes on 2 cores.
 CONTROLS := $(PY) tools/control_sizes.py --budget --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/budget
 OWN_DRIFT := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 10 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
 # A fault at an edge (the sampler's filter) moves only the tokens whose step it tips: four times the
-# prompts a rollout (the top-p-wide rung) and 80 rollouts, 39 of them kept, about 100,000 tokens.
+# prompts a rollout (the top-p-wide rung, and fp8-top-p-wide: fp8-rollout with top-p) and 80 rollouts,
+# 39 of them kept, about 100,000 tokens; on fp8-plus-filters-wide (behind top-k 40) it moves almost none.
 OWN_DRIFT_EDGE := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 80 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
+# The expert's fault on the fp8 MoE rung: at 10 rollouts its own drift sat too near the margin a
+# judgement needs to pre-register from (docs/controls.md); 30 rollouts, 14 kept.
+OWN_DRIFT_MOE := $(PY) tools/control_sizes.py --budget --own-drift --num-rollout 30 --seed 7001 --max-minutes 60 --out reports/controls/own-drift
 controls: setup
 	$(OWN_DRIFT) --rung near-aligned --rung fp8-rollout --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
 		--inject trainer-softmax-sum-bf16 --inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16
 	$(OWN_DRIFT) --rung fp8-rollout --inject rollout-fp8-weight-scale:2
 	$(OWN_DRIFT) --rung top-p --inject rollout-filter-bf16
-	$(OWN_DRIFT_EDGE) --rung top-p-wide --inject rollout-filter-bf16
-	$(OWN_DRIFT) --rung moe-bf16 --inject trainer-expert-bf16
+	$(OWN_DRIFT_EDGE) --rung top-p-wide --rung fp8-top-p-wide --rung fp8-plus-filters-wide --inject rollout-filter-bf16
+	$(OWN_DRIFT) --rung moe-bf16 --rung fp8-plus-filters-moe --inject trainer-expert-bf16
+	$(OWN_DRIFT_MOE) --rung fp8-plus-filters-moe --inject trainer-expert-bf16
 	$(CONTROLS) --rung near-aligned --rung fp8-rollout --inject none --inject rollout-lse-bf16 --inject trainer-softmax-bf16 \
 		--inject trainer-tp-reduce-bf16 --inject trainer-lm-head-bf16
 	$(CONTROLS) --rung fp8-rollout --inject rollout-fp8-weight-scale:2

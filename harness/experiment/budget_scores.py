@@ -45,13 +45,14 @@ class NotMeasured(Exception):
     """A run whose budget cannot be measured here, and why (never a pass)."""
 
 
-def settings(levers: LeverFile) -> list[dict]:
-    """Every setting the budget needs: native, all operator levers, each lever alone, each operator lever left out."""
+def settings(levers: LeverFile, *, leave_one_out: bool = True) -> list[dict]:
+    """Every setting the budget needs: native, all operator levers, each lever alone, each operator lever
+    left out (unless `leave_one_out` is off: the localisation reads the add-one shares only)."""
     everything = sorted(levers.all_operator_switches())
     out = [{"key": NATIVE, "switches": [], "replay": False}, {"key": ALL, "switches": everything, "replay": False}]
     for name, lever in levers.levers.items():
         out.append({"key": add_key(name), "switches": sorted(lever.switches), "replay": lever.replay})
-        if lever.kind == "operator":
+        if lever.kind == "operator" and leave_one_out:
             out.append({"key": loo_key(name), "switches": sorted(set(everything) - set(lever.switches)), "replay": False})
     return out
 
@@ -156,17 +157,25 @@ def shared_flags(runs: list[Run]) -> list[str]:
 
 
 def scores(
-    runs: list[Run], levers: LeverFile, *, initial: bool = False, setting_list: list[dict] | None = None, without: tuple[str, ...] = ()
+    runs: list[Run],
+    levers: LeverFile,
+    *,
+    initial: bool = False,
+    setting_list: list[dict] | None = None,
+    without: tuple[str, ...] = (),
+    leave_one_out: bool = True,
 ) -> dict:
     """The scorer's output for the runs (one configuration, several seeds) under every setting (or
     `setting_list`), from the first run's budget/ cache or from one scorer process. `initial`: score
     rollout 0 at the initial weights instead of the capture rollouts. `without`: flags (names without
-    dashes) left out of the runs' configuration, as the planted fault's clean twin leaves its fault."""
+    dashes) left out of the runs' configuration, as the planted fault's clean twin leaves its fault.
+    `leave_one_out` off: no leave-one-out settings (settings())."""
     import torch
     from filelock import FileLock
 
     groups = [dict(initial_rollout(run) if initial else group, run=run.id) for run in runs for group in ([None] if initial else job(run)["rollouts"])]
-    todo = {"rollouts": groups, "settings": setting_list or settings(levers)} | ({"without": sorted(without)} if without else {})
+    todo = {"rollouts": groups, "settings": setting_list or settings(levers, leave_one_out=leave_one_out)}
+    todo |= {"without": sorted(without)} if without else {}
     directory = runs[0].path / CACHE_DIR
     directory.mkdir(parents=True, exist_ok=True)
     cache = directory / f"scores-{_key(todo)}.pt"
@@ -287,7 +296,7 @@ def seed_scores(runs: list[Run], levers: LeverFile) -> list[SeedScores]:
 INJECT_FLAG = "embedded-inject"  # the planted fault's flag (harness/embedded/numeric_faults.py)
 
 
-def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
+def fault_drift_scores(run: Run, levers: LeverFile, *, leave_one_out: bool = True) -> list[SeedScores]:
     """The planted fault's own drift under every lever setting, as one SeedScores: the run's tokens are
     re-scored twice at the same weights, with the fault and without it (the run's flags less
     --embedded-inject: its clean twin), and each sequence's gap under a setting is the mean over its
@@ -298,14 +307,17 @@ def fault_drift_scores(run: Run, levers: LeverFile) -> list[SeedScores]:
     is small beside the rung's can still be placed. (A difference of the two re-scores' |trainer -
     rollout| gaps would not do: a small move added to a larger gap of either sign averages out to
     nearly nothing. Nor would the sides' displacement |trainer - trainer'| + |rollout - rollout'|: a
-    lever that hands the faulted operand to both sides doubles it while the mismatch it makes goes.)"""
+    lever that hands the faulted operand to both sides doubles it while the mismatch it makes goes.)
+    `leave_one_out` off scores no leave-one-out settings: the localisation reads the add-one shares
+    only, and a control's test needs no more (it nearly halves the re-score)."""
     reason = _not_measured_reason(run)
     if reason is not None:
         raise NotMeasured(reason)
     if run.spec.flag(INJECT_FLAG) in (None, "none"):
         raise NotMeasured(f"run {run.id} plants no fault (--{INJECT_FLAG}): there is no clean twin to difference against")
     try:
-        faulted, clean = scores([run], levers), scores([run], levers, without=(INJECT_FLAG,))
+        faulted = scores([run], levers, leave_one_out=leave_one_out)
+        clean = scores([run], levers, without=(INJECT_FLAG,), leave_one_out=leave_one_out)
     except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
         raise NotMeasured(f"re-scoring failed: {str(exc).splitlines()[0]}") from None
     count = len(faulted["recorded"])

@@ -10,6 +10,12 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     # top-p with four times the prompts a rollout: the filter's bf16 fault acts only where the running
     # sum lands near the edge, so its own drift needs many more tokens than a fault that moves them all
     "top-p-wide": ("top-p", {"rollout-batch-size": 32, "global-batch-size": 128}),
+    # the recommended baseline (fp8 rollout, top-k 40 then top-p) as wide: there the filter's running sum
+    # adds at most 40 probabilities, so its bf16 fault barely acts (8 tokens of ~100,000 moved at 7001)
+    "fp8-plus-filters-wide": ("fp8-plus-filters", {"rollout-batch-size": 32, "global-batch-size": 128}),
+    # the fp8 rung with top-p alone, as wide: the filter's fault on an fp8 rung, its running sum over the
+    # whole vocabulary as on top-p-wide
+    "fp8-top-p-wide": ("fp8-rollout", {"rollout-top-p": 0.95, "rollout-batch-size": 32, "global-batch-size": 128}),
 }
 
 

@@ -141,7 +141,7 @@ class RungBudget:
             f"{'lever':30} {'add-one':26} {'leave-one-out':26} {'interaction':26} localisation",
         ]
         for row in self.levers:
-            loo = row.loo.text() if row.loo else "- (contract)"
+            loo = row.loo.text() if row.loo else ("- (contract)" if row.kind != "operator" else "- (not scored)")
             interaction = row.interaction.text() if row.interaction else "-"
             where = f"{row.localisation} ({row.margin.se_units:+.1f} SE from {self.min_share:.0%})" if row.margin else "never an answer"
             lines.append(f"{row.lever:30} {row.add.text():26} {loo:26} {interaction:26} {where}")
@@ -231,11 +231,12 @@ def judge_budget(rung: str, seeds: list[SeedScores], levers: LeverFile, knobs: K
         loo = interaction = None
         verdict = margin = None
         if lever.kind == "operator":
-            returned = [lo - al for lo, al in zip(_gaps(seeds, loo_key(name)), everything)]
-            loo = _share(returned, natives, confidence)
-            interaction = _share([r - m for r, m in zip(returned, removed)], natives, confidence)
-            for s, r, d in zip(seeds, returned, natives):
-                by_seed[s.seed]["loo"] = _share([r], [d], confidence)
+            if all(loo_key(name) in s.gaps for s in seeds):  # scored with leave-one-out settings (a control's may not be)
+                returned = [lo - al for lo, al in zip(_gaps(seeds, loo_key(name)), everything)]
+                loo = _share(returned, natives, confidence)
+                interaction = _share([r - m for r, m in zip(returned, removed)], natives, confidence)
+                for s, r, d in zip(seeds, returned, natives):
+                    by_seed[s.seed]["loo"] = _share([r], [d], confidence)
             verdict, margin = _localise(removed, natives, add, q, need, confidence)
         rows.append(LeverShare(name, lever.boundary, lever.side, lever.kind, add, loo, interaction, verdict, margin, by_seed))
     verdict, boundary, reason = _rung_verdict(rows, q, need)

@@ -49,6 +49,7 @@ class Budget(_Open):
     planted_add_one: list[float] | None = None
     planted_margin_se: float | None = None
     reason: str | None = None  # why not measured
+    replay: dict | None = None  # the re-score's check; an own-drift budget's holds tokens_moved
 
 
 class ControlRun(_Open):
@@ -144,18 +145,20 @@ def _own_drift(root: Path) -> list[str]:
         return [f"No committed record (`{shown}`): `make controls` writes it (tools/control_sizes.py --own-drift)."]
     data = read_json(root / shown, shown)
     runs = [_validated(ControlRun, run, f"{shown}: {key}") for key, run in data.items()]
-    runs = sorted((r for r in runs if r.own_drift is not None), key=lambda r: (r.rung, r.control, r.size))
+    runs = sorted((r for r in runs if r.own_drift is not None), key=lambda r: (r.rung, r.control, r.size, r.num_rollout or 0))
     lines = [
         _runs_line(shown, runs),
         "",
-        "| rung | control | size | lever | its share of the fault's own drift [95%] | SE from the share | answer |",
-        "|---|---|---|---|---|---|---|",
+        "| rung | control | size | rollouts | tokens it moved | lever | its share of the fault's own drift [95%] | SE from the share | answer |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         b = r.own_drift
         answer = b.verdict + (f" to {b.boundary}" if b.boundary else "") + (f": {b.reason}" if b.reason else "")
+        moved = (b.replay or {}).get("tokens_moved")  # recorded since 2026-12-07
         lines.append(
-            f"| {r.rung} | {r.control} | {r.size} | {b.planted_lever or '—'} | {_share(b.planted_add_one)} | {signed(b.planted_margin_se, 1)} | {answer} |"
+            f"| {r.rung} | {r.control} | {r.size} | {r.num_rollout or '—'} | {'—' if moved is None else f'{moved:,}'} | {b.planted_lever or '—'} "
+            f"| {_share(b.planted_add_one)} | {signed(b.planted_margin_se, 1)} | {answer} |"
         )
     return lines
 

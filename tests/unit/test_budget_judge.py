@@ -97,6 +97,20 @@ def test_a_setting_not_scored_is_an_error_naming_it():
         judge_budget("near-aligned", [broken], LEVERS, KNOBS)
 
 
+def test_without_leave_one_out_settings_the_localisation_is_the_same_and_no_loo_is_claimed():
+    # a control's test scores the add-one settings only (budget_scores.settings(leave_one_out=False))
+    full = [seed(s, {"mlp": 0.8}, {"mlp": 0.85}) for s in range(3)]
+    short = [seed(s, {"mlp": 0.8}, {"mlp": 0.85}) for s in range(3)]
+    for scores in short:
+        for name in OPERATORS:
+            del scores.gaps[loo_key(name)]
+    with_loo, without = judge_budget("near-aligned", full, LEVERS, KNOBS), judge_budget("near-aligned", short, LEVERS, KNOBS)
+    assert (without.verdict, without.boundary) == (with_loo.verdict, with_loo.boundary) == (LOCALISED, "mlp")
+    assert without.lever("mlp").margin.se_units == with_loo.lever("mlp").margin.se_units
+    assert all(row.loo is None and row.interaction is None for row in without.levers)
+    assert "- (not scored)" in without.text()
+
+
 def test_a_ruled_out_lever_is_held_even_where_the_rungs_verdict_is_reported():
     from harness.judge.budget import expectation_findings
     from harness.spec.levers import BudgetExpectation
