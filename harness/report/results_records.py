@@ -349,6 +349,16 @@ def write_record(model: BaseModel, path: Path) -> Path:
     return path
 
 
+def as_in_its_checkout(source: Path) -> str:
+    """The record's path as its own checkout names it (relative to the nearest folder above it holding
+    .git): a job run in a fresh clone elsewhere is committed without that machine's path."""
+    resolved = source.resolve()
+    for folder in resolved.parents:
+        if (folder / ".git").exists():
+            return str(resolved.relative_to(folder))
+    return str(source)
+
+
 def add_record(
     source: Path, records_dir: Path = RECORDS_DIR, *, job: str = "main-job", wall: str | None = None, allure: Path | None = None, note: str = ""
 ) -> Path:
@@ -357,7 +367,7 @@ def add_record(
     and durations from the Allure results beside it (a record with none beside it, as `python -m
     harness baseline` writes, counts its own checks); a seed sweep's sweep.json becomes seed-sweep.json."""
     source = Path(source)
-    shown = str(source)
+    shown = as_in_its_checkout(source)
     if source.is_file() and source.name != "experiment.json":
         data = read_json(source)
         if "offsets" in data:  # python -m harness sweep's sweep.json

@@ -201,6 +201,15 @@ def test_make_candidates_record_has_a_section_of_its_own_and_an_unknown_job_is_r
         add_record(source, root / "reports/records", job="make-bench")
 
 
+def test_a_record_from_another_checkout_is_named_as_that_checkout_names_it(tmp_path):
+    # a fresh clone elsewhere (/tmp/clone) ran the job: the committed record names no machine's path
+    clone = tmp_path / "clone"
+    (clone / ".git").mkdir(parents=True)
+    source = _experiment_record(clone / "reports" / "experiment")
+    written = add_record(source.parent, tmp_path / "records", wall="9m5s")
+    assert JobRecord.model_validate(json.loads(written.read_text())).source == "reports/experiment"
+
+
 def test_a_record_with_no_allure_results_beside_it_counts_its_own_checks(tmp_path):
     # `python -m harness baseline` writes the record without Allure results: its checks are counted.
     source = _experiment_record(tmp_path / "baseline" / "experiment")
