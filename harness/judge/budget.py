@@ -222,6 +222,9 @@ def judge_budget(rung: str, seeds: list[SeedScores], levers: LeverFile, knobs: K
     if not drift_ci.diff > 0:
         raise BudgetInputError(f"{rung}: the runs' drift is {drift_ci.diff:.3g}; a budget needs a drift to share out")
     residual = _share(everything, natives, confidence)
+    # scored without leave-one-out settings at all (a control's test: the localisation reads add-one only);
+    # scored with them, every one must be there (_gaps names the one missing)
+    leave_one_out = any(key.startswith(loo_key("")) for s in seeds for key in s.gaps)
     rows = []
     for name, lever in levers.levers.items():
         added = _gaps(seeds, add_key(name))
@@ -231,7 +234,7 @@ def judge_budget(rung: str, seeds: list[SeedScores], levers: LeverFile, knobs: K
         loo = interaction = None
         verdict = margin = None
         if lever.kind == "operator":
-            if all(loo_key(name) in s.gaps for s in seeds):  # scored with leave-one-out settings (a control's may not be)
+            if leave_one_out:
                 returned = [lo - al for lo, al in zip(_gaps(seeds, loo_key(name)), everything)]
                 loo = _share(returned, natives, confidence)
                 interaction = _share([r - m for r, m in zip(returned, removed)], natives, confidence)

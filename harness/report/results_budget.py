@@ -155,7 +155,7 @@ def _own_drift(root: Path) -> list[str]:
     for r in runs:
         b = r.own_drift
         answer = b.verdict + (f" to {b.boundary}" if b.boundary else "") + (f": {b.reason}" if b.reason else "")
-        moved = (b.replay or {}).get("tokens_moved")  # recorded since 2026-12-07
+        moved = (b.replay or {}).get("tokens_moved")  # older records lack it
         lines.append(
             f"| {r.rung} | {r.control} | {r.size} | {r.num_rollout or '—'} | {'—' if moved is None else f'{moved:,}'} | {b.planted_lever or '—'} "
             f"| {_share(b.planted_add_one)} | {signed(b.planted_margin_se, 1)} | {answer} |"

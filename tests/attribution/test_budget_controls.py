@@ -54,8 +54,8 @@ def test_a_planted_fault_is_localised_by_intervention_at_its_boundary(get_run, k
 # from their calibration before any run at the stage seed: the attention softmax with its row sum at
 # bf16 on both (+12.4, +7.7 SE: every token moved) and the top-p filter's running sum at bf16 on top-p
 # with four times the prompts and 80 rollouts (+5.6 SE: it moves only the 1.1% of tokens whose step's
-# kept set it changes, so it needs that many); added 2026-12-07 (later session), pre-registered from
-# their calibration at 7001 before any run at the stage seed: the filter on the fp8 rung with top-p alone
+# kept set it changes, so it needs that many); later (e9e6d31), pre-registered likewise from their
+# calibration at 7001: the filter on the fp8 rung with top-p alone
 # as wide (+9.2 SE, 1,052 tokens moved), and the expert on the fp8 MoE rung with 30 rollouts (+5.3 SE;
 # +3.2 at 10). The filter is not judged on fp8-plus-filters: behind top-k 40 its running sum adds at most 40
 # probabilities and its bf16 fault moved 8 tokens of ~100,000 at 7001 (+0.9 SE, inconclusive), too few to

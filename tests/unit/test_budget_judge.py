@@ -109,6 +109,10 @@ def test_without_leave_one_out_settings_the_localisation_is_the_same_and_no_loo_
     assert without.lever("mlp").margin.se_units == with_loo.lever("mlp").margin.se_units
     assert all(row.loo is None and row.interaction is None for row in without.levers)
     assert "- (not scored)" in without.text()
+    # one leave-one-out setting lost from a budget scored with them is an error, never a quiet "not scored"
+    del full[1].gaps[loo_key("rotary")]
+    with pytest.raises(BudgetInputError, match="loo:rotary"):
+        judge_budget("near-aligned", full, LEVERS, KNOBS)
 
 
 def test_a_ruled_out_lever_is_held_even_where_the_rungs_verdict_is_reported():
